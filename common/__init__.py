@@ -1,0 +1,1 @@
+"""Shared, method-agnostic building blocks for icml26."""

@@ -1,0 +1,1 @@
+"""Paper re-implementations, one subpackage per method (folder name = slug)."""
