@@ -1,0 +1,230 @@
+"""Tests for Geo-RL (spec §6): DPP math, LOO rewards, unbiasedness, grouping, toy, trainer."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from methods.georl.dpp import (
+    l_ensemble,
+    log_volume,
+    loo_advantages,
+    loo_gains,
+    loo_gains_bruteforce,
+)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def _random_pd(n: int, gen: torch.Generator, cond_decades: float = 2.0) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    eig = torch.logspace(0, -cond_decades, n, dtype=torch.float64)
+    return (q * eig) @ q.T
+
+
+# ---------------------------------------------------------------- 1. LOO == brute force
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 10, 64])
+def test_loo_gains_match_bruteforce(n):
+    gen = torch.Generator().manual_seed(n)
+    L = _random_pd(n, gen)
+    assert_close(loo_gains(L), loo_gains_bruteforce(L), atol=1e-9, rtol=0)
+
+
+def test_loo_gains_ill_conditioned_with_jitter():
+    # 16 embeddings in 4 dims: S has rank 4, the jitter alone makes L PD (cond ~ 1e4).
+    gen = torch.Generator().manual_seed(1)
+    emb = torch.randn(16, 4, generator=gen, dtype=torch.float64)
+    L = l_ensemble(emb, jitter=1e-3)
+    assert torch.linalg.cond(L) > 1e3
+    assert_close(loo_gains(L), loo_gains_bruteforce(L), atol=1e-7, rtol=1e-9)
+
+
+def test_loo_gains_batched_equals_per_group():
+    gen = torch.Generator().manual_seed(2)
+    emb = torch.randn(3, 5, 7, generator=gen)
+    q = torch.rand(3, 5, generator=gen) * 0.9 + 0.1
+    L = l_ensemble(emb, q, gamma=2.0)
+    batched = loo_gains(L)
+    for b in range(3):
+        assert_close(batched[b], loo_gains(l_ensemble(emb[b], q[b], gamma=2.0)))
+    assert_close(log_volume(L)[1], torch.linalg.slogdet(L[1]).logabsdet)
+
+
+# ---------------------------------------------------------------- 2. volume identity
+def test_log_volume_is_gram_schmidt_volume():
+    gen = torch.Generator().manual_seed(3)
+    phi = _unit(torch.randn(5, 8, generator=gen, dtype=torch.float64))
+    # Gram-Schmidt by hand: product of residual norms = parallelotope volume.
+    basis, vol = [], 1.0
+    for v in phi:
+        res = v.clone()
+        for b in basis:
+            res = res - (res @ b) * b
+        vol *= res.norm().item()
+        basis.append(res / res.norm())
+    L = l_ensemble(phi, jitter=0.0)
+    assert math.isclose(math.exp(0.5 * log_volume(L).item()), vol, rel_tol=1e-10)
+
+
+def test_log_volume_splits_into_quality_and_diversity():
+    # delta = 0: log det L = 2 gamma sum log q + log det S (spec §3.2).
+    gen = torch.Generator().manual_seed(4)
+    phi = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    q = torch.tensor([0.3, 0.9, 0.5, 1.0], dtype=torch.float64)
+    gamma = 1.5
+    lhs = log_volume(l_ensemble(phi, q, gamma=gamma, jitter=0.0))
+    rhs = 2 * gamma * q.log().sum() + log_volume(l_ensemble(phi, jitter=0.0))
+    assert_close(lhs, rhs, atol=1e-10, rtol=0)
+
+
+# ---------------------------------------------------------------- 3. closed forms
+def test_orthonormal_embeddings_get_log_one_plus_delta():
+    delta = 1e-3
+    r = loo_gains(l_ensemble(torch.eye(5, 9), jitter=delta))
+    assert_close(r, torch.full((5,), math.log1p(delta), dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_quality_scaling_shifts_only_that_gain():
+    gen = torch.Generator().manual_seed(5)
+    phi = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    q = torch.tensor([0.8, 0.6, 0.9, 0.7], dtype=torch.float64)
+    gamma, c = 2.0, 0.5
+    r0 = loo_gains(l_ensemble(phi, q, gamma=gamma, jitter=0.0))
+    q2 = q.clone()
+    q2[1] *= c
+    r1 = loo_gains(l_ensemble(phi, q2, gamma=gamma, jitter=0.0))
+    expected = r0.clone()
+    expected[1] += 2 * gamma * math.log(c)
+    assert_close(r1, expected, atol=1e-10, rtol=0)
+
+
+def test_exact_duplicates_get_log_two_delta_and_block_independence():
+    delta = 1e-3
+    v = _unit(torch.tensor([[1.0, 2.0, 0.0]]))
+    pair = torch.cat([v, v])
+    r = loo_gains(l_ensemble(pair, jitter=delta))
+    # det [[1+d, 1], [1, 1+d]] = (1+d)^2 - 1, minus log(1+d) of the remaining item.
+    expected = math.log(((1 + delta) ** 2 - 1) / (1 + delta))
+    assert_close(r, torch.full((2,), expected, dtype=torch.float64), atol=1e-12, rtol=0)
+    assert r.max().item() < -6.0  # near-zero marginal *volume* gain: exp(r) ~ 2 delta
+    orth = torch.tensor([[0.0, 0.0, 1.0]])
+    r3 = loo_gains(l_ensemble(torch.cat([pair, orth]), jitter=delta))
+    assert_close(r3[:2], r, atol=1e-12, rtol=0)
+    assert_close(r3[2], torch.tensor(math.log1p(delta), dtype=torch.float64))
+
+
+def test_near_duplicates_get_near_zero_volume_gain():
+    gen = torch.Generator().manual_seed(6)
+    base = _unit(torch.randn(4, 16, generator=gen, dtype=torch.float64))
+    dup = _unit(base[0] + 1e-4 * torch.randn(16, generator=gen, dtype=torch.float64))
+    r = loo_gains(l_ensemble(torch.cat([base, dup[None]]), jitter=1e-3))
+    assert r[0].exp() < 0.01 and r[-1].exp() < 0.01  # the two copies share their volume
+    assert (r[1:4].exp() > 0.05).all()
+
+
+# ---------------------------------------------------------------- 5. equivariance
+def test_permutation_equivariance():
+    gen = torch.Generator().manual_seed(7)
+    phi = torch.randn(6, 5, generator=gen)
+    q = torch.rand(6, generator=gen) * 0.8 + 0.2
+    perm = torch.randperm(6, generator=gen)
+    r = loo_gains(l_ensemble(phi, q, gamma=2.0))
+    r_perm = loo_gains(l_ensemble(phi[perm], q[perm], gamma=2.0))
+    assert_close(r_perm, r[perm], atol=1e-12, rtol=0)
+    assert_close(
+        log_volume(l_ensemble(phi[perm], q[perm], gamma=2.0)),
+        log_volume(l_ensemble(phi, q, gamma=2.0)),
+        atol=1e-12,
+        rtol=0,
+    )
+
+
+# ---------------------------------------------------------------- 6. diminishing returns
+def test_submodularity_bounds():
+    gen = torch.Generator().manual_seed(8)
+    for _ in range(20):
+        phi = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+        q = torch.rand(7, generator=gen, dtype=torch.float64) * 0.9 + 0.1
+        L = l_ensemble(phi, q, gamma=1.0, jitter=1e-2)
+        r = loo_gains(L)
+        assert (r <= L.diagonal().log() + 1e-12).all()
+        assert r.sum() <= log_volume(L) + 1e-10
+        r_small = loo_gains(L[:6, :6])
+        assert (r[:6] <= r_small + 1e-10).all()  # adding a 7th never raises existing gains
+
+
+# ---------------------------------------------------------------- 7. unbiasedness
+def test_loo_gradient_is_unbiased_by_exact_enumeration():
+    """E[sum_i r_i grad log pi(c_i)] == grad E[F(Y)] over all 4^3 groups (spec §3.4)."""
+    gen = torch.Generator().manual_seed(9)
+    k, n = 4, 3
+    emb = _unit(torch.randn(k, 3, generator=gen, dtype=torch.float64))  # 4 captions in R^3
+    qual = torch.tensor([1.0, 0.7, 0.4, 0.9], dtype=torch.float64)
+    theta = torch.randn(k, generator=gen, dtype=torch.float64, requires_grad=True)
+    logp = torch.log_softmax(theta, 0)
+    exp_f = torch.zeros((), dtype=torch.float64)
+    est = torch.zeros(k, dtype=torch.float64)
+    p = logp.detach().exp()
+    for ys in itertools.product(range(k), repeat=n):
+        idx = torch.tensor(ys)
+        L = l_ensemble(emb[idx], qual[idx], gamma=2.0, jitter=1e-2)
+        prob = logp[idx].sum().exp()
+        exp_f = exp_f + prob * log_volume(L)
+        r = loo_gains(L)
+        score = torch.nn.functional.one_hot(idx, k).double() - p  # grad_theta log pi(c_i), [n, k]
+        est = est + prob.detach() * (r[:, None] * score).sum(0)
+    (grad,) = torch.autograd.grad(exp_f, theta)
+    assert_close(est, grad, atol=1e-8, rtol=0)
+    assert grad.abs().max() > 1e-3  # a non-trivial gradient, so the match is informative
+
+
+# ---------------------------------------------------------------- 8. bad input
+def test_rank_deficient_without_jitter_raises_and_jitter_fixes():
+    emb = torch.randn(6, 3, generator=torch.Generator().manual_seed(10))
+    with pytest.raises(ValueError, match="singular"):
+        l_ensemble(emb, jitter=0.0)
+    r = loo_gains(l_ensemble(emb, jitter=1e-3))
+    assert torch.isfinite(r).all()
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="N >= 2"):
+        l_ensemble(torch.randn(1, 4))
+    with pytest.raises(ValueError, match="NaN"):
+        l_ensemble(torch.tensor([[1.0, float("nan")], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="zero-norm"):
+        l_ensemble(torch.tensor([[0.0, 0.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="quality must lie"):
+        l_ensemble(torch.eye(2), torch.tensor([1.5, 0.5]))
+    with pytest.raises(ValueError, match="quality must have shape"):
+        l_ensemble(torch.eye(3), torch.tensor([0.5, 0.5]))
+    with pytest.raises(ValueError, match="jitter"):
+        l_ensemble(torch.eye(2), jitter=-1.0)
+    with pytest.raises(TypeError, match="emb"):
+        l_ensemble([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="square"):
+        loo_gains(torch.eye(3)[:2])
+    with pytest.raises(ValueError, match="symmetric"):
+        loo_gains(torch.tensor([[1.0, 0.5], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="positive definite"):
+        loo_gains(torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(ValueError, match="mode"):
+        loo_advantages(torch.zeros(3), mode="std")
+
+
+def test_nonpositive_quality_is_floored():
+    emb = torch.eye(3)
+    L = l_ensemble(emb, torch.tensor([0.0, float("nan"), 1.0]), gamma=1.0, jitter=0.0, q_min=0.05)
+    assert_close(L.diagonal(), torch.tensor([0.05**2, 0.05**2, 1.0], dtype=torch.float64))
+
+
+def test_loo_advantages_modes():
+    r = torch.tensor([[1.0, 2.0, 3.0]])
+    assert torch.equal(loo_advantages(r), r)
+    assert_close(loo_advantages(r, "normalized", eps=0.0), torch.tensor([[-1.0, 0.0, 1.0]]))
