@@ -1,0 +1,270 @@
+"""Tiny offline models and tokenizers, built in-process from a seed.
+
+Tests, toy reproductions and the demo tour never download weights. This module builds, in well under a
+second, a byte-level BPE tokenizer trained on a small built-in corpus (with a chat template, pad and eos,
+left padding) and random-init causal LMs (Qwen2, Llama, Qwen3) or a LLaVA-style vision-language model
+from tiny ``transformers`` configs. ``save_tiny`` writes a model and its tokenizer so that the
+``Auto*.from_pretrained`` classes reload them identically, which is how the loading code of
+``common/models.py`` is tested on local paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Literal
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+logger = logging.getLogger(__name__)
+
+PAD_TOKEN = "<|pad|>"
+EOS_TOKEN = "<|im_end|>"
+BOS_TOKEN = "<|im_start|>"
+ENDOFTEXT_TOKEN = "<|endoftext|>"
+IMAGE_TOKEN = "<image>"
+SPECIAL_TOKENS = [PAD_TOKEN, ENDOFTEXT_TOKEN, BOS_TOKEN, EOS_TOKEN]
+_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# A ChatML-style template (the Qwen family's layout), short enough for tiny contexts.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+Arch = Literal["qwen2", "llama", "qwen3"]
+_ARCHS: dict[str, tuple[type, type]] = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+}
+
+
+def _builtin_corpus() -> list[str]:
+    """A small deterministic corpus: arithmetic, digits, chat words and plain English sentences."""
+    words = (
+        "the a an of to in is are was be it that this for on with as by at from or and not "
+        "question answer solve compute think step final result number sum product difference "
+        "what how many plus minus times divided equals yes no true false because therefore so "
+        "user assistant system you are helpful please give short reply the answer is boxed "
+        "model data train test value left right up down start goal maze path cat dog red blue "
+        "molecule caption image photo shows object color table chair person car tree sky water"
+    ).split()
+    lines = [" ".join(words[i : i + 12]) for i in range(0, len(words), 6)]
+    for a in range(0, 100, 7):
+        for b in range(0, 100, 11):
+            lines.append(f"What is {a} + {b}? The answer is {a + b}.")
+            lines.append(f"{a} * {b} = {a * b}; {a} - {b} = {a - b}")
+    lines += [f"\\boxed{{{i}}} {i}.{i % 10} {-i}" for i in range(200)]
+    lines += ["<think> reasoning </think> <answer> 42 </answer> ( ) [ ] { } , ; : ! ? ' \""]
+    return lines
+
+
+@functools.lru_cache(maxsize=4)
+def _trained_bpe(vocab_size: int) -> str:
+    """Trains the byte-level BPE once per process and returns it serialised (cheap to copy)."""
+    tok = Tokenizer(models.BPE(unk_token=None))
+    # The Qwen2 layout (NFC, regex split, byte level without its own regex): AutoTokenizer maps a
+    # qwen2 config to Qwen2Tokenizer, which rebuilds exactly this pipeline from vocab and merges, so
+    # a saved tiny model reloads with identical ids whatever class AutoTokenizer picks.
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_builtin_corpus(), trainer=trainer)
+    return tok.to_str()
+
+
+def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Returns a byte-level BPE tokenizer trained on the built-in corpus.
+
+    It has a ChatML chat template, ``<|pad|>`` as pad, ``<|im_end|>`` as eos (what a chat turn ends
+    with), ``<|im_start|>`` as bos, and pads on the left (decoder-only generation).
+
+    Args:
+        vocab_size: total vocabulary size, special tokens and the 256 byte symbols included.
+
+    Raises:
+        ValueError: if ``vocab_size`` cannot hold the byte alphabet and the special tokens.
+    """
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)}, got {vocab_size}")
+    backend = Tokenizer.from_str(_trained_bpe(vocab_size))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        bos_token=BOS_TOKEN,
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=2048,
+    )
+
+
+def tiny_causal_lm(
+    arch: Arch = "qwen2",
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 1024,
+    seed: int = 0,
+    tokenizer: PreTrainedTokenizerFast | None = None,
+    **config_kwargs,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """Builds a random-init causal LM of the given architecture and its tiny tokenizer.
+
+    Args:
+        arch: ``"qwen2"``, ``"llama"`` or ``"qwen3"``.
+        hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+        intermediate_size, max_position_embeddings: the transformers config sizes.
+        seed: seeds the weight initialisation (same seed, same weights).
+        tokenizer: reuse a tokenizer (default: ``tiny_tokenizer()``).
+        **config_kwargs: passed to the config (e.g. ``rope_theta``, ``tie_word_embeddings``).
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode, float32, on CPU.
+
+    Raises:
+        ValueError: on an unknown ``arch`` or heads that do not divide the hidden size.
+    """
+    if arch not in _ARCHS:
+        raise ValueError(f"arch must be one of {sorted(_ARCHS)}, got {arch!r}")
+    if hidden_size % num_attention_heads or num_attention_heads % num_key_value_heads:
+        raise ValueError(
+            "num_attention_heads must divide hidden_size and num_key_value_heads must divide "
+            f"num_attention_heads, got {hidden_size=}, {num_attention_heads=}, {num_key_value_heads=}"
+        )
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    config_cls, model_cls = _ARCHS[arch]
+    extra = {"head_dim": hidden_size // num_attention_heads} if arch == "qwen3" else {}
+    config = config_cls(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=config_kwargs.pop("tie_word_embeddings", True),
+        **extra,
+        **config_kwargs,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.bos_token_id = tok.bos_token_id
+    return model.eval(), tok
+
+
+def save_tiny(model: PreTrainedModel, tokenizer, path: str | Path) -> Path:
+    """Writes ``model`` and ``tokenizer`` (or processor) to ``path`` for ``from_pretrained``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_llava(seed: int = 0, image_size: int = 32, patch_size: int = 8, hidden_size: int = 64):
+    """Builds a tiny LLaVA-style vision-language model (CLIP vision tower + Llama) and its processor.
+
+    The processor is a ``LlavaProcessor`` over the PIL CLIP image processor (no torchvision) and the
+    tiny tokenizer with an ``<image>`` token; each image expands to ``(image_size/patch_size)**2``
+    image tokens.
+
+    Returns:
+        ``(model, processor)``; the model in eval mode, float32, on CPU.
+    """
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    tok = tiny_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    image_token_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=patch_size,
+        projection_dim=32,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=image_token_id,
+        vision_feature_select_strategy="default",  # drop CLS: one token per patch
+        vision_feature_layer=-1,
+        image_seq_length=(image_size // patch_size) ** 2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlavaForConditionalGeneration(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": image_size},
+        crop_size={"height": image_size, "width": image_size},
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",
+        image_token=IMAGE_TOKEN,
+        num_additional_image_tokens=1,  # CLIP's CLS, removed again by the "default" strategy
+        chat_template=CHAT_TEMPLATE,
+    )
+    return model.eval(), processor
