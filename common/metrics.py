@@ -1,0 +1,135 @@
+"""Evaluation metrics shared by several methods.
+
+- ``pass_at_k``: the unbiased estimator of Chen et al. (2021), 1 − C(n−c, k)/C(n, k), evaluated in log
+  space so that n = 4096 samples stay exact to float precision.
+- ``majority_vote``: the most frequent answer (ties broken by first occurrence).
+- ``hypervolume``: pymoo's exact hypervolume indicator; maximised objectives are negated.
+- ``expected_calibration_error``: equal-width confidence bins, weighted |accuracy − confidence|.
+- ``auroc``: scikit-learn's ROC AUC with input checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``c`` correct among ``n`` samples: 1 − C(n−c, k) / C(n, k).
+
+    Computed as 1 − exp(lgamma terms) so that large ``n`` (thousands of samples) neither overflows
+    nor loses precision.
+
+    Raises:
+        ValueError: unless 0 <= c <= n and 1 <= k <= n.
+    """
+    for name, v in (("n", n), ("c", c), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must satisfy 1 <= k <= n={n}, got k={k}")
+    if n - c < k:
+        return 1.0
+    # log C(n-c, k) - log C(n, k) = lgamma(n-c+1) - lgamma(n-c-k+1) - lgamma(n+1) + lgamma(n-k+1)
+    log_ratio = (
+        math.lgamma(n - c + 1) - math.lgamma(n - c - k + 1) - math.lgamma(n + 1) + math.lgamma(n - k + 1)
+    )
+    return float(-math.expm1(log_ratio))
+
+
+def mean_pass_at_k(correct_counts: Sequence[int], n: int, k: int) -> float:
+    """Average ``pass_at_k(n, c, k)`` over problems (one correct count per problem)."""
+    if len(correct_counts) == 0:
+        raise ValueError("correct_counts must hold at least one problem")
+    return float(np.mean([pass_at_k(n, int(c), k) for c in correct_counts]))
+
+
+def majority_vote(answers: Sequence[Hashable | None]) -> Hashable | None:
+    """The most frequent non-None answer; ties go to the one seen first; None if all are None."""
+    valid = [a for a in answers if a is not None]
+    if not valid:
+        return None
+    counts = Counter(valid)
+    best = max(counts.values())
+    return next(a for a in valid if counts[a] == best)
+
+
+def hypervolume(
+    points: np.ndarray | Sequence[Sequence[float]],
+    ref: Sequence[float] | float,
+    maximize: bool | Sequence[bool] = False,
+) -> float:
+    """Exact hypervolume dominated by ``points`` with respect to ``ref`` (pymoo's HV indicator).
+
+    Args:
+        points: ``[n, m]`` objective vectors.
+        ref: reference point ``[m]`` (or a scalar broadcast to all objectives); it must be dominated
+            by the points that count (worse in every objective).
+        maximize: one flag for all objectives or one per objective. pymoo minimises, so maximised
+            objectives and their reference coordinates are negated.
+
+    Raises:
+        ValueError: on a shape mismatch or non-finite values.
+    """
+    from pymoo.indicators.hv import HV
+
+    pts = np.asarray(points, dtype=float)
+    if pts.ndim != 2 or pts.shape[0] == 0:
+        raise ValueError(f"points must be a non-empty 2-D array [n, m], got shape {pts.shape}")
+    m = pts.shape[1]
+    r = np.broadcast_to(np.asarray(ref, dtype=float), (m,)).copy()
+    flags = np.broadcast_to(np.asarray(maximize, dtype=bool), (m,))
+    if not (np.isfinite(pts).all() and np.isfinite(r).all()):
+        raise ValueError("points and ref must be finite")
+    sign = np.where(flags, -1.0, 1.0)
+    return float(HV(ref_point=r * sign)(pts * sign))
+
+
+def expected_calibration_error(
+    confidences: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray, n_bins: int = 10
+) -> float:
+    """ECE = Σ_b (|b|/n) · |acc(b) − conf(b)| over ``n_bins`` equal-width bins of [0, 1].
+
+    Raises:
+        ValueError: on mismatched lengths, confidences outside [0, 1], or ``n_bins < 1``.
+    """
+    conf = np.asarray(confidences, dtype=float)
+    corr = np.asarray(correct, dtype=float)
+    if conf.shape != corr.shape or conf.ndim != 1 or conf.size == 0:
+        raise ValueError(
+            f"confidences and correct must be equal-length 1-D, got {conf.shape} and {corr.shape}"
+        )
+    if ((conf < 0) | (conf > 1)).any():
+        raise ValueError("confidences must lie in [0, 1]")
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    # Bin b holds (b/n_bins, (b+1)/n_bins]; confidence 0 goes to the first bin.
+    idx = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+    ece = 0.0
+    for b in range(n_bins):
+        mask = idx == b
+        if mask.any():
+            ece += mask.mean() * abs(corr[mask].mean() - conf[mask].mean())
+    return float(ece)
+
+
+def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray) -> float:
+    """Area under the ROC curve (scikit-learn); label 1 is the positive class.
+
+    Raises:
+        ValueError: on mismatched lengths or when only one class is present.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    s = np.asarray(scores, dtype=float)
+    y = np.asarray(labels)
+    if s.shape != y.shape or s.ndim != 1:
+        raise ValueError(f"scores and labels must be equal-length 1-D, got {s.shape} and {y.shape}")
+    if len(np.unique(y)) != 2:
+        raise ValueError(f"labels must contain both classes, got {np.unique(y).tolist()}")
+    return float(roc_auc_score(y, s))

@@ -1,0 +1,226 @@
+"""Experiment tracking: progress bars, metrics.jsonl (+ optional wandb), results.json/results.md.
+
+wandb is off unless asked for (``MetricsLogger(use_wandb=True)`` or ``logger=wandb`` in the config); it
+then runs offline when no ``WANDB_API_KEY`` is set. Metrics always go to ``metrics.jsonl`` as well, so
+offline runs lose nothing. ``write_results`` writes the run's summary in the house format: one row per
+arm (method and baselines on the same inputs), one column per metric.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_VERSIONED = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "numpy")
+
+
+def progress(
+    iterable: Iterable | None = None,
+    desc: str = "",
+    unit: str = "it",
+    total: int | None = None,
+    disable: bool | None = None,
+):
+    """A tqdm progress bar, shown only on the main process and when not disabled.
+
+    ``ICML26_PROGRESS=0`` in the environment silences every bar (CI logs stay short).
+    """
+    from tqdm.auto import tqdm
+
+    if disable is None:
+        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+        disable = rank != 0 or os.environ.get("ICML26_PROGRESS", "1") == "0"
+    return tqdm(iterable, desc=desc, unit=unit, total=total, disable=disable, leave=False)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment_info() -> dict[str, Any]:
+    """Package versions, git commit, device and python, for results.json."""
+    versions = {}
+    for pkg in _VERSIONED:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    try:
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:  # noqa: BLE001 - best effort description only
+        device = "unknown"
+    return {
+        "versions": versions,
+        "git_commit": _git_commit(),
+        "device": device,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def flatten_metrics(metrics: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """``{arm: {name: v}}`` -> ``{"arm/name": float(v)}``."""
+    return {f"{arm}/{name}": float(v) for arm, row in metrics.items() for name, v in row.items()}
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown_table(metrics: Mapping[str, Mapping[str, float]], arm_header: str = "arm") -> str:
+    """One row per arm, one column per metric (union over arms, first-seen order)."""
+    cols: list[str] = []
+    for row in metrics.values():
+        cols += [c for c in row if c not in cols]
+    lines = [
+        "| " + " | ".join([arm_header, *cols]) + " |",
+        "|" + "---|" * (len(cols) + 1),
+    ]
+    for arm, row in metrics.items():
+        lines.append("| " + " | ".join([arm, *(_fmt(row.get(c, "")) for c in cols)]) + " |")
+    return "\n".join(lines)
+
+
+def write_results(
+    run_dir: str | Path,
+    method: str,
+    metrics: Mapping[str, Mapping[str, float]],
+    cfg: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    wall_time_s: float | None = None,
+    notes: str = "",
+) -> dict[str, float]:
+    """Writes ``results.json`` and ``results.md`` into ``run_dir`` and returns the flat metrics.
+
+    Args:
+        run_dir: the run folder (created if missing).
+        method: the method's slug.
+        metrics: ``{arm: {metric: value}}``; every value must be a finite-or-nan real number.
+        cfg: the resolved config (DictConfig or dict), saved as ``config.yaml`` and in the JSON.
+        extra: more JSON-serialisable fields (e.g. parse failures, timings).
+        wall_time_s: the run's wall time.
+        notes: free text appended to results.md under the table.
+
+    Returns:
+        ``{"arm/metric": float}``, what a method's ``run`` returns.
+
+    Raises:
+        TypeError: if a metric value is not a real number.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for arm, row in metrics.items():
+        for name, v in row.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+                raise TypeError(f"metrics[{arm!r}][{name!r}] must be a number, got {type(v)}")
+    clean = {arm: {k: float(v) for k, v in row.items()} for arm, row in metrics.items()}
+    cfg_dict = None
+    seed = None
+    if cfg is not None:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        else:
+            cfg_dict = dict(cfg)
+        seed = cfg_dict.get("seed") if isinstance(cfg_dict, dict) else None
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    payload = {
+        "method": method,
+        "seed": seed,
+        "command": command,
+        "wall_time_s": wall_time_s,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **environment_info(),
+        "metrics": clean,
+        "config": cfg_dict,
+        **(dict(extra) if extra else {}),
+    }
+    (run_dir / "results.json").write_text(json.dumps(payload, indent=2, default=str))
+    md = [f"# {method}: results", "", f"Command: `{command}`", ""]
+    if wall_time_s is not None:
+        md += [f"Wall time: {wall_time_s:.1f} s on {payload['device']}; seed {seed}.", ""]
+    md.append(markdown_table(clean))
+    if notes:
+        md += ["", notes]
+    (run_dir / "results.md").write_text("\n".join(md) + "\n")
+    logger.info("results written to %s", run_dir)
+    return flatten_metrics(clean)
+
+
+class MetricsLogger:
+    """Appends metrics to ``run_dir/metrics.jsonl`` and, when enabled, to wandb.
+
+    Args:
+        run_dir: the run folder.
+        use_wandb: log to wandb too (offline mode when ``WANDB_API_KEY`` is unset).
+        project: the wandb project.
+        config: the run's config for wandb.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        use_wandb: bool = False,
+        project: str = "icml26",
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._wandb = None
+        if use_wandb:
+            import wandb
+
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            self._wandb = wandb.init(
+                project=project, dir=str(self.path.parent), mode=mode, config=dict(config or {})
+            )
+
+    def log(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._wandb is not None:
+            self._wandb.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def save_plot(fig, path: str | Path, dpi: int = 120) -> Path:
+    """Saves a matplotlib figure (Agg backend) and closes it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
