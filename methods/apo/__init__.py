@@ -1,0 +1,36 @@
+"""APO — Anchored Policy Optimization (arXiv 2602.05717, ICML 2026).
+
+Anchored Policy Optimization: Mitigating Exploration Collapse via Support-Constrained
+Rectification (Wang et al.). Idea: on negative-advantage tokens, replace the PPO ratio by
+``λ·r_t − β·r_anchor,t`` so that pushing a wrong token down also pulls probability back onto the
+reference model's Top-K tokens (the "safe manifold"), instead of shape-matching the reference with a
+KL penalty; positive-advantage tokens keep the plain GRPO update.
+"""
+
+from methods.apo.loss import (
+    ANCHOR_FORMS,
+    CLIP_MODES,
+    anchor_set_mask,
+    apo_policy_loss,
+    gather_policy_logps,
+    grpo_clipped_loss,
+    kl_on_wrong_penalty,
+    virtual_anchor_ratio,
+)
+from methods.apo.metrics import safe_manifold_mass, topk_coverage
+from methods.apo.topk import reference_topk, topk_from_logits
+
+__all__ = [
+    "ANCHOR_FORMS",
+    "CLIP_MODES",
+    "anchor_set_mask",
+    "apo_policy_loss",
+    "gather_policy_logps",
+    "grpo_clipped_loss",
+    "kl_on_wrong_penalty",
+    "reference_topk",
+    "safe_manifold_mass",
+    "topk_coverage",
+    "topk_from_logits",
+    "virtual_anchor_ratio",
+]

@@ -1,0 +1,497 @@
+"""APO policy loss: the virtual anchor ratio and the rectified ratio on negative samples.
+
+Implements §3.4-3.5 of "Anchored Policy Optimization" (arXiv 2602.05717) as restated in the
+spec ``shared/specs/apo.md``: for tokens of responses with a negative advantage the PPO ratio
+``r_t`` is replaced by the rectified ratio ``r̃_t = λ·r_t − β·r_anchor,t``, where the virtual anchor
+ratio ``r_anchor,t = Σ_{k∈S_t} π_θ(k|s_t) / Σ_{k∈S_t} π_ref(k|s_t)`` measures the policy's mass on
+the reference model's Top-K set minus the sampled token (the "safe manifold", exclusive anchoring).
+Tokens with a non-negative advantage keep the plain clipped GRPO surrogate.
+
+Shape letters: B sequences (prompt × sample), T completion tokens, V vocabulary, K Top-K size.
+All functions are pure tensor code and can be tested without a trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ANCHOR_FORMS",
+    "CLIP_MODES",
+    "anchor_set_mask",
+    "apo_policy_loss",
+    "gather_policy_logps",
+    "grpo_clipped_loss",
+    "kl_on_wrong_penalty",
+    "virtual_anchor_ratio",
+]
+
+ClipMode = Literal["rectified", "token_only", "none"]
+AnchorForm = Literal["paper_linear", "log", "ref_xent"]
+Aggregation = Literal["token_mean", "seq_mean_token_mean"]
+
+CLIP_MODES: tuple[str, ...] = ("rectified", "token_only", "none")
+_AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean")
+# A pull term larger than this means Z_ref underflowed (the sampled token held almost all the
+# reference mass) and the anchor ratio is numerically unbounded (spec §8).
+_R_ANCHOR_WARN = 1e3
+_MAX_LOG_RATIO = 20.0
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers (public boundary)
+# --------------------------------------------------------------------------------------------
+def _check_tensor(name: str, x: object, ndim: tuple[int, ...]) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in ndim:
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, ndim))} dims, got {tuple(x.shape)}"
+        )
+    return x
+
+
+def _check_topk(
+    topk_ids: torch.Tensor, topk_logp_ref: torch.Tensor, bt: tuple[int, int], vocab: int | None
+) -> None:
+    _check_tensor("topk_ids", topk_ids, (3,))
+    _check_tensor("topk_logp_ref", topk_logp_ref, (3,))
+    if topk_ids.dtype.is_floating_point:
+        raise TypeError(f"topk_ids must be an integer tensor, got {topk_ids.dtype}")
+    if tuple(topk_ids.shape[:2]) != bt or topk_ids.shape != topk_logp_ref.shape:
+        raise ValueError(
+            "topk_ids and topk_logp_ref must be [B, T, K] aligned with the completion mask "
+            f"[B, T] = {list(bt)}; got {tuple(topk_ids.shape)} and {tuple(topk_logp_ref.shape)} "
+            "(check the padding side and logits_to_keep used for the reference Top-K)"
+        )
+    if vocab is not None and topk_ids.numel() and (topk_ids.min() < 0 or topk_ids.max() >= vocab):
+        raise ValueError(
+            f"topk_ids must index the policy vocabulary [0, {vocab}), got range "
+            f"[{int(topk_ids.min())}, {int(topk_ids.max())}]: policy and reference tokenizers differ?"
+        )
+
+
+def _broadcast_advantages(advantages: torch.Tensor, bt: tuple[int, int]) -> torch.Tensor:
+    _check_tensor("advantages", advantages, (1, 2))
+    if advantages.dim() == 1:
+        if advantages.shape[0] != bt[0]:
+            raise ValueError(
+                f"advantages must be [B]={bt[0]} or [B, T], got {tuple(advantages.shape)}"
+            )
+        advantages = advantages[:, None]  # [B, 1]
+    elif tuple(advantages.shape) != bt:
+        raise ValueError(
+            f"advantages must be [B] or [B, T]={list(bt)}, got {tuple(advantages.shape)}"
+        )
+    if not torch.isfinite(advantages).all():
+        raise ValueError("advantages must be finite (got NaN or inf)")
+    return advantages
+
+
+# --------------------------------------------------------------------------------------------
+# building blocks
+# --------------------------------------------------------------------------------------------
+def gather_policy_logps(
+    logp: torch.Tensor, sampled: torch.Tensor, topk_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather the policy log-probs of the sampled token and of the reference Top-K tokens.
+
+    Only K + 1 values per position are needed by the APO loss, so callers that hold full-vocab
+    log-probs can reduce them here once (memory: [B, T, V] -> [B, T, K + 1]).
+
+    Args:
+        logp: policy log-softmax over the vocabulary, [B, T, V].
+        sampled: sampled token ids y_t, [B, T].
+        topk_ids: reference Top-K ids, [B, T, K].
+
+    Returns:
+        ``(logp_sampled [B, T], logp_topk [B, T, K])``.
+    """
+    logp_sampled = logp.gather(-1, sampled.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
+    logp_topk = logp.gather(-1, topk_ids.long())  # [B, T, K]
+    return logp_sampled, logp_topk
+
+
+def anchor_set_mask(sampled: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """Membership mask of the exclusive anchor set S_t = TopK(π_ref) \\ {y_t} (spec §3.4).
+
+    Args:
+        sampled: sampled token ids, [B, T].
+        topk_ids: reference Top-K ids, [B, T, K].
+
+    Returns:
+        Bool tensor [B, T, K]; False where the Top-K slot holds the sampled token.
+    """
+    return topk_ids.long() != sampled.long().unsqueeze(-1)  # [B, T, K]
+
+
+def virtual_anchor_ratio(
+    logp: torch.Tensor,
+    sampled: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_logp_ref: torch.Tensor,
+    z_floor: float = 1e-8,
+    *,
+    gathered: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Virtual anchor ratio r_anchor,t and the anchor reference mass Z_ref,t (spec §3.4).
+
+    r_anchor,t = Σ_{k∈S_t} ω̂_k · π_θ(k)/π_ref(k) = Σ_{k∈S_t} π_θ(k) / Z_ref,t,
+    with Z_ref,t = Σ_{k∈S_t} π_ref(k) and S_t = TopK(π_ref(·|s_t)) \\ {y_t}. It equals 1 when π_θ
+    matches π_ref on S_t; an empty S_t (K = 1 and y_t is the reference top-1) gives r_anchor = 0.
+
+    Args:
+        logp: policy log-probs, [B, T, V] (full vocabulary) or, with ``gathered=True``, the
+            policy log-probs already gathered at ``topk_ids``, [B, T, K].
+        sampled: sampled token ids y_t, [B, T].
+        topk_ids: reference Top-K ids, [B, T, K].
+        topk_logp_ref: reference log-probs at ``topk_ids``, [B, T, K].
+        z_floor: lower bound on Z_ref,t (guards an underflowing anchor mass).
+        gathered: whether ``logp`` is already [B, T, K].
+
+    Returns:
+        ``(r_anchor [B, T], z_ref [B, T])``; ``z_ref`` is the unfloored anchor mass.
+
+    Raises:
+        ValueError: on misaligned shapes, out-of-range ids or a non-positive ``z_floor``.
+    """
+    _check_tensor("logp", logp, (3,))
+    _check_tensor("sampled", sampled, (2,))
+    bt = (sampled.shape[0], sampled.shape[1])
+    _check_topk(topk_ids, topk_logp_ref, bt, None if gathered else logp.shape[-1])
+    if not z_floor > 0:
+        raise ValueError(f"z_floor must be > 0, got {z_floor}")
+    if gathered:
+        if logp.shape != topk_ids.shape:
+            raise ValueError(
+                f"with gathered=True logp must be [B, T, K]={list(topk_ids.shape)}, got "
+                f"{tuple(logp.shape)}"
+            )
+        logp_topk = logp
+    else:
+        if tuple(logp.shape[:2]) != bt:
+            raise ValueError(
+                f"logp must be [B, T, V] with [B, T]={list(bt)}, got {tuple(logp.shape)}"
+            )
+        logp_topk = logp.gather(-1, topk_ids.long())  # [B, T, K]
+    in_s = anchor_set_mask(sampled, topk_ids)  # [B, T, K]
+    ref = topk_logp_ref.to(torch.promote_types(topk_logp_ref.dtype, logp_topk.dtype))
+    w_ref = torch.where(in_s, ref.exp(), 0.0)  # [B, T, K]
+    z_ref = w_ref.sum(-1)  # [B, T]
+    p_anchor = torch.where(in_s, logp_topk.exp(), 0.0).sum(-1)  # [B, T]
+    r_anchor = p_anchor / z_ref.clamp_min(z_floor)  # [B, T]
+    return r_anchor, z_ref
+
+
+# --------------------------------------------------------------------------------------------
+# anchor forms (one paper form, two clearly labelled diagnostic variants, spec §9.7)
+# --------------------------------------------------------------------------------------------
+def _anchor_paper_linear(
+    r_anchor: torch.Tensor,
+    logp_topk: torch.Tensor,
+    w_hat: torch.Tensor,
+    topk_logp_ref: torch.Tensor,
+) -> torch.Tensor:
+    return r_anchor
+
+
+def _anchor_log(
+    r_anchor: torch.Tensor,
+    logp_topk: torch.Tensor,
+    w_hat: torch.Tensor,
+    topk_logp_ref: torch.Tensor,
+) -> torch.Tensor:
+    # Non-paper diagnostic. 1 + log r_anchor equals r_anchor to first order at r_anchor = 1, so the
+    # value (and therefore PPO clipping) matches the paper form at init; the gradient is ∝ 1/r_anchor.
+    return 1.0 + torch.log(r_anchor.clamp_min(1e-30))
+
+
+def _anchor_ref_xent(
+    r_anchor: torch.Tensor,
+    logp_topk: torch.Tensor,
+    w_hat: torch.Tensor,
+    topk_logp_ref: torch.Tensor,
+) -> torch.Tensor:
+    # Non-paper diagnostic: 1 + Σ_k ω̂_k (log π_θ(k) − log π_ref(k)); the gradient is that of the
+    # reference-weighted log-likelihood of the anchor tokens (not ∝ π_θ(k)), and the value is 1 at
+    # π_θ = π_ref so that clipping behaves as for the paper form.
+    diff = torch.where(w_hat > 0, logp_topk - topk_logp_ref, 0.0)  # [B, T, K]
+    return 1.0 + (w_hat * diff).sum(-1)  # [B, T]
+
+
+ANCHOR_FORMS: dict[str, Callable[..., torch.Tensor]] = {
+    "paper_linear": _anchor_paper_linear,
+    "log": _anchor_log,
+    "ref_xent": _anchor_ref_xent,
+}
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+    if agg == "token_mean":
+        return (per_token * mask).sum() / mask.sum().clamp_min(1.0)
+    # seq_mean_token_mean: mean over tokens of each sequence, then over sequences
+    seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)  # [B]
+    return seq.mean()
+
+
+def grpo_clipped_loss(
+    logp_sampled: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    agg: Aggregation = "token_mean",
+) -> torch.Tensor:
+    """The plain clipped GRPO/PPO surrogate, −min(A·r, A·clip(r, 1−ε_low, 1+ε_high)) (spec §3.1).
+
+    The reference the APO loss must reduce to at λ = 1, β = 0 (no dual clip).
+
+    Args:
+        logp_sampled: policy log-probs of the sampled tokens, [B, T].
+        old_logp: behaviour-policy log-probs, [B, T].
+        advantages: [B] or [B, T].
+        mask: completion mask, [B, T].
+        eps_low: lower clip range.
+        eps_high: upper clip range.
+        agg: ``"token_mean"`` or ``"seq_mean_token_mean"``.
+
+    Returns:
+        Scalar loss.
+    """
+    bt = (logp_sampled.shape[0], logp_sampled.shape[1])
+    adv = _broadcast_advantages(advantages, bt)
+    ratio = torch.exp(logp_sampled - old_logp)  # [B, T]
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    per_token = -torch.min(adv * ratio, adv * clipped)  # [B, T]
+    return _aggregate(per_token, mask.to(per_token.dtype), agg)
+
+
+def apo_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    sampled: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_logp_ref: torch.Tensor,
+    lam: float = 1.05,
+    beta: float = 0.1,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = 3.0,
+    clip_mode: ClipMode = "rectified",
+    agg: Aggregation = "token_mean",
+    anchor_form: AnchorForm = "paper_linear",
+    z_floor: float = 1e-8,
+    *,
+    gathered: bool = False,
+    logp_sampled: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The APO loss: clipped surrogate with the rectified ratio on negative-advantage tokens.
+
+    Implements spec §3.5 / pseudocode P2 (paper Eq. "ratio rectification"):
+
+    * r_t = π_θ(y_t)/π_old(y_t) (log-difference clamped to ±20);
+    * ρ_t = λ·r_t − β·r_anchor,t if A < 0, else ρ_t = r_t;
+    * ℓ_t = −min(A·ρ_t, A·clip(ρ_t, 1−ε_low, 1+ε_high)); for A < 0 also the dual clip
+      ℓ_t = min(ℓ_t, −A·c);
+    * L = token-mean of ℓ_t over the completion mask.
+
+    ``clip_mode="rectified"`` clips ρ as a whole (default, spec §9.1); ``"token_only"`` clips only
+    r_t inside ρ (λ·clip(r) − β·r_anchor); ``"none"`` uses −A·ρ unclipped. Positive-advantage
+    tokens never see λ, β or the anchor term.
+
+    Args:
+        logp: policy log-probs, [B, T, V] (full vocabulary), or [B, T, K] at ``topk_ids`` with
+            ``gathered=True`` (then ``logp_sampled`` is required).
+        old_logp: behaviour-policy log-probs of the sampled tokens, [B, T].
+        sampled: sampled token ids, [B, T].
+        advantages: sequence-level [B] or token-level [B, T] advantages.
+        mask: completion mask, [B, T] (0/1 or bool).
+        topk_ids: reference Top-K ids, [B, T, K] (from :func:`methods.apo.reference_topk`).
+        topk_logp_ref: reference log-probs at ``topk_ids``, [B, T, K].
+        lam: push coefficient λ ≥ 0 (paper default 1.05).
+        beta: pull coefficient β ≥ 0 (paper default 0.1).
+        eps_low: PPO lower clip ε_low.
+        eps_high: PPO upper clip ε_high.
+        dual_clip: dual-clip constant c > 1 for A < 0, or None to disable.
+        clip_mode: one of :data:`CLIP_MODES`.
+        agg: ``"token_mean"`` (verl default) or ``"seq_mean_token_mean"`` (TRL ``grpo``).
+        anchor_form: ``"paper_linear"`` (paper); ``"log"``/``"ref_xent"`` are non-paper diagnostics.
+        z_floor: floor on Z_ref.
+        gathered: ``logp`` is already gathered at ``topk_ids``.
+        logp_sampled: policy log-probs of the sampled tokens [B, T] (required with ``gathered``).
+
+    Returns:
+        ``(loss, stats)``; ``stats`` holds floats: ``r_anchor_neg`` (mean r_anchor on negative
+        tokens), ``safe_manifold_mass`` (mean Σ_{TopK} π_θ), ``frac_sampled_in_topk``,
+        ``clip_low_frac``, ``clip_high_frac``, ``dual_clip_frac``, ``frac_neg_tokens``,
+        ``z_underflow_tokens``.
+
+    Raises:
+        ValueError: for bad coefficients, unknown option names, misaligned shapes, ids outside the
+            vocabulary or non-finite inputs.
+    """
+    if clip_mode not in CLIP_MODES:
+        raise ValueError(f"clip_mode must be one of {list(CLIP_MODES)}, got {clip_mode!r}")
+    if anchor_form not in ANCHOR_FORMS:
+        raise ValueError(f"anchor_form must be one of {list(ANCHOR_FORMS)}, got {anchor_form!r}")
+    if agg not in _AGGREGATIONS:
+        raise ValueError(f"agg must be one of {list(_AGGREGATIONS)}, got {agg!r}")
+    if lam < 0:
+        raise ValueError(f"lam (push coefficient λ) must be >= 0, got {lam}")
+    if beta < 0:
+        raise ValueError(f"beta (pull coefficient β) must be >= 0, got {beta}")
+    if not (0 <= eps_low < 1 and eps_high >= 0):
+        raise ValueError(f"eps_low must be in [0, 1) and eps_high >= 0, got {eps_low}, {eps_high}")
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
+    _check_tensor("logp", logp, (3,))
+    _check_tensor("old_logp", old_logp, (2,))
+    _check_tensor("sampled", sampled, (2,))
+    _check_tensor("mask", mask, (2,))
+    bt = (sampled.shape[0], sampled.shape[1])
+    for name, x in (("old_logp", old_logp), ("mask", mask)):
+        if tuple(x.shape) != bt:
+            raise ValueError(f"{name} must be [B, T]={list(bt)} like sampled, got {tuple(x.shape)}")
+    adv = _broadcast_advantages(advantages, bt)  # [B, 1] or [B, T]
+    maskf = mask.to(torch.float32) if not mask.dtype.is_floating_point else mask
+    valid = maskf > 0  # [B, T]
+
+    if gathered:
+        if logp_sampled is None:
+            raise ValueError("logp_sampled [B, T] is required when gathered=True")
+        logp_topk = logp
+        _check_topk(topk_ids, topk_logp_ref, bt, None)
+    else:
+        _check_topk(topk_ids, topk_logp_ref, bt, logp.shape[-1])
+        if tuple(logp.shape[:2]) != bt:
+            raise ValueError(
+                f"logp must be [B, T, V] with [B, T]={list(bt)}, got {tuple(logp.shape)}"
+            )
+        if logp.shape[-1] <= topk_ids.shape[-1]:
+            raise ValueError(
+                f"K={topk_ids.shape[-1]} must be < vocabulary size V={logp.shape[-1]}: "
+                "a Top-K covering the whole vocabulary is no constraint"
+            )
+        logp_sampled, logp_topk = gather_policy_logps(logp, sampled, topk_ids)
+    if not torch.isfinite(torch.where(valid, old_logp, 0.0)).all():
+        raise ValueError("old_logp must be finite on unmasked tokens")
+    if not torch.isfinite(torch.where(valid, logp_sampled.detach(), 0.0)).all():
+        raise ValueError("policy log-probs of the sampled tokens must be finite on unmasked tokens")
+    if beta > lam:
+        logger.warning(
+            "beta=%s > lam=%s: the pull term outweighs the push on wrong tokens (spec §8)",
+            beta,
+            lam,
+        )
+
+    log_ratio = (logp_sampled - old_logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)  # [B, T]
+    ratio = torch.exp(log_ratio)  # [B, T]
+    neg = (adv < 0).expand(bt)  # [B, T]
+
+    r_anchor, z_ref = virtual_anchor_ratio(
+        logp_topk, sampled, topk_ids, topk_logp_ref, z_floor=z_floor, gathered=True
+    )  # [B, T], [B, T]
+    in_s = anchor_set_mask(sampled, topk_ids)  # [B, T, K]
+    ref_lp = topk_logp_ref.to(logp_topk.dtype)
+    w_hat = torch.where(in_s, ref_lp.exp(), 0.0) / z_ref.clamp_min(z_floor)[..., None]  # [B, T, K]
+    anchor = ANCHOR_FORMS[anchor_form](r_anchor, logp_topk, w_hat, ref_lp)  # [B, T]
+
+    rectified = lam * ratio - beta * anchor  # [B, T]
+    rho = torch.where(neg, rectified, ratio)  # [B, T]
+    if clip_mode == "rectified":
+        rho_clip = torch.clamp(rho, 1 - eps_low, 1 + eps_high)
+        per_token = -torch.min(adv * rho, adv * rho_clip)  # [B, T]
+    elif clip_mode == "token_only":
+        r_clip = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+        rho_clip = torch.where(neg, lam * r_clip - beta * anchor, r_clip)
+        per_token = -torch.min(adv * rho, adv * rho_clip)
+    else:  # "none"
+        rho_clip = rho
+        per_token = -adv * rho
+    if dual_clip is not None:
+        cap = -adv * dual_clip  # [B, 1] or [B, T]; positive where A < 0
+        dual_hit = neg & (per_token > cap)  # [B, T]
+        per_token = torch.where(neg, torch.min(per_token, cap), per_token)
+    else:
+        dual_hit = torch.zeros_like(neg)
+    # padded positions may hold garbage (±inf log-probs); never let NaN leak through the mask
+    per_token = torch.where(valid, per_token, 0.0)
+    loss = _aggregate(per_token, maskf, agg)
+
+    with torch.no_grad():
+        n_valid = valid.sum().clamp_min(1).float()
+        neg_valid = neg & valid
+        n_neg = neg_valid.sum()
+        underflow = neg_valid & (r_anchor > _R_ANCHOR_WARN)
+        n_under = int(underflow.sum())
+        if n_under:
+            logger.warning(
+                "%d negative tokens have r_anchor > %.0e (Z_ref underflow, floored at %g)",
+                n_under,
+                _R_ANCHOR_WARN,
+                z_floor,
+            )
+        mass = logp_topk.detach().exp().sum(-1)  # [B, T]
+        in_topk = (~in_s).any(-1)  # [B, T] sampled token is one of the Top-K
+        stats = {
+            "r_anchor_neg": float((r_anchor.detach() * neg_valid).sum() / n_neg.clamp_min(1)),
+            "safe_manifold_mass": float((mass * valid).sum() / n_valid),
+            "frac_sampled_in_topk": float((in_topk & valid).sum() / n_valid),
+            "clip_low_frac": float(
+                ((rho.detach() < 1 - eps_low) & (adv < 0) & valid).sum() / n_valid
+            ),
+            "clip_high_frac": float(
+                ((rho.detach() > 1 + eps_high) & (adv > 0) & valid).sum() / n_valid
+            ),
+            "dual_clip_frac": float((dual_hit & valid).sum() / n_valid),
+            "frac_neg_tokens": float(n_neg / n_valid),
+            "z_underflow_tokens": float(n_under),
+        }
+    return loss, stats
+
+
+def kl_on_wrong_penalty(
+    logp_sampled: torch.Tensor,
+    ref_logp_sampled: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float,
+) -> torch.Tensor:
+    """Per-token "KL-on-Wrong" penalty: the k3 KL estimator on negative-advantage tokens only.
+
+    Baseline of the paper (spec §3.5): coef · (exp(q − p) − (q − p) − 1) with p = log π_θ(y_t),
+    q = log π_ref(y_t), applied where A < 0 and the mask is on, zero elsewhere. Add it to the
+    per-token policy loss before aggregation (as TRL does for its β·KL term).
+
+    Args:
+        logp_sampled: policy log-probs of the sampled tokens, [B, T].
+        ref_logp_sampled: reference log-probs of the sampled tokens, [B, T].
+        advantages: [B] or [B, T].
+        mask: completion mask, [B, T].
+        coef: KL coefficient ≥ 0.
+
+    Returns:
+        Per-token penalty [B, T].
+    """
+    if coef < 0:
+        raise ValueError(f"coef must be >= 0, got {coef}")
+    _check_tensor("logp_sampled", logp_sampled, (2,))
+    if ref_logp_sampled.shape != logp_sampled.shape or mask.shape != logp_sampled.shape:
+        raise ValueError(
+            "logp_sampled, ref_logp_sampled and mask must share shape [B, T], got "
+            f"{tuple(logp_sampled.shape)}, {tuple(ref_logp_sampled.shape)}, {tuple(mask.shape)}"
+        )
+    adv = _broadcast_advantages(advantages, (logp_sampled.shape[0], logp_sampled.shape[1]))
+    d = ref_logp_sampled - logp_sampled  # [B, T]
+    k3 = torch.exp(d) - d - 1.0  # [B, T], >= 0
+    on = (adv < 0) & (mask > 0)  # [B, T]
+    return torch.where(on, coef * k3, 0.0)

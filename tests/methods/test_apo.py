@@ -1,0 +1,381 @@
+"""Tests for methods/apo: the rectified-ratio loss, anchor ratio, reference Top-K, toy and trainer.
+
+The math tests pin spec §3.4-3.6 and §6 (CI tests 1-10) with closed forms, brute force over the
+vocabulary, finite differences and first-order SGD steps on small fp64 cases.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from methods.apo import (
+    apo_policy_loss,
+    grpo_clipped_loss,
+    kl_on_wrong_penalty,
+    reference_topk,
+    safe_manifold_mass,
+    topk_coverage,
+    virtual_anchor_ratio,
+)
+from methods.apo.topk import topk_from_logits
+
+B, T, V, K = 3, 4, 11, 4
+
+
+def _case(seed: int = 0, dtype=torch.float64, off_policy: bool = True):
+    """Random policy/reference/behaviour distributions with sampled tokens and mixed advantages."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, T, V, generator=g, dtype=dtype)
+    ref_logits = logits + 0.7 * torch.randn(B, T, V, generator=g, dtype=dtype)
+    logp = torch.log_softmax(logits, -1)
+    sampled = torch.randint(0, V, (B, T), generator=g)
+    old_logp = logp.gather(-1, sampled[..., None]).squeeze(-1)
+    if off_policy:
+        old_logp = old_logp + 0.3 * torch.randn(B, T, generator=g, dtype=dtype)
+    topk_ids, topk_lp = topk_from_logits(ref_logits, K)
+    adv = torch.tensor([-1.2, 0.8, -0.4], dtype=dtype)
+    mask = torch.ones(B, T, dtype=dtype)
+    mask[2, :1] = 0  # one padded position
+    return logits, ref_logits, sampled, old_logp, topk_ids, topk_lp, adv, mask
+
+
+# ---------------------------------------------------------------- reduction and invariants
+def test_identity_reduction_equals_grpo_clipped_loss_exactly():
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case()
+    logp = torch.log_softmax(logits, -1)
+    apo, _ = apo_policy_loss(
+        logp, old_logp, sampled, adv, mask, ids, lp, lam=1.0, beta=0.0, dual_clip=None
+    )
+    grpo = grpo_clipped_loss(logp.gather(-1, sampled[..., None]).squeeze(-1), old_logp, adv, mask)
+    assert torch.equal(apo, grpo)
+    # independent hand formula: -min(A r, A clip(r)) token-mean
+    r = torch.exp(logp.gather(-1, sampled[..., None]).squeeze(-1) - old_logp)
+    a = adv[:, None]
+    per = -torch.min(a * r, a * r.clamp(0.8, 1.2))
+    assert_close(apo, (per * mask).sum() / mask.sum())
+
+
+@pytest.mark.parametrize("clip_mode", ["rectified", "token_only", "none"])
+def test_positive_advantage_tokens_untouched_by_lambda_beta(clip_mode):
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case(1)
+    grads = []
+    for lam, beta in [(1.0, 0.0), (1.7, 0.9)]:
+        z = logits.clone().requires_grad_(True)
+        loss, _ = apo_policy_loss(
+            torch.log_softmax(z, -1), old_logp, sampled, adv, mask, ids, lp,
+            lam=lam, beta=beta, clip_mode=clip_mode,
+        )  # fmt: skip
+        loss.backward()
+        grads.append(z.grad)
+    pos = adv > 0
+    assert torch.equal(grads[0][pos], grads[1][pos])  # row 1 has A > 0
+    assert not torch.allclose(grads[0][~pos], grads[1][~pos])  # negatives do change
+
+
+def test_anchor_ratio_matches_brute_force_over_vocabulary():
+    logits, ref_logits, sampled, _, ids, lp, _, _ = _case(2)
+    logp = torch.log_softmax(logits, -1)
+    r_anchor, z = virtual_anchor_ratio(logp, sampled, ids, lp)
+    p, q = logp.exp(), torch.softmax(ref_logits, -1)
+    for b in range(B):
+        for t in range(T):
+            order = sorted(range(V), key=lambda v: -q[b, t, v].item())[:K]
+            s = [v for v in order if v != sampled[b, t].item()]
+            assert_close(z[b, t], q[b, t, s].sum())
+            # ω-weighted ratio form of spec §3.4, computed term by term
+            w = q[b, t, s] / q[b, t, s].sum()
+            assert_close(r_anchor[b, t], (w * p[b, t, s] / q[b, t, s]).sum())
+
+
+def test_initial_value_r_anchor_one_and_rectified_lambda_minus_beta():
+    # π_θ = π_old = π_ref: r = 1, r_anchor = 1, r̃ = λ − β = 0.95 inside the clip range.
+    logits, _, sampled, _, _, _, adv, mask = _case(3, off_policy=False)
+    logp = torch.log_softmax(logits, -1)
+    ids, lp = topk_from_logits(logits, K)
+    old = logp.gather(-1, sampled[..., None]).squeeze(-1)
+    r_anchor, _ = virtual_anchor_ratio(logp, sampled, ids, lp)
+    assert_close(r_anchor, torch.ones_like(r_anchor))
+    loss, stats = apo_policy_loss(logp, old, sampled, adv, mask, ids, lp, lam=1.05, beta=0.1)
+    rho = torch.where(adv[:, None] < 0, torch.full_like(old, 0.95), torch.ones_like(old))
+    expected = (-adv[:, None] * rho * mask).sum() / mask.sum()
+    assert_close(loss, expected)
+    assert stats["r_anchor_neg"] == pytest.approx(1.0)
+
+
+def test_exclusive_anchoring_sampled_slot_gets_no_pull_gradient():
+    # token 2 is the reference top-1 and is sampled at t=0; at t=1 the sampled token 9 is outside.
+    ref_logits = torch.tensor([[[5.0, 4, 6, 3, 2, 1, 0, -1, -2, -3, -4]] * 2], dtype=torch.float64)
+    ids, lp = topk_from_logits(ref_logits, 3)  # [[2, 0, 1]] at both positions
+    sampled = torch.tensor([[2, 9]])
+    logp_topk = torch.log_softmax(torch.randn(1, 2, V, dtype=torch.float64), -1).gather(-1, ids)
+    logp_topk.requires_grad_(True)
+    r_anchor, z = virtual_anchor_ratio(logp_topk, sampled, ids, lp, gathered=True)
+    r_anchor.sum().backward()
+    g = logp_topk.grad[0]
+    assert g[0, 0] == 0 and (g[0, 1:] != 0).all()  # |S| = K − 1, y_t excluded
+    assert (g[1] != 0).all()  # |S| = K
+    q = torch.softmax(ref_logits[0, 0], -1)
+    assert_close(z[0], torch.stack([q[[0, 1]].sum(), q[[2, 0, 1]].sum()]))
+
+
+def test_gradient_matches_finite_differences():
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case(4)
+    for mode in ["rectified", "token_only", "none"]:
+
+        def f(z, mode=mode):
+            return apo_policy_loss(
+                torch.log_softmax(z, -1), old_logp, sampled, adv, mask, ids, lp,
+                lam=1.05, beta=0.4, clip_mode=mode,
+            )[0]  # fmt: skip
+
+        assert torch.autograd.gradcheck(f, (logits.clone().requires_grad_(True),))
+
+
+def _single_token(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(1, 1, 7, generator=g, dtype=torch.float64)
+    ref = z + 0.5 * torch.randn(1, 1, 7, generator=g, dtype=torch.float64)
+    ids, lp = topk_from_logits(ref, 4)
+    return z, ids, lp
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_closed_form_logit_gradient_on_negatives(seed):
+    # spec §3.6: ∇_z L = |A| [λ (e_y − π) − (β/Z)(π_S − M π)] on-policy, unclipped.
+    z, ids, lp = _single_token(seed)
+    outside = [v for v in range(7) if v not in ids[0, 0].tolist()]
+    y = int(ids[0, 0, 1]) if seed % 2 else outside[0]  # inside (|S| = K−1) or outside (|S| = K)
+    sampled = torch.tensor([[y]])
+    a, lam, beta = -0.7, 1.05, 0.3
+    zz = z.clone().requires_grad_(True)
+    logp = torch.log_softmax(zz, -1)
+    old = logp.detach().gather(-1, sampled[..., None]).squeeze(-1)
+    loss, _ = apo_policy_loss(
+        logp, old, sampled, torch.tensor([a], dtype=torch.float64), torch.ones(1, 1),
+        ids, lp, lam=lam, beta=beta, clip_mode="none", dual_clip=None,
+    )  # fmt: skip
+    loss.backward()
+    pi = torch.softmax(z[0, 0], -1)
+    s = [int(k) for k in ids[0, 0] if int(k) != y]
+    pi_s = torch.zeros_like(pi)
+    pi_s[s] = pi[s]
+    m, zref = pi[s].sum(), lp[0, 0].exp()[[i for i, k in enumerate(ids[0, 0]) if int(k) != y]].sum()
+    e_y = torch.zeros_like(pi)
+    e_y[y] = 1
+    expected = abs(a) * (lam * (e_y - pi) - beta / zref * (pi_s - m * pi))
+    assert_close(zz.grad[0, 0], expected)
+
+
+def test_support_alignment_and_pull_increment():
+    # spec §3.6 / CI 5-6: with λ = 1, the first-order gain of anchor mass over GRPO is
+    # η|A|(β/Z)‖π_S − Mπ‖² ≥ 0, and the pull term alone moves logits by η|A|(β/Z)π_k(1−M) on S.
+    z, ids, lp = _single_token(7)
+    y = int(ids[0, 0, 0])
+    sampled, a, beta, eta = torch.tensor([[y]]), -0.9, 0.5, 1e-4
+    adv = torch.tensor([a], dtype=torch.float64)
+
+    def step(lam, b):
+        zz = z.clone().requires_grad_(True)
+        logp = torch.log_softmax(zz, -1)
+        old = logp.detach().gather(-1, sampled[..., None]).squeeze(-1)
+        loss, _ = apo_policy_loss(
+            logp, old, sampled, adv, torch.ones(1, 1), ids, lp,
+            lam=lam, beta=b, clip_mode="none", dual_clip=None,
+        )  # fmt: skip
+        loss.backward()
+        return z - eta * zz.grad
+
+    pi = torch.softmax(z[0, 0], -1)
+    s = [int(k) for k in ids[0, 0] if int(k) != y]
+    m = pi[s].sum()
+    zref = lp[0, 0].exp()[1:].sum()  # slots 1..K-1 form S (slot 0 is y)
+    pi_s = torch.zeros_like(pi)
+    pi_s[s] = pi[s]
+    mass = lambda zz: torch.softmax(zz[0, 0], -1)[s].sum()  # noqa: E731
+    gain = mass(step(1.0, beta)) - mass(step(1.0, 0.0))
+    predicted = eta * abs(a) * beta / zref * ((pi_s - m * pi) ** 2).sum()
+    assert gain > 0
+    assert_close(gain, predicted, rtol=1e-3, atol=0)
+    # pull term alone (λ = 0): logit increments
+    dz = step(0.0, beta)[0, 0] - z[0, 0]
+    inc = eta * abs(a) * beta / zref
+    outside = [v for v in range(7) if v not in s]
+    assert_close(dz[s], inc * pi[s] * (1 - m))
+    assert_close(dz[outside], -inc * m * pi[outside])
+
+
+def test_grpo_negative_step_squeezes_towards_likely_tokens():
+    # spec §3.2: a GRPO step on a wrong token raises log π(k) − log π(j) whenever π(k) > π(j).
+    z, ids, lp = _single_token(11)
+    y = 3
+    sampled, adv = torch.tensor([[y]]), torch.tensor([-1.0], dtype=torch.float64)
+    zz = z.clone().requires_grad_(True)
+    logp = torch.log_softmax(zz, -1)
+    old = logp.detach().gather(-1, sampled[..., None]).squeeze(-1)
+    grpo_clipped_loss(logp[..., :].gather(-1, sampled[..., None]).squeeze(-1), old, adv,
+                      torch.ones(1, 1)).backward()  # fmt: skip
+    new = torch.log_softmax(z - 0.01 * zz.grad, -1)[0, 0]
+    before = torch.log_softmax(z, -1)[0, 0]
+    gain = new - before
+    others = [v for v in range(7) if v != y]
+    for k in others:
+        for j in others:
+            if before[k] > before[j]:
+                assert gain[k] > gain[j]
+
+
+def test_k1_with_top1_sampled_has_empty_anchor_and_no_nan():
+    logits = torch.randn(1, 2, V, dtype=torch.float64)
+    ids, lp = topk_from_logits(logits, 1)
+    sampled = ids[..., 0]
+    logp = torch.log_softmax(logits, -1)
+    old = logp.gather(-1, sampled[..., None]).squeeze(-1)
+    r_anchor, z = virtual_anchor_ratio(logp, sampled, ids, lp)
+    assert torch.equal(r_anchor, torch.zeros_like(r_anchor)) and torch.equal(z, torch.zeros_like(z))
+    adv, mask = torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 2)
+    loss, _ = apo_policy_loss(logp, old, sampled, adv, mask, ids, lp, lam=1.05, beta=0.5)
+    assert_close(loss, torch.tensor(1.05, dtype=torch.float64))  # |A|·λ·r with r = 1
+
+
+def test_padding_garbage_changes_nothing():
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case(5)
+    logp = torch.log_softmax(logits, -1)
+    base, _ = apo_policy_loss(logp, old_logp, sampled, adv, mask, ids, lp)
+    pad = mask == 0
+    logp2, old2, lp2 = logp.clone(), old_logp.clone(), lp.clone()
+    logp2[pad] = -1e4
+    old2[pad] = 1e4
+    lp2[pad] = float("-inf")
+    loss, _ = apo_policy_loss(logp2, old2, sampled, adv, mask, ids, lp2)
+    assert torch.equal(base, loss)
+
+
+def test_dual_clip_caps_negative_loss():
+    logits, _, sampled, old_logp, ids, lp, _, mask = _case(6)
+    logp = torch.log_softmax(logits, -1)
+    old = logp.gather(-1, sampled[..., None]).squeeze(-1) - 3.0  # ratio e^3 ≈ 20 > c
+    adv = -torch.ones(B, dtype=torch.float64)
+    loss, stats = apo_policy_loss(logp, old, sampled, adv, mask, ids, lp, dual_clip=3.0)
+    assert_close(loss, torch.tensor(3.0, dtype=torch.float64))  # every token capped at −A·c
+    assert stats["dual_clip_frac"] == pytest.approx(1.0)
+
+
+def test_kl_on_wrong_penalty_closed_form():
+    lp_pol = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]])
+    lp_ref = torch.tensor([[-1.5, -2.0], [-0.2, -3.0]])
+    pen = kl_on_wrong_penalty(lp_pol, lp_ref, torch.tensor([-1.0, 2.0]), torch.ones(2, 2), 0.1)
+    d = torch.tensor([-0.5, 0.0])
+    assert_close(pen[0], 0.1 * (d.exp() - d - 1))
+    assert torch.equal(pen[1], torch.zeros(2))  # positive advantage: no penalty
+    assert (pen >= 0).all()
+
+
+def test_safe_manifold_mass_equals_brute_force():
+    logits, ref_logits, _, _, ids, _, _, mask = _case(8)
+    logp = torch.log_softmax(logits, -1)
+    got = safe_manifold_mass(logp, ids, mask)
+    p = logp.exp()
+    per = torch.stack([torch.stack([p[b, t, ids[b, t]].sum() for t in range(T)]) for b in range(B)])
+    assert_close(got, (per * mask).sum() / mask.sum())
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"lam": -0.1}, "lam"),
+        ({"beta": -1.0}, "beta"),
+        ({"clip_mode": "sometimes"}, "clip_mode"),
+        ({"anchor_form": "quadratic"}, "anchor_form"),
+        ({"agg": "sum"}, "agg"),
+        ({"dual_clip": 0.5}, "dual_clip"),
+    ],
+)
+def test_bad_hyper_parameters_raise(kwargs, match):
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case()
+    with pytest.raises(ValueError, match=match):
+        apo_policy_loss(
+            torch.log_softmax(logits, -1), old_logp, sampled, adv, mask, ids, lp, **kwargs
+        )
+
+
+def test_bad_tensors_raise():
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case()
+    logp = torch.log_softmax(logits, -1)
+    with pytest.raises(ValueError, match="topk_ids"):
+        apo_policy_loss(logp, old_logp, sampled, adv, mask, ids[:, :-1], lp[:, :-1])
+    with pytest.raises(ValueError, match="vocabulary"):
+        apo_policy_loss(logp, old_logp, sampled, adv, mask, ids + V, lp)
+    with pytest.raises(ValueError, match="advantages"):
+        apo_policy_loss(logp, old_logp, sampled, adv * float("nan"), mask, ids, lp)
+    with pytest.raises(ValueError, match="advantages"):
+        apo_policy_loss(logp, old_logp, sampled, adv[:2], mask, ids, lp)
+    with pytest.raises(ValueError, match="old_logp"):
+        apo_policy_loss(logp, old_logp.fill_(float("nan")), sampled, adv, mask, ids, lp)
+    with pytest.raises(TypeError, match="topk_ids"):
+        apo_policy_loss(logp, logp[..., 0], sampled, adv, mask, ids.double(), lp)
+    with pytest.raises(ValueError, match="K="):
+        full_ids, full_lp = torch.arange(V).expand(B, T, V), torch.zeros(B, T, V)
+        apo_policy_loss(logp, logp[..., 0], sampled, adv, mask, full_ids, full_lp)
+    with pytest.raises(ValueError, match="k must be"):
+        topk_from_logits(logits, V)
+
+
+def test_beta_above_lambda_warns(caplog):
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case()
+    with caplog.at_level("WARNING", logger="methods.apo.loss"):
+        apo_policy_loss(torch.log_softmax(logits, -1), old_logp, sampled, adv, mask, ids, lp,
+                        lam=0.5, beta=1.0)  # fmt: skip
+    assert "beta" in caplog.text
+
+
+# ---------------------------------------------------------------- reference Top-K on a tiny LM
+@pytest.fixture(scope="module")
+def tiny_lm():
+    from common.tiny import tiny_causal_lm
+
+    model, tok = tiny_causal_lm(seed=0)
+    return model, tok
+
+
+def test_reference_topk_chunked_equals_unchunked_and_brute_force(tiny_lm):
+    model, _ = tiny_lm
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, (3, 12), generator=g)
+    am = torch.ones_like(ids)
+    am[0, :3] = 0  # left-padded prompt
+    am[1, -2:] = 0  # right-padded completion
+    t = 6
+    a_ids, a_lp = reference_topk(model, ids, am, t, k=5, chunk_size=1000)
+    b_ids, b_lp = reference_topk(model, ids, am, t, k=5, chunk_size=2, batch_size=1)
+    assert a_ids.shape == (3, t, 5) and a_lp.dtype == torch.float32
+    assert torch.equal(a_ids, b_ids)
+    assert_close(a_lp, b_lp)
+    full = torch.log_softmax(model(input_ids=ids, attention_mask=am).logits.float(), -1)
+    full = full[:, -t - 1 : -1]  # positions predicting the completion
+    assert_close(a_lp[0], full[0].topk(5, -1).values)
+    assert torch.isneginf(a_lp[1, -2:]).all() and (a_ids[1, -2:] == 0).all()
+    with pytest.raises(ValueError, match="expected_vocab_size"):
+        reference_topk(model, ids, am, t, k=5, expected_vocab_size=model.config.vocab_size + 1)
+    with pytest.raises(ValueError, match="logits_to_keep"):
+        reference_topk(model, ids, am, 12)
+
+
+def test_topk_coverage_monotone_and_full_at_vocab(tiny_lm):
+    model, _ = tiny_lm
+    torch.manual_seed(0)
+    # sequences sampled from the model itself: the reference is the data-generating distribution
+    start = torch.full((4, 1), 7)
+    with torch.no_grad():
+        seqs = model.generate(start, max_new_tokens=10, do_sample=True, pad_token_id=0)
+    v = model.config.vocab_size
+    cov = topk_coverage(model, seqs.tolist(), ks=(1, 4, 32, v))
+    vals = [cov[k] for k in (1, 4, 32, v)]
+    assert vals == sorted(vals) and cov[v] == 1.0
+    assert cov[32] > 32 / v  # better than chance: the sampler is the model
