@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from common.models import ModelNotAvailableError, load_model, load_tokenizer, resolve_dtype
+from common.tiny import EOS_TOKEN, PAD_TOKEN, save_tiny, tiny_causal_lm, tiny_tokenizer
+
+TEXT = "What is 12 + 30?  The  answer\n is 42. café"
+
+
+def test_tokenizer_specials_and_left_padding(tiny_tok):
+    assert tiny_tok.pad_token == PAD_TOKEN and tiny_tok.eos_token == EOS_TOKEN
+    assert tiny_tok.pad_token_id != tiny_tok.eos_token_id
+    batch = tiny_tok(["hi", "What is 1 + 1?"], padding=True)
+    first = batch["input_ids"][0]
+    assert first[0] == tiny_tok.pad_token_id and first[-1] != tiny_tok.pad_token_id
+    # Byte-level: any text round-trips.
+    assert tiny_tok.decode(tiny_tok(TEXT)["input_ids"]) == TEXT
+
+
+def test_chat_template_ends_with_generation_prompt(tiny_tok):
+    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
+    text = tiny_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n") and "What is 2 + 3?<|im_end|>" in text
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
+def test_save_and_reload_identically(arch, tmp_path, tiny_tok):
+    model, tok = tiny_causal_lm(arch, seed=3, tokenizer=tiny_tok)
+    save_tiny(model, tok, tmp_path)
+    model2 = AutoModelForCausalLM.from_pretrained(tmp_path)
+    tok2 = AutoTokenizer.from_pretrained(tmp_path)
+    assert tok2(TEXT)["input_ids"] == tok(TEXT)["input_ids"]
+    assert (tok2.pad_token_id, tok2.eos_token_id, tok2.padding_side) == (
+        tok.pad_token_id,
+        tok.eos_token_id,
+        "left",
+    )
+    ids = torch.tensor([tok(TEXT)["input_ids"]])
+    torch.testing.assert_close(model(ids).logits, model2(ids).logits, atol=0, rtol=0)
+    # Through the project's own loader too (a local path).
+    torch.testing.assert_close(
+        load_model(str(tmp_path), device="cpu")(ids).logits, model(ids).logits
+    )
+    assert load_tokenizer(str(tmp_path))(TEXT)["input_ids"] == tok(TEXT)["input_ids"]
+
+
+def test_seed_controls_weights(tiny_tok):
+    a, _ = tiny_causal_lm(seed=1, tokenizer=tiny_tok)
+    b, _ = tiny_causal_lm(seed=1, tokenizer=tiny_tok)
+    c, _ = tiny_causal_lm(seed=2, tokenizer=tiny_tok)
+    wa, wb, wc = (m.model.embed_tokens.weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+def test_bad_sizes_and_arch():
+    with pytest.raises(ValueError, match="arch"):
+        tiny_causal_lm("gpt9")
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        tiny_causal_lm(hidden_size=30, num_attention_heads=4)
+    with pytest.raises(ValueError, match="vocab_size"):
+        tiny_tokenizer(vocab_size=100)
+
+
+def test_tiny_llava_forward_and_generate(tiny_llava_model):
+    from PIL import Image
+
+    model, processor = tiny_llava_model
+    img = Image.fromarray((np.random.default_rng(0).random((40, 40, 3)) * 255).astype("uint8"))
+    inputs = processor(images=[img], text=["<image> describe the photo"], return_tensors="pt")
+    n_image_tokens = int((inputs["input_ids"] == model.config.image_token_id).sum())
+    assert n_image_tokens == 16  # (32 / 8) ** 2 patches
+    logits = model(**inputs).logits
+    assert logits.shape[:2] == inputs["input_ids"].shape
+    out = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+    assert (
+        out.shape[1] == inputs["input_ids"].shape[1] + 4
+        or out[0, -1] == processor.tokenizer.eos_token_id
+    )
+
+
+def test_load_model_tiny_specs():
+    m = load_model("tiny-llama", device="cpu", seed=5)
+    assert type(m).__name__ == "LlamaForCausalLM" and m.dtype == torch.float32
+    assert load_tokenizer("tiny-qwen2").pad_token == PAD_TOKEN
+    with pytest.raises(ValueError, match="tiny-qwen2"):
+        load_model("tiny-gpt9")
+
+
+def test_hub_id_offline_gives_actionable_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # empty cache
+    with pytest.raises(ModelNotAvailableError, match="Provide the weights"):
+        load_model("no-such-org/no-such-model-xyz", device="cpu")
+    with pytest.raises(ModelNotAvailableError, match="local path"):
+        load_tokenizer("no-such-org/no-such-model-xyz")
+
+
+def test_dtype_resolution():
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype"):
+        resolve_dtype("fp8", torch.device("cpu"))
