@@ -1,0 +1,85 @@
+"""SAC-Opt: Semantic Anchors for Iterative Correction in Optimization Modeling.
+
+Zhang, Kang, Chen, Wang, Han, Zhong, Yuan, Ma — ICML 2026, arXiv 2510.05115
+(official code: github.com/Forrest-Stone/SAC-Opt).
+
+Idea: extract one natural-language *semantic anchor* per constraint (and the objective), generate
+a code fragment per anchor, back-translate each fragment into words, compare with the anchor, and
+regenerate only the fragments that disagree — fixing silent modelling errors a solver never sees.
+"""
+
+from methods.sacopt.backend import ExecResult, assemble_program, run_sandboxed
+from methods.sacopt.codegen import LLMCoder, generate_fragment, reconstruct, static_check
+from methods.sacopt.debug import debug_loop
+from methods.sacopt.evaluate import (
+    SACOptConfig,
+    is_correct,
+    load_problems,
+    run_benchmark,
+    solve_problem,
+)
+from methods.sacopt.extract import (
+    ExtractionError,
+    extract_constraints,
+    extract_objective,
+    extract_parameters,
+    extract_state,
+    extract_variables,
+    redundancy_pass,
+    self_check,
+)
+from methods.sacopt.loop import LoopTrace, SACOptLoop
+from methods.sacopt.parsing import (
+    parse_delimited_block,
+    parse_json_from_end,
+    parse_list_from_end,
+    parse_score,
+)
+from methods.sacopt.schema import (
+    Anchor,
+    Parameter,
+    ProblemState,
+    Variable,
+    shape_string_to_list,
+    validate_state,
+)
+from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier, Verifier
+
+__all__ = [
+    "Anchor",
+    "EmbeddingVerifier",
+    "ExecResult",
+    "ExtractionError",
+    "LLMCoder",
+    "LLMJudgeVerifier",
+    "LoopTrace",
+    "Parameter",
+    "ProblemState",
+    "SACOptConfig",
+    "SACOptLoop",
+    "Variable",
+    "Verifier",
+    "assemble_program",
+    "debug_loop",
+    "extract_constraints",
+    "extract_objective",
+    "extract_parameters",
+    "extract_state",
+    "extract_variables",
+    "generate_fragment",
+    "is_correct",
+    "load_problems",
+    "parse_delimited_block",
+    "parse_json_from_end",
+    "parse_list_from_end",
+    "parse_score",
+    "reconstruct",
+    "redundancy_pass",
+    "run_benchmark",
+    "run_sandboxed",
+    "self_check",
+    "shape_string_to_list",
+    "solve_problem",
+    "static_check",
+    "validate_state",
+]

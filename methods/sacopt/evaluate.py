@@ -1,0 +1,253 @@
+"""Answer checking, the end-to-end pipeline for one problem, and the benchmark runner (spec §3.2, §5)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.llm import ChatLLM
+from methods.sacopt.backend import assemble_program, run_sandboxed
+from methods.sacopt.codegen import LLMCoder
+from methods.sacopt.debug import debug_loop
+from methods.sacopt.loop import SACOptLoop
+from methods.sacopt.schema import validate_state
+from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier
+
+logger = logging.getLogger(__name__)
+
+TOY_ARMS = ("single_pass", "debug_only", "sacopt_judge", "sacopt_minilm", "sacopt_judge_nofreeze")
+
+__all__ = [
+    "TOY_ARMS",
+    "SACOptConfig",
+    "is_correct",
+    "load_problems",
+    "run_benchmark",
+    "solve_problem",
+]
+
+
+def is_correct(pred: Any, gt: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
+    """``|pred - gt| <= max(atol, rtol * |gt|)`` (spec §3.1; tolerance inferred).
+
+    ``None``, NaN, inf or non-numeric values are never correct; ``gt == 0`` falls back to ``atol``.
+    """
+    try:
+        p, g = float(pred), float(gt)
+    except (TypeError, ValueError):
+        return False
+    if not (math.isfinite(p) and math.isfinite(g)):
+        return False
+    return abs(p - g) <= max(atol, rtol * abs(g))
+
+
+@dataclass
+class SACOptConfig:
+    """Method settings (spec §3.5). Paper defaults."""
+
+    name: str = "sacopt"
+    t_max: int = 5
+    debug_tries: int = 3
+    verifier: str = "llm_judge"  # llm_judge | minilm
+    tau: float = 0.75
+    verify_objective: bool = True
+    freeze_verified: bool = True
+    recon_reference: str = "anchor"  # anchor | all
+    backend: str = "highspy"
+    timeout_s: float = 120.0
+    mem_mb: int = 4096
+    rtol: float = 1e-4
+    atol: float = 1e-6
+    # toy
+    n_problems: int = 200
+    p_err: float = 0.25
+    p_syntax: float = 0.05
+    judge_false_pass: float = 0.05
+    judge_false_fail: float = 0.05
+    toy_workers: int = 2
+    arms: list[str] = field(default_factory=lambda: list(TOY_ARMS))
+    detection_problems: int = 100
+    # paper scale
+    llm_model: str = "gpt-4o"
+    llm_base_url: str | None = None
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    llm_seed: int = 42
+    data_root: str | None = None
+    datasets: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    workers: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.t_max, int) or self.t_max < 0:
+            raise ValueError(f"t_max must be an int >= 0, got {self.t_max!r}")
+        if not isinstance(self.debug_tries, int) or self.debug_tries < 0:
+            raise ValueError(f"debug_tries must be an int >= 0, got {self.debug_tries!r}")
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
+        if self.verifier not in ("llm_judge", "minilm"):
+            raise ValueError(f"verifier must be 'llm_judge' or 'minilm', got {self.verifier!r}")
+        bad = [a for a in self.arms if a not in TOY_ARMS]
+        if bad:
+            raise ValueError(f"arms {bad} unknown; choose from {TOY_ARMS}")
+        for n in ("p_err", "p_syntax", "judge_false_pass", "judge_false_fail"):
+            if not 0 <= getattr(self, n) <= 1:
+                raise ValueError(f"{n} must be in [0, 1], got {getattr(self, n)!r}")
+
+
+def solve_problem(
+    llm: ChatLLM, description: str, cfg: SACOptConfig, input_data: dict | None = None
+) -> dict[str, Any]:
+    """The full SAC-Opt pipeline on one description (spec §3.2); never raises on model output.
+
+    Returns a ``result.json`` record: ``status``, ``objective``, ``n_iters``, ``n_debug``,
+    ``n_llm_calls``, ``runtime_s``, ``stage`` (where it stopped if it failed), ``state``.
+    """
+    from methods.sacopt.extract import ExtractionError, extract_state
+
+    t0 = time.monotonic()
+    rec: dict[str, Any] = {"status": "error", "objective": None, "n_iters": 0, "n_debug": 0}
+    try:
+        state = extract_state(llm, description, input_data=input_data)
+        validate_state(state)
+    except (ExtractionError, ValueError) as err:
+        rec.update(stage="extract", error=str(err), runtime_s=time.monotonic() - t0)
+        return rec
+    verifier = (
+        LLMJudgeVerifier(llm) if cfg.verifier == "llm_judge" else EmbeddingVerifier(tau=cfg.tau)
+    )
+    loop = SACOptLoop(
+        LLMCoder(llm, cfg.recon_reference),
+        verifier,
+        t_max=cfg.t_max,
+        verify_objective=cfg.verify_objective,
+        freeze_verified=cfg.freeze_verified,
+    )
+    state, trace = loop.run(state)
+    code = assemble_program(state, cfg.backend)
+    code, result, dbg = debug_loop(
+        llm,
+        description,
+        code,
+        tries=cfg.debug_tries,
+        run=lambda c: run_sandboxed(c, timeout_s=cfg.timeout_s, mem_mb=cfg.mem_mb),
+    )
+    rec.update(
+        status=result.status,
+        objective=result.objective,
+        n_iters=len(trace.rounds),
+        n_debug=dbg.n_repairs,
+        n_llm_calls=trace.n_llm_calls + dbg.n_repairs,
+        trace=trace.rounds,
+        stage="done",
+        code=code,
+        state=state.to_dict(),
+        runtime_s=time.monotonic() - t0,
+    )
+    return rec
+
+
+def load_problems(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Read ``<root>/<id>/description.txt`` + ``answer.txt`` (+ optional ``sample.json``).
+
+    Problems without a numeric answer are excluded, with the reason returned (spec §8).
+
+    Returns:
+        ``(problems, excluded_reasons)``; each problem is ``{id, description, answer, input}``.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"dataset folder {root} does not exist")
+    problems, excluded = [], []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        desc, ans = d / "description.txt", d / "answer.txt"
+        if not desc.exists() or not desc.read_text().strip():
+            excluded.append(f"{d.name}: missing or empty description.txt")
+            continue
+        try:
+            answer = float(ans.read_text().strip())
+        except (OSError, ValueError):
+            excluded.append(f"{d.name}: missing or non-numeric answer.txt")
+            continue
+        inp = None
+        if (d / "sample.json").exists():
+            inp = json.loads((d / "sample.json").read_text())[0]["input"]
+        problems.append(
+            {"id": d.name, "description": desc.read_text(), "answer": answer, "input": inp}
+        )
+    for r in excluded:
+        logger.warning("excluded %s", r)
+    return problems, excluded
+
+
+def run_benchmark(
+    cfg: SACOptConfig, llm: ChatLLM | None = None, out_dir: str | Path | None = None
+) -> dict[str, dict[str, float]]:
+    """Paper-scale evaluation: every dataset under ``cfg.data_root``, every seed (spec §5, §7).
+
+    Args:
+        cfg: Settings; ``data_root/<dataset>/<id>/`` must hold the cleaned problems.
+        llm: Chat model; default :class:`common.llm.OpenAIChat` from ``cfg.llm_*``.
+        out_dir: Where to write one ``results_<dataset>_seed<k>.jsonl`` per run.
+
+    Returns:
+        ``{dataset: {"accuracy_mean", "accuracy_std", "accuracy_1e-2_mean", "n", "n_excluded"}}``.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from common.llm import OpenAIChat
+
+    if not cfg.data_root:
+        raise ValueError(
+            "data_root must point at the cleaned benchmarks (see docs/methods/sacopt.md)"
+        )
+    out = Path(out_dir) if out_dir else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    table: dict[str, dict[str, float]] = {}
+    for name in cfg.datasets:
+        problems, excluded = load_problems(Path(cfg.data_root) / name)
+        accs, accs2 = [], []
+        for seed in cfg.seeds:
+            client = llm or OpenAIChat(
+                cfg.llm_model,
+                base_url=cfg.llm_base_url,
+                api_key_env=cfg.llm_api_key_env,
+                temperature=cfg.temperature,
+                seed=cfg.llm_seed + seed,
+            )
+
+            def one(p, client=client):
+                rec = solve_problem(client, p["description"], cfg, input_data=p["input"])
+                rec.update(id=p["id"], answer=p["answer"])
+                rec["correct"] = rec["status"] == "optimal" and is_correct(
+                    rec["objective"], p["answer"], cfg.rtol, cfg.atol
+                )
+                rec["correct_1e-2"] = rec["status"] == "optimal" and is_correct(
+                    rec["objective"], p["answer"], 1e-2, cfg.atol
+                )
+                return rec
+
+            with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+                recs = list(pool.map(one, problems))
+            if out:
+                with open(out / f"results_{name}_seed{seed}.jsonl", "w") as f:
+                    for r in recs:
+                        f.write(json.dumps({k: v for k, v in r.items() if k != "state"}) + "\n")
+            accs.append(float(np.mean([r["correct"] for r in recs])) if recs else 0.0)
+            accs2.append(float(np.mean([r["correct_1e-2"] for r in recs])) if recs else 0.0)
+        table[name] = {
+            "accuracy_mean": float(np.mean(accs)),
+            "accuracy_std": float(np.std(accs)),
+            "accuracy_1e-2_mean": float(np.mean(accs2)),
+            "n": float(len(problems)),
+            "n_excluded": float(len(excluded)),
+        }
+    return table
