@@ -1,9 +1,9 @@
 """The ``icml26`` command: Hydra entry point over the method registry.
 
-    icml26 experiment=maxrl_toy                 # a method's CPU toy reproduction
-    icml26 experiment=maxrl_paper               # the paper's setting (GPU; see scripts/reproduce/)
-    icml26 experiment=maxrl_toy seed=1 method.num_steps=50
-    icml26 --help                               # registered methods and experiments
+icml26 experiment=maxrl_toy                 # a method's CPU toy reproduction
+icml26 experiment=maxrl_paper               # the paper's setting (GPU; see scripts/reproduce/)
+icml26 experiment=maxrl_toy seed=1 method.num_steps=50
+icml26 --help                               # registered methods and experiments
 """
 
 from __future__ import annotations

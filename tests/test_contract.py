@@ -1,0 +1,51 @@
+"""The contract every registered method keeps (PEFT-style, one table of cases).
+
+For each ``methods/<slug>/`` with a ``run.py``: the package imports offline without loading a model,
+every name in ``__all__`` exists, and ``run`` on the composed demo config returns floats that include
+both ``HEADLINE`` keys and writes ``results.json`` and ``results.md``. This is also the tour's row.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+import pytest
+
+from common.registry import compose, discover_methods, get_method
+
+SLUGS = discover_methods()
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_public_api(slug):
+    package = importlib.import_module(f"methods.{slug}")
+    assert package.__doc__ and package.__doc__.strip(), "the package docstring names the paper"
+    names = getattr(package, "__all__", None)
+    assert names, f"methods.{slug} must define __all__"
+    missing = [n for n in names if not hasattr(package, n)]
+    assert not missing, f"names in __all__ but not defined: {missing}"
+    assert list(names) == sorted(names), "__all__ is kept sorted"
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_demo_run_writes_results(slug, run_dir):
+    module = get_method(slug)
+    assert isinstance(module.DEMO_OVERRIDES, list)
+    key, base_key = module.HEADLINE
+    cfg = compose([f"experiment={slug}_toy", *module.DEMO_OVERRIDES], run_dir=run_dir)
+    assert cfg.method.name == slug
+    metrics = module.run(cfg)
+    assert metrics and all(isinstance(v, float) for v in metrics.values())
+    assert key in metrics and base_key in metrics, f"HEADLINE keys missing from {sorted(metrics)}"
+    assert math.isfinite(metrics[key]) and math.isfinite(metrics[base_key])
+    payload = json.loads((run_dir / "results.json").read_text())
+    assert payload["method"] == slug and payload["metrics"]
+    assert (run_dir / "results.md").read_text().count("|") > 4
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_paper_config_composes(slug):
+    cfg = compose([f"experiment={slug}_paper"])
+    assert cfg.method.name == slug
