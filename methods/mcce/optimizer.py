@@ -1,0 +1,453 @@
+"""The MCCE co-evolution loop (spec §3.5, official `algorithm/MOO.py::run`).
+
+Two chat models take turns, one generation each: a frozen explorer (GPT-4o in the paper) and a
+trainable local model (Qwen2.5-7B). Each generation makes ⌈pop/n_off⌉ calls with two random parents
+and a crossover or mutation prompt; children are canonicalised, deduplicated against all history and
+evaluated; survivors are chosen from the whole archive by :func:`nsga2_so_select`. After every
+explorer+local pair of generations the local model gets one preference round on similarity-
+synthesised pairs from the shared trajectory memory (DPO; SFT as a baseline). The state is
+checkpointed every generation so a killed run resumes without re-evaluating anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import pickle
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from .core import Archive, Candidate
+from .dpo_data import build_similarity_pairs
+from .memory import TrajectoryMemory
+from .metrics import archive_metrics, hypervolume, top_k_mean
+from .problems import MoleculeProblem
+from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
+from .selection import nsga2_so_select
+from .train import DPORoundConfig, run_dpo_round, run_sft_round
+
+logger = logging.getLogger(__name__)
+
+MODES = (
+    "single_api",
+    "single_local",
+    "coevolve_frozen",
+    "coevolve_dpo",
+    "coevolve_sft",
+    "coevolve_rl",
+)
+
+
+class ChatLLM(Protocol):
+    """Subset of ``common.llm.ChatLLM`` the loop uses."""
+
+    def chat(self, messages: list[dict], **kw: Any) -> str: ...
+
+    def chat_batch(self, batch: list[list[dict]], **kw: Any) -> list[str]: ...
+
+
+class LLMUnavailableError(RuntimeError):
+    """The chat model kept failing; the run stops (its checkpoint allows a resume)."""
+
+
+@dataclass
+class MCCEConfig:
+    """Search settings (spec §3.9; defaults are the official molecule config)."""
+
+    mode: str = "coevolve_dpo"
+    pop_size: int = 50  # repo config
+    n_off: int = 2  # repo --num_offspring
+    budget: int = 5000  # unique valid molecules, initial population included
+    crossover_prob: float = 0.8  # repo config
+    mutation_prob: float = 0.2  # repo config
+    explore_prob: float = 0.0  # repo config
+    experience_prob: float = 0.5  # repo config
+    first_model: Literal["local", "api"] = (
+        "local"  # repo: the first generation uses the local model
+    )
+    train_every: int = 1  # rounds of each model between preference rounds (repo: 1)
+    n_pairs_max: int = 128  # repo: latest 128 trajectory records
+    alpha_top: float = 0.3  # repo makerldata_dpov3
+    alpha_ext: float = 0.5
+    alpha_bottom: float = 0.3
+    bands: list[float] = field(default_factory=lambda: [0.7, 0.6, 0.5])
+    s_max: float = 0.8
+    min_archive_for_training: int = 10  # spec §8
+    conversational: bool = True  # spec §9.4; False = repo_compat raw strings
+    prompt_style: Literal["chat", "compact"] = "chat"
+    response_sep: str = "\n"
+    hv_ref: float = 1.1
+    hv_top: int = 100
+    auc_freq: int = 100
+    max_llm_failures: int = 3
+    max_stall_generations: int = 50  # stop when no new molecule appears for this many generations
+    repo_compat: bool = False
+    seed: int = 0
+    dpo: DPORoundConfig = field(default_factory=DPORoundConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.pop_size < 2:
+            raise ValueError(f"pop_size must be >= 2 (two parents per call), got {self.pop_size}")
+        if self.n_off < 1:
+            raise ValueError(f"n_off must be >= 1, got {self.n_off}")
+        probs = (self.crossover_prob, self.mutation_prob, self.explore_prob)
+        if min(probs) < 0 or sum(probs) <= 0:
+            raise ValueError(
+                f"operator probabilities must be >= 0 with a positive sum, got {probs}"
+            )
+        if not 0.0 <= self.experience_prob <= 1.0:
+            raise ValueError(f"experience_prob must be in [0, 1], got {self.experience_prob}")
+        if self.first_model not in ("local", "api"):
+            raise ValueError(f"first_model must be 'local' or 'api', got {self.first_model!r}")
+        if isinstance(self.dpo, dict):
+            self.dpo = DPORoundConfig(**self.dpo)
+
+
+@dataclass
+class MCCEResult:
+    """What a run returns: the archive, the final population, the memory and the logs."""
+
+    archive: Archive
+    population: list[Candidate]
+    memory: TrajectoryMemory
+    history: list[dict[str, float]]
+    train_log: list[dict[str, float]]
+    metrics: dict[str, float]
+    parse_stats: dict[str, dict[str, float]]
+
+
+class MCCEOptimizer:
+    """Multi-LLM collaborative co-evolution (spec §3.5).
+
+    Args:
+        problem: the molecule problem.
+        api: the frozen explorer (``ChatLLM``); may be None in ``single_local`` mode.
+        local: the trainable model (``ChatLLM`` with ``.model`` and ``.tokenizer`` for the training
+            modes); may be None in ``single_api`` mode.
+        cfg: search settings.
+        initial: initial population strings (SMILES).
+        ref_model: DPO reference; a frozen copy of ``local.model`` at start when None.
+        checkpoint_dir: where the per-generation state is written; a run with the same folder
+            resumes from it.
+        on_update: called after each training round (e.g. reload the vLLM engine).
+    """
+
+    def __init__(
+        self,
+        problem: MoleculeProblem,
+        api: ChatLLM | None,
+        local: ChatLLM | None,
+        cfg: MCCEConfig,
+        initial: list[str],
+        ref_model: Any = None,
+        checkpoint_dir: str | None = None,
+        on_update: Any = None,
+    ) -> None:
+        self.problem, self.api, self.local, self.cfg = problem, api, local, cfg
+        needs = {"api": cfg.mode != "single_local", "local": cfg.mode != "single_api"}
+        if needs["api"] and api is None:
+            raise ValueError(f"api must be a ChatLLM in mode {cfg.mode!r}")
+        if needs["local"] and local is None:
+            raise ValueError(f"local must be a ChatLLM in mode {cfg.mode!r}")
+        self.trains = cfg.mode in ("coevolve_dpo", "coevolve_sft", "coevolve_rl")
+        if cfg.mode == "coevolve_rl":
+            raise NotImplementedError(
+                "mode 'coevolve_rl' is not implemented yet (see docs/methods/mcce.md)"
+            )
+        if self.trains and not (hasattr(local, "model") and hasattr(local, "tokenizer")):
+            raise TypeError("local must expose .model and .tokenizer in a training mode")
+        self.ref_model = ref_model
+        if self.trains and cfg.mode == "coevolve_dpo" and ref_model is None:
+            self.ref_model = copy.deepcopy(local.model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        self.initial = list(initial)
+        self.checkpoint_dir = checkpoint_dir
+        self.on_update = on_update
+        self.builder = PromptBuilder(problem, n_off=cfg.n_off, style=cfg.prompt_style)
+        self.rng = random.Random(cfg.seed)
+        self.archive = Archive(problem)
+        self.memory = TrajectoryMemory()
+        self.population: list[Candidate] = []
+        self.history: list[dict[str, float]] = []
+        self.train_log: list[dict[str, float]] = []
+        self.parse_stats = {"api": ParseStats(), "local": ParseStats()}
+        self.state = {
+            "generation": 0,
+            "rounds_api": 0,
+            "rounds_local": 0,
+            "last_trigger": 0,
+            "flag": 0 if cfg.first_model == "local" else 1,
+            "experience": "",
+            "stall": 0,
+        }
+
+    # ----------------------------------------------------------- checkpoints
+    def _ckpt_path(self) -> str | None:
+        return os.path.join(self.checkpoint_dir, "state.pkl") if self.checkpoint_dir else None
+
+    def save_checkpoint(self) -> None:
+        path = self._ckpt_path()
+        if path is None:
+            return
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        blob = {
+            "archive": self.archive.to_dict(),
+            "population": [c.value for c in self.population],
+            "memory": self.memory.to_dict(),
+            "history": self.history,
+            "train_log": self.train_log,
+            "parse_stats": {k: v.as_dict() for k, v in self.parse_stats.items()},
+            "state": self.state,
+            "rng": self.rng.getstate(),
+        }
+        if self.trains and self.state["last_trigger"] > 0:
+            import torch
+
+            torch.save(self.local.model.state_dict(), os.path.join(self.checkpoint_dir, "local.pt"))
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as fh:
+            pickle.dump(blob, fh)
+        os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint
+
+    def _load_checkpoint(self) -> bool:
+        path = self._ckpt_path()
+        if path is None or not os.path.exists(path):
+            return False
+        with open(path, "rb") as fh:
+            blob = pickle.load(fh)
+        self.archive = Archive.from_dict(self.problem, blob["archive"])
+        by_value = {c.value: c for c in self.archive.items}
+        self.population = [by_value[v] for v in blob["population"]]
+        self.memory = TrajectoryMemory.from_dict(blob["memory"])
+        self.history, self.train_log = blob["history"], blob["train_log"]
+        self.parse_stats = {
+            k: ParseStats(**{a: int(b) for a, b in v.items()})
+            for k, v in blob["parse_stats"].items()
+        }
+        self.state = blob["state"]
+        self.rng.setstate(blob["rng"])
+        weights = os.path.join(self.checkpoint_dir, "local.pt")
+        if self.trains and os.path.exists(weights):
+            import torch
+
+            self.local.model.load_state_dict(torch.load(weights))
+        logger.info(
+            "resumed at generation %d with %d molecules",
+            self.state["generation"],
+            len(self.archive),
+        )
+        return True
+
+    # ----------------------------------------------------------------- steps
+    def _call(self, model: ChatLLM, prompts: list[str]) -> list[str]:
+        msgs = [[{"role": "user", "content": p}] for p in prompts]
+        err: Exception | None = None
+        for _ in range(max(1, self.cfg.max_llm_failures)):
+            try:
+                return list(model.chat_batch(msgs))
+            except Exception as e:  # bounded retries instead of the official infinite loop
+                err = e
+                logger.warning("chat_batch failed (%s); retrying", e)
+        raise LLMUnavailableError(
+            f"chat model failed {self.cfg.max_llm_failures} times: {err}"
+        ) from err
+
+    def _initialise(self) -> None:
+        cfg = self.cfg
+        self.archive.add(self.initial, origin="init", generation=0, representation="smiles")
+        self.memory.init_pops = [c.value for c in self.archive.items]
+        tries = 0
+        filler = self.api if self.api is not None else self.local
+        while len(self.archive) < cfg.pop_size and tries < 10:  # top up with 'empty' prompts
+            if filler is None:
+                break
+            tries += 1
+            prompt = self.builder.operator_prompt("empty", [])
+            resp = self._call(filler, [prompt])[0]
+            self.archive.add(parse_candidates(resp), origin="init", generation=0)
+        if len(self.archive) < 2:
+            raise ValueError(
+                f"initial population has {len(self.archive)} valid molecules after sanitising; "
+                "at least 2 are needed"
+            )
+        if cfg.budget <= len(self.archive):
+            raise ValueError(
+                f"budget must exceed the initial population ({len(self.archive)}), got {cfg.budget}"
+            )
+        self.population = nsga2_so_select(self.archive.items, cfg.pop_size)
+        self._log_generation("init", [])
+
+    def _which(self) -> str:
+        mode = self.cfg.mode
+        if mode == "single_api":
+            return "api"
+        if mode == "single_local":
+            return "local"
+        self.state["flag"] = 1 - self.state["flag"]
+        return "local" if self.state["flag"] == 1 else "api"
+
+    def _operator(self) -> str:
+        c = self.cfg
+        return self.rng.choices(
+            ["crossover", "mutation", "explore"],
+            [c.crossover_prob, c.mutation_prob, c.explore_prob],
+        )[0]
+
+    def generation(self) -> list[Candidate]:
+        """One generation (spec §3.5 lines 4–17); returns the new candidates."""
+        cfg, st = self.cfg, self.state
+        who = self._which()
+        st[f"rounds_{who}"] += 1
+        st["generation"] += 1
+        model = self.api if who == "api" else self.local
+        left = cfg.budget - len(self.archive)
+        n_calls = max(1, min(cfg.pop_size // cfg.n_off, left // cfg.n_off))
+        prompts, parents = [], []
+        for _ in range(n_calls):
+            par = pick_parents(self.population, self.rng, 2)
+            use_exp = st["experience"] and self.rng.random() < cfg.experience_prob
+            prompts.append(
+                self.builder.operator_prompt(
+                    self._operator(), par, st["experience"] if use_exp else ""
+                )
+            )
+            parents.append(par)
+        responses = self._call(model, prompts)
+        children: list[str] = []
+        for p, par, r in zip(prompts, parents, responses):
+            kids = parse_candidates(r, self.parse_stats[who])
+            children.extend(kids)
+            self.memory.add(
+                p,
+                r,
+                [{"value": c.value, "property": c.raw, "total": c.total} for c in par],
+                kids,
+                who,
+                st["generation"],
+            )
+        new = self.archive.add(children, origin=who, generation=st["generation"], max_new=left)
+        st["stall"] = 0 if new else st["stall"] + 1
+        self.population = nsga2_so_select(self.archive.items, cfg.pop_size) or self.population
+        self._log_generation(who, new)
+        if cfg.experience_prob > 0 and len(self.archive) > 100:
+            good = (
+                self.archive.top_k(100)
+                if self.rng.random() < 0.5
+                else nsga2_so_select(self.archive.items, 100)
+            )
+            ep = self.builder.experience_prompt(
+                self.archive, st["experience"], self.rng, good, repo_compat=cfg.repo_compat
+            )
+            st["experience"] = self._call(model, [ep])[0]
+        if self.trains and self._should_train():
+            self._train_round()
+        return new
+
+    def _should_train(self) -> bool:
+        st = self.state
+        lo = min(st["rounds_api"], st["rounds_local"])
+        return (
+            lo >= 1
+            and lo - st["last_trigger"] >= self.cfg.train_every
+            and len(self.archive) < self.cfg.budget
+        )
+
+    def _train_round(self) -> None:
+        cfg, st = self.cfg, self.state
+        st["last_trigger"] = min(st["rounds_api"], st["rounds_local"])
+        if len(self.archive) < cfg.min_archive_for_training:
+            logger.warning(
+                "training round skipped: archive has %d < %d molecules",
+                len(self.archive),
+                cfg.min_archive_for_training,
+            )
+            return
+        ds = build_similarity_pairs(
+            self.memory.latest(cfg.n_pairs_max),
+            self.archive,
+            self.problem.similarity,
+            to_text=self.problem.to_text,
+            alpha_top=cfg.alpha_top,
+            alpha_ext=cfg.alpha_ext,
+            alpha_bottom=cfg.alpha_bottom,
+            bands=cfg.bands,
+            s_max=cfg.s_max,
+            n_pairs_max=cfg.n_pairs_max,
+            k=cfg.n_off,
+            rng=self.rng,
+            conversational=cfg.conversational,
+            sep=cfg.response_sep,
+        )
+        if cfg.mode == "coevolve_dpo":
+            log = run_dpo_round(self.local.model, self.ref_model, self.local.tokenizer, ds, cfg.dpo)
+        else:
+            log = run_sft_round(self.local.model, self.local.tokenizer, ds, cfg.dpo)
+        log["generation"] = float(st["generation"])
+        log["n_unique"] = float(len(self.archive))
+        self.train_log.append(log)
+        if self.on_update is not None:
+            self.on_update(self.local)
+
+    def _log_generation(self, who: str, new: list[Candidate]) -> None:
+        items = self.archive.items
+        self.history.append(
+            {
+                "generation": float(self.state["generation"]),
+                "model": who,
+                "n_unique": float(len(items)),
+                "hypervolume": hypervolume(items, ref=self.cfg.hv_ref, top=self.cfg.hv_top),
+                "top10_f": top_k_mean(items, 10),
+                "new": float(len(new)),
+                "new_mean_f": float(np.mean([c.total for c in new])) if new else float("nan"),
+            }
+        )
+
+    # ------------------------------------------------------------------- run
+    def run(self, max_generations: int | None = None) -> MCCEResult:
+        """Run until the budget of unique valid molecules is spent (spec §3.5 line 21)."""
+        if not self._load_checkpoint():
+            self._initialise()
+            self.save_checkpoint()
+        done = 0
+        while len(self.archive) < self.cfg.budget:
+            if max_generations is not None and done >= max_generations:
+                break
+            if self.state["stall"] >= self.cfg.max_stall_generations:
+                logger.warning("stopping: no new molecule for %d generations", self.state["stall"])
+                break
+            self.generation()
+            done += 1
+            self.save_checkpoint()
+        return self.result()
+
+    def result(self) -> MCCEResult:
+        finished = len(self.archive) >= self.cfg.budget or self.state["stall"] > 0
+        metrics = archive_metrics(self.archive, self.cfg.budget, finished=True)
+        metrics["auc_finished"] = float(finished)
+        for who in ("api", "local"):
+            own = [c for c in self.archive.items if c.origin == who]
+            st = self.archive.stats(who)
+            if st["generated"]:
+                metrics[f"{who}_validity"] = st["validity"]
+                metrics[f"{who}_uniqueness"] = st["uniqueness"]
+                metrics[f"{who}_mean_f"] = float(np.mean([c.total for c in own])) if own else 0.0
+                metrics[f"{who}_n"] = float(len(own))
+                metrics[f"{who}_parse_malformed"] = float(self.parse_stats[who].malformed)
+                metrics[f"{who}_no_tag_responses"] = float(self.parse_stats[who].no_tag_responses)
+        self.memory.final_pops = [c.value for c in self.population]
+        return MCCEResult(
+            archive=self.archive,
+            population=self.population,
+            memory=self.memory,
+            history=self.history,
+            train_log=self.train_log,
+            metrics=metrics,
+            parse_stats={k: v.as_dict() for k, v in self.parse_stats.items()},
+        )
