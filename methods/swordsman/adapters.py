@@ -1,0 +1,203 @@
+"""Model adapters: one interface over LLaDA, Dream and tiny masked LMs (spec §3.4, §4).
+
+The decoder needs three things from a masked-diffusion LM: a full forward pass whose logits are aligned so
+that ``logits[:, j]`` predicts ``x[:, j]``, an optional KV cache from that pass, and a cheap forward over the
+current block that reuses the cache (Fast-dLLM's prefix cache: feed the block and the masked suffix after
+the cached prefix; dual cache: feed only the block and overwrite its cache entries via ``replace_position``).
+Model quirks stay here: Dream predicts the *next* token, so its logits are shifted right by one and cached
+block calls look one committed token back.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+LLADA_MASK_ID = 126336  # GSAI-ML/LLaDA-8B-Instruct tokenizer: <|mdm_mask|>
+LLADA_EOS_IDS = (126081, 126348)  # <|endoftext|>, <|eot_id|>
+
+
+@runtime_checkable
+class DLMAdapter(Protocol):
+    """What ``swordsman_generate`` needs from a masked-diffusion LM.
+
+    Attributes:
+        mask_id: id of the mask token.
+        eos_ids: ids counted as end of sequence (for token counts).
+        supports: cache modes the model can run: a subset of ``{"none", "prefix", "dual"}``.
+    """
+
+    mask_id: int
+    eos_ids: set[int]
+    supports: set[str]
+
+    def forward(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, Any]:
+        """Full pass: ``x [1, L]`` -> (aligned logits ``[1, L, V]``, cache or None)."""
+
+    def block_forward(
+        self, x: torch.Tensor, start: int, end: int, past: Any, cache: str
+    ) -> torch.Tensor:
+        """Logits ``[1, end - start, V]`` for the block ``[start, end)`` of ``x [1, L]``."""
+
+
+def _truncate_cache(past: Any, length: int) -> Any:
+    """Keep the first ``length`` positions of a KV cache (prefix-cache mode)."""
+    if past is None:
+        raise ValueError("past must be a KV cache from a full forward pass, got None")
+    if isinstance(past, torch.Tensor):
+        return past[..., :length]
+    if isinstance(past, (tuple, list)):  # legacy ((k, v), ...) with k: [B, heads, L, d]
+        return tuple(tuple(t[:, :, :length] for t in layer) for layer in past)
+    if hasattr(past, "crop"):  # transformers Cache objects: cropped in place
+        past.crop(length)
+        return past
+    raise TypeError(f"past of type {type(past).__name__} cannot be truncated")
+
+
+class HFDiffusionAdapter:
+    """Adapter over a Hugging Face module ``model(input_ids, ...) -> .logits``.
+
+    Args:
+        model: the network; its ``forward`` must accept ``input_ids`` and return ``.logits`` ``[1, L, V]``.
+        mask_id: mask token id.
+        eos_ids: end-of-sequence ids.
+        shift_logits: True for next-token-predicting DLMs (Dream): ``z'_0 = z_0``, ``z'_j = z_{j-1}``.
+        supports: cache modes; inferred from ``model.forward``'s parameters when None (``prefix`` needs
+            ``past_key_values`` and ``use_cache``, ``dual`` also ``replace_position``).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        mask_id: int,
+        eos_ids: tuple[int, ...] | set[int] = (),
+        shift_logits: bool = False,
+        supports: set[str] | None = None,
+    ) -> None:
+        if mask_id is None:
+            raise ValueError("mask_id must be an int (the model's mask token), got None")
+        if not isinstance(mask_id, int):
+            raise TypeError(f"mask_id must be an int, got {type(mask_id).__name__}")
+        self.model = model
+        self.mask_id = int(mask_id)
+        self.eos_ids = {int(e) for e in eos_ids}
+        self.shift_logits = bool(shift_logits)
+        if supports is None:
+            params = inspect.signature(model.forward).parameters
+            supports = {"none"}
+            if "past_key_values" in params and "use_cache" in params:
+                supports.add("prefix")
+                if "replace_position" in params:
+                    supports.add("dual")
+        self.supports = set(supports)
+
+    @torch.no_grad()
+    def _call(
+        self,
+        ids: torch.Tensor,
+        past: Any = None,
+        use_cache: bool = False,
+        replace_position: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Any]:
+        kwargs: dict[str, Any] = {}
+        if use_cache or past is not None:
+            kwargs.update(past_key_values=past, use_cache=True)
+        if replace_position is not None:
+            kwargs["replace_position"] = replace_position
+        out = self.model(ids, **kwargs)
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        return logits, getattr(out, "past_key_values", None)
+
+    def forward(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, Any]:
+        """Full pass over ``x [1, L]``; returns aligned logits ``[1, L, V]`` and the cache."""
+        if use_cache and "prefix" not in self.supports:
+            raise ValueError(
+                f"use_cache=True but this model supports only cache modes {sorted(self.supports)}"
+            )
+        logits, past = self._call(x, use_cache=use_cache)
+        if use_cache and past is None:
+            raise ValueError("use_cache=True but the model returned no past_key_values")
+        if self.shift_logits:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # [1, L, V]
+        return logits, past
+
+    def block_forward(
+        self, x: torch.Tensor, start: int, end: int, past: Any, cache: str
+    ) -> torch.Tensor:
+        """Logits ``[1, end - start, V]`` for the block ``[start, end)`` (spec §3.4 lines 8-10)."""
+        if cache not in self.supports:
+            raise ValueError(
+                f"cache={cache!r} not supported by this model ({sorted(self.supports)})"
+            )
+        n = end - start
+        if cache == "none":
+            return self.forward(x)[0][:, start:end]
+        # A shifted model predicts position j from j - 1: start the fed slice one committed token earlier,
+        # so raw output i (input position q + i) predicts position start + i.
+        q = start - 1 if self.shift_logits else start
+        if q < 0:
+            raise ValueError("a next-token DLM needs at least one token before the block")
+        if cache == "prefix":
+            raw, _ = self._call(x[:, q:], past=_truncate_cache(past, q), use_cache=True)
+        else:  # dual
+            replace = torch.zeros_like(x, dtype=torch.bool)  # [1, L]
+            replace[:, q:end] = True
+            raw, _ = self._call(x[:, q:end], past=past, use_cache=True, replace_position=replace)
+        return raw[:, :n]
+
+
+class HFMaskedLMAdapter(HFDiffusionAdapter):
+    """Adapter for a bidirectional ``*ForMaskedLM`` used as a toy masked-diffusion LM (no cache)."""
+
+    def __init__(self, model: torch.nn.Module, mask_id: int, eos_ids=()) -> None:
+        super().__init__(model, mask_id, eos_ids, shift_logits=False, supports={"none"})
+
+
+class LLaDAAdapter(HFDiffusionAdapter):
+    """LLaDA (GSAI-ML/LLaDA-8B-Instruct, LLaDA-1.5): logits already aligned, mask id 126336.
+
+    Prefix/dual cache need a modeling file whose ``forward`` takes ``past_key_values``/``use_cache``
+    (and ``replace_position`` for dual), as Fast-dLLM's LLaDA port does; otherwise only ``"none"``.
+    """
+
+    def __init__(self, model, mask_id: int = LLADA_MASK_ID, eos_ids=LLADA_EOS_IDS, supports=None):
+        super().__init__(model, mask_id, eos_ids, shift_logits=False, supports=supports)
+
+    @classmethod
+    def from_pretrained(cls, model_id: str, dtype: str = "bfloat16", device: str | None = None):
+        """Load a LLaDA checkpoint by hub id or path (``trust_remote_code``); returns (adapter, tok)."""
+        model, tok = _load_remote(model_id, dtype, device)
+        return cls(model.eval()), tok
+
+
+class DreamAdapter(HFDiffusionAdapter):
+    """Dream (Dream-org/Dream-v0-Base-7B): next-token logits, shifted right by one (spec §3.1)."""
+
+    def __init__(self, model, mask_id: int, eos_ids=(), supports=None):
+        super().__init__(model, mask_id, eos_ids, shift_logits=True, supports=supports)
+
+    @classmethod
+    def from_pretrained(cls, model_id: str, dtype: str = "bfloat16", device: str | None = None):
+        """Load a Dream checkpoint by hub id or path (``trust_remote_code``); returns (adapter, tok)."""
+        model, tok = _load_remote(model_id, dtype, device)
+        if tok.mask_token_id is None:
+            raise ValueError(f"tokenizer of {model_id!r} has no mask token")
+        eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        return cls(model.eval(), mask_id=int(tok.mask_token_id), eos_ids=eos), tok
+
+
+def _load_remote(model_id: str, dtype: str, device: str | None):
+    from transformers import AutoModel, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+    model = AutoModel.from_pretrained(model_id, trust_remote_code=True, dtype=torch_dtype)
+    if device is not None:
+        model = model.to(device)
+    tok = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True)
+    logger.info("loaded %s (%s)", model_id, type(model).__name__)
+    return model, tok

@@ -1,0 +1,193 @@
+"""CPU toy for Swordsman (spec §6): a constituent grammar and a tiny masked-diffusion LM.
+
+Grammar. Phrases come in 4 categories of fixed lengths (3, 4, 5, 6). A phrase is a head token (uniform
+over the category's 6 heads, the uncertain start of a constituent) followed by one of 3 fixed body
+variants, each body token replaced by its slot's typo token with probability 0.15. Categories cycle
+``c0, c0+1, ...`` from the prompt's phrase, so phrase extents are predictable from the prefix while the
+head and variant are not: with the future masked, entropy jumps at phrase starts. A sample is
+``<bos>`` + one prompt phrase + a response of ``G`` tokens: 4-8 phrases then ``<eos>`` padding.
+
+Model. A tiny bidirectional ``BertForMaskedLM`` trained with the LLaDA masked-diffusion objective
+(mask each response token with probability ``t ~ U(t_min, 1)``, loss = Σ masked CE / (t · G)).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+PAD, MASK, BOS, EOS = 0, 1, 2, 3
+LENGTHS = (3, 4, 5, 6)
+N_HEADS = 6
+N_VARIANTS = 3
+
+
+@dataclass(frozen=True)
+class PhraseGrammar:
+    """Token layout of the toy grammar; ``vocab_size`` tokens in total."""
+
+    typo_prob: float = 0.15
+    min_phrases: int = 4
+    max_phrases: int = 8
+    gen_length: int = 48
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.typo_prob < 1.0:
+            raise ValueError(f"typo_prob must be in [0, 1), got {self.typo_prob}")
+        if not 1 <= self.min_phrases <= self.max_phrases:
+            raise ValueError("need 1 <= min_phrases <= max_phrases")
+        longest = sum(LENGTHS[i % 4] for i in range(3, 3 + self.max_phrases))  # worst-case cycle
+        if self.gen_length < longest:
+            raise ValueError(
+                f"gen_length must be >= {longest} to fit max_phrases, got {self.gen_length}"
+            )
+
+    # Token ids: 4 specials, then heads, then body variants, then typos.
+    def head(self, c: int, h: int) -> int:
+        return 4 + c * N_HEADS + h
+
+    def _slot_offset(self, c: int) -> int:
+        return sum(n - 1 for n in LENGTHS[:c])
+
+    def body(self, c: int, v: int, k: int) -> int:
+        n_slots = sum(n - 1 for n in LENGTHS)
+        return 4 + 4 * N_HEADS + v * n_slots + self._slot_offset(c) + k
+
+    def typo(self, c: int, k: int) -> int:
+        n_slots = sum(n - 1 for n in LENGTHS)
+        return 4 + 4 * N_HEADS + N_VARIANTS * n_slots + self._slot_offset(c) + k
+
+    @property
+    def vocab_size(self) -> int:
+        return 4 + 4 * N_HEADS + (N_VARIANTS + 1) * sum(n - 1 for n in LENGTHS)
+
+    def phrase(self, c: int, rng: random.Random) -> list[int]:
+        v = rng.randrange(N_VARIANTS)
+        toks = [self.head(c, rng.randrange(N_HEADS))]
+        for k in range(LENGTHS[c] - 1):
+            toks.append(self.typo(c, k) if rng.random() < self.typo_prob else self.body(c, v, k))
+        return toks
+
+    def sample(self, rng: random.Random) -> tuple[list[int], list[int], int]:
+        """One example: (prompt ids, response ids of length G, prompt category c0)."""
+        c0 = rng.randrange(4)
+        prompt = [BOS, *self.phrase(c0, rng)]
+        resp: list[int] = []
+        for i in range(rng.randint(self.min_phrases, self.max_phrases)):
+            resp += self.phrase((c0 + 1 + i) % 4, rng)
+        resp += [EOS] * (self.gen_length - len(resp))
+        return prompt, resp, c0
+
+    def gold_starts(self, c0: int) -> list[int]:
+        """Offsets (within the response) where phrases start if the cycle continues to the end."""
+        starts, pos, i = [], 0, 0
+        while pos < self.gen_length:
+            starts.append(pos)
+            pos += LENGTHS[(c0 + 1 + i) % 4]
+            i += 1
+        return starts
+
+    def parse(self, resp: list[int], c0: int) -> tuple[bool, int]:
+        """Check a response; returns (valid, offset where the ``<eos>`` tail starts)."""
+        pos, i = 0, 0
+        n = len(resp)
+        while pos < n and resp[pos] != EOS:
+            c = (c0 + 1 + i) % 4
+            ln = LENGTHS[c]
+            ph = resp[pos : pos + ln]
+            if len(ph) < ln or not self._phrase_ok(ph, c):
+                return False, pos
+            pos += ln
+            i += 1
+        return all(t == EOS for t in resp[pos:]) and i >= 1, pos
+
+    def _phrase_ok(self, ph: list[int], c: int) -> bool:
+        if ph[0] not in {self.head(c, h) for h in range(N_HEADS)}:
+            return False
+        variants = set(range(N_VARIANTS))
+        for k, t in enumerate(ph[1:]):
+            if t == self.typo(c, k):
+                continue
+            variants &= {v for v in range(N_VARIANTS) if self.body(c, v, k) == t}
+        return bool(variants)
+
+
+def tiny_mdm(
+    vocab_size: int,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    max_positions: int = 64,
+    seed: int = 0,
+) -> torch.nn.Module:
+    """Tiny bidirectional transformer (``BertForMaskedLM``, random init) usable as a masked-diffusion LM."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden_size,
+        max_position_embeddings=max_positions,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=PAD,
+        type_vocab_size=1,
+    )
+    return BertForMaskedLM(config).eval()
+
+
+def _batch(grammar: PhraseGrammar, rng: random.Random, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    seqs, prompt_lens = [], []
+    width = 1 + max(LENGTHS) + grammar.gen_length
+    for _ in range(n):
+        prompt, resp, _ = grammar.sample(rng)
+        # Left-pad so every response occupies the same absolute positions would change semantics;
+        # right-pad instead (PAD after the response is never predicted).
+        seq = prompt + resp
+        seqs.append(seq + [PAD] * (width - len(seq)))
+        prompt_lens.append(len(prompt))
+    return torch.tensor(seqs), torch.tensor(prompt_lens)
+
+
+def train_mdm(
+    model: torch.nn.Module,
+    grammar: PhraseGrammar,
+    steps: int = 800,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    t_min: float = 0.02,
+    seed: int = 0,
+) -> list[float]:
+    """Masked-diffusion training (LLaDA objective, spec §6); returns the loss per step."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / 50) * (1 - i / steps)
+    )
+    model.train()
+    losses = []
+    for _ in range(steps):
+        ids, plen = _batch(grammar, rng, batch_size)  # [B, W], [B]
+        pos = torch.arange(ids.shape[1])[None]  # [1, W]
+        resp = (pos >= plen[:, None]) & (pos < plen[:, None] + grammar.gen_length)  # [B, W]
+        t = t_min + (1 - t_min) * torch.rand(batch_size, 1, generator=gen)  # [B, 1]
+        masked = resp & (torch.rand(ids.shape, generator=gen) < t)  # [B, W]
+        inp = torch.where(masked, torch.full_like(ids, MASK), ids)
+        logits = model(input_ids=inp, attention_mask=(ids != PAD).long()).logits  # [B, W, V]
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
+        loss = ((ce * masked) / t).sum() / (batch_size * grammar.gen_length)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+    model.eval()
+    return losses

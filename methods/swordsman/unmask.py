@@ -1,0 +1,60 @@
+"""Threshold-based parallel unmasking inside a block (spec §3.3, Fast-dLLM style).
+
+Every masked position of the block whose top-1 probability reaches the threshold is committed in the same
+step; the single most confident masked position is always committed so that a block of length ``ℓ``
+finishes in at most ``ℓ`` steps.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def select_transfer(
+    logits: torch.Tensor,
+    x_blk: torch.Tensor,
+    mask_id: int,
+    tau: float,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose the tokens to commit at one denoising step (spec §3.3, ``U_t``).
+
+    ``x̂_j = argmax_v p_j(v)`` (Gumbel-max sample if ``temperature > 0``), ``c_j = p_j(x̂_j)``;
+    commit ``{j masked : c_j >= tau} ∪ {argmax_{j masked} c_j}``.
+
+    Args:
+        logits: ``[1, ℓ, V]`` logits aligned with the block positions.
+        x_blk: ``[1, ℓ]`` current block tokens (``mask_id`` where undecided).
+        mask_id: the mask token id.
+        tau: commit threshold in ``[0, 1]``.
+        temperature: 0 for greedy; > 0 samples ``x̂`` with the Gumbel-max trick.
+        generator: RNG for sampling.
+
+    Returns:
+        ``(x0, commit)``: ``x0 [1, ℓ]`` proposed tokens (equal to ``x_blk`` off the masked positions) and
+        ``commit [1, ℓ]`` bool, True only on masked positions; at least one True if any mask remains.
+    """
+    if logits.dim() != 3 or logits.shape[:2] != x_blk.shape:
+        raise ValueError(
+            f"logits must be [1, ℓ, V] matching x_blk [1, ℓ], got {tuple(logits.shape)} and "
+            f"{tuple(x_blk.shape)}"
+        )
+    masked = x_blk == mask_id  # [1, ℓ]
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [1, ℓ, V]
+    # Deviation: the mask token itself is never proposed (the official code can "commit" a mask, which
+    # leaves the position undecided and can stall a block on a badly trained model).
+    logp[..., mask_id] = float("-inf")
+    if temperature > 0:
+        u = torch.rand(logp.shape, generator=generator, dtype=logp.dtype).clamp_(1e-20, 1.0)
+        x0 = (logp / temperature - torch.log(-torch.log(u))).argmax(-1)  # [1, ℓ]
+    else:
+        x0 = logp.argmax(-1)  # [1, ℓ]
+    conf = logp.gather(-1, x0.unsqueeze(-1)).squeeze(-1).exp()  # [1, ℓ]
+    conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+    commit = masked & (conf >= tau)
+    if masked.any():
+        best = conf.argmax(-1, keepdim=True)  # [1, 1]
+        commit.scatter_(1, best, True)
+    x0 = torch.where(masked, x0, x_blk)
+    return x0, commit

@@ -1,0 +1,457 @@
+"""Tests for methods/swordsman (spec §6 CI list, §8 bad input)."""
+
+from __future__ import annotations
+
+import math
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from methods.swordsman import (
+    SCHEDULES,
+    DreamAdapter,
+    HFDiffusionAdapter,
+    HFMaskedLMAdapter,
+    PhraseGrammar,
+    SwordsmanConfig,
+    boundary_alignment,
+    dynamic_threshold,
+    fixed_block_generate,
+    next_block_length,
+    select_transfer,
+    swordsman_generate,
+    tiny_mdm,
+    token_entropy,
+    uncertainty,
+    vanilla_generate,
+)
+from methods.swordsman.toy import BOS, EOS, MASK
+
+V = 23
+
+
+# ----------------------------------------------------------------------------- fixtures / helpers
+@pytest.fixture(scope="module")
+def mdm():
+    torch.manual_seed(0)
+    return tiny_mdm(vocab_size=V, hidden_size=32, num_layers=1, max_positions=64, seed=0)
+
+
+class OracleModel(torch.nn.Module):
+    """Logits = scaled one-hot of a fixed target sequence, independent of the input."""
+
+    def __init__(self, target: torch.Tensor, vocab: int = V, scale: float = 20.0):
+        super().__init__()
+        self.register_buffer("z", torch.nn.functional.one_hot(target, vocab).float()[None] * scale)
+
+    def forward(self, input_ids, **kw):
+        return SimpleNamespace(logits=self.z[:, : input_ids.shape[1]])
+
+
+class CountingAdapter:
+    """Wraps an adapter and counts model calls and the lengths fed to cached passes."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.block_calls = inner, 0, []
+        self.mask_id, self.eos_ids, self.supports = inner.mask_id, inner.eos_ids, inner.supports
+
+    def forward(self, x, use_cache=False):
+        self.calls += 1
+        return self.inner.forward(x, use_cache=use_cache)
+
+    def block_forward(self, x, start, end, past, cache):
+        self.calls += 1
+        self.block_calls.append((start, end))
+        return self.inner.block_forward(x, start, end, past, cache)
+
+
+class RecomputeCacheModel(torch.nn.Module):
+    """Fake KV-cache model: the 'cache' is the token ids; every call recomputes exactly.
+
+    Prefix mode feeds ``x[q:]`` after a cache of ``x[:q]``; dual mode feeds the block and a boolean
+    ``replace_position``. Records the length of every input it is fed.
+    """
+
+    def __init__(self, net: torch.nn.Module, shift: bool = False):
+        super().__init__()
+        self.net, self.shift, self.fed = net, shift, []
+
+    def _logits(self, full):
+        z = self.net(input_ids=full).logits
+        if self.shift:  # next-token model: output j predicts j + 1 (undo the mdm alignment)
+            z = torch.cat([z[:, 1:], z[:, -1:]], dim=1)
+        return z
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False, replace_position=None):
+        self.fed.append(input_ids.shape[1])
+        if past_key_values is None:
+            full, out = input_ids, slice(None)
+        elif replace_position is not None:
+            full = past_key_values.clone()
+            full[replace_position] = input_ids.reshape(-1)
+            idx = replace_position[0].nonzero().squeeze(-1)
+            out = slice(int(idx[0]), int(idx[-1]) + 1)
+        else:
+            full = torch.cat([past_key_values, input_ids], dim=1)
+            out = slice(past_key_values.shape[1], None)
+        return SimpleNamespace(logits=self._logits(full)[:, out], past_key_values=full.clone())
+
+
+def _prompt(n=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, V, (1, n), generator=g)
+
+
+# ----------------------------------------------------------------------------- uncertainty
+def test_entropy_closed_forms():
+    z = torch.zeros(1, 2, 7)
+    z[0, 1, 3] = 1e4  # effectively one-hot
+    h = token_entropy(z)
+    assert h.dtype == torch.float32 and h.shape == (1, 2)
+    assert_close(h[0, 0], torch.tensor(math.log(7)), atol=1e-6, rtol=0)
+    assert_close(h[0, 1], torch.tensor(0.0), atol=1e-6, rtol=0)
+    r = torch.randn(2, 5, 11, generator=torch.Generator().manual_seed(1))
+    ref = torch.distributions.Categorical(logits=r).entropy()
+    assert_close(token_entropy(r), ref, atol=1e-6, rtol=0)
+    assert_close(token_entropy(r.half()), ref, atol=2e-2, rtol=0)
+
+
+def test_other_uncertainty_metrics_hand_worked():
+    p = torch.tensor([[0.5, 0.3, 0.2]])
+    z = p.log()[None]  # [1, 1, 3]
+    assert_close(uncertainty(z, "confidence")[0, 0], torch.tensor(0.5))
+    assert_close(uncertainty(z, "gap")[0, 0], torch.tensor(1 - 0.2))
+    assert_close(uncertainty(z, "gini")[0, 0], torch.tensor(1 - (0.25 + 0.09 + 0.04)))
+    h = -(p * p.log()).sum()
+    var = (p * (-p.log() - h) ** 2).sum()
+    assert_close(uncertainty(z, "varentropy")[0, 0], var)
+    # top-2 entropy renormalises 0.5, 0.3 -> 0.625, 0.375
+    q = torch.tensor([0.625, 0.375])
+    assert_close(uncertainty(z, "topk_entropy", topk=2)[0, 0], -(q * q.log()).sum())
+
+
+def test_entropy_bad_input():
+    with pytest.raises(ValueError, match="NaN/Inf"):
+        token_entropy(torch.tensor([[[0.0, float("nan")]]]))
+    with pytest.raises(TypeError, match="floating-point"):
+        token_entropy(torch.zeros(1, 2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="metric"):
+        uncertainty(torch.zeros(1, 2, 3), "perplexity")
+
+
+# ----------------------------------------------------------------------------- partition
+def test_partition_single_jump_cuts_before_it():
+    u = torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 3.0])
+    # s=2: d_j for j in [3, 10): d_5 = 2 is the only positive jump -> block [2, 5), ℓ = 3
+    assert next_block_length(u, 2, 1, 32, 0.01) == 3
+
+
+def test_partition_largest_jump_wins_and_first_on_ties():
+    u = torch.tensor([0.0, 1.0, 1.0, 1.5, 1.5, 3.5, 3.5])
+    assert next_block_length(u, 0, 1, 32, 0.01) == 5  # d_5 = 2 > d_1 = 1 > d_3 = 0.5
+    tie = torch.tensor([0.0, 0.0, 1.0, 1.0, 2.0, 2.0])
+    assert next_block_length(tie, 0, 1, 32, 0.01) == 2  # d_2 = d_4 = 1: first maximiser
+
+
+def test_partition_no_jump_and_sequence_end():
+    u = torch.linspace(1.0, 0.0, 40)  # entropy only falls
+    assert next_block_length(u, 0, 1, 32, 0.01) == 32
+    assert next_block_length(u, 30, 1, 32, 0.01) == 10  # remainder
+    assert next_block_length(u, 38, 4, 32, 0.01) == 2  # fewer than min_len left
+    small = torch.tensor([0.0, 0.005, 0.0, 0.005])  # rises below δ
+    assert next_block_length(small, 0, 1, 32, 0.01) == 4
+
+
+def test_partition_min_len_respected_and_degenerate_fixed():
+    u = torch.tensor([0.0, 5.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert next_block_length(u, 0, 1, 8, 0.01) == 1  # the jump at j=1 is allowed
+    assert next_block_length(u, 0, 2, 8, 0.01) == 4  # j=1 excluded by m_min -> next jump at 4
+    assert next_block_length(u, 0, 3, 3, 0.01) == 3  # m_min = M_max: fixed block
+
+
+def test_partition_bounds_random_brute_force():
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        n = int(torch.randint(2, 30, (1,), generator=rng))
+        u = torch.rand(n, generator=rng) * 3
+        s = int(torch.randint(0, n, (1,), generator=rng))
+        lo = int(torch.randint(1, 6, (1,), generator=rng))
+        hi = lo + int(torch.randint(0, 8, (1,), generator=rng))
+        ell = next_block_length(u, s, lo, hi, 0.01)
+        assert 1 <= ell <= min(hi, n - s)
+        assert ell >= min(lo, n - s)
+        # brute force of the rule
+        a, e = s + lo, min(s + hi, n)
+        if a >= e:
+            assert ell == min(e, n) - s
+            continue
+        d = [float(u[j] - u[j - 1]) for j in range(a, e)]
+        best = max(d)
+        expect = (e - s) if best < 0.01 else (a + d.index(best) - s)
+        assert ell == expect
+
+
+def test_partition_bad_input():
+    u = torch.zeros(10)
+    with pytest.raises(ValueError, match="min_len"):
+        next_block_length(u, 0, 0, 4)
+    with pytest.raises(ValueError, match="max_len"):
+        next_block_length(u, 0, 5, 4)
+    with pytest.raises(ValueError, match="min_jump"):
+        next_block_length(u, 0, 1, 4, -0.1)
+    with pytest.raises(ValueError, match="start"):
+        next_block_length(u, 10, 1, 4)
+    with pytest.raises(ValueError, match="1-D"):
+        next_block_length(torch.zeros(2, 5), 0)
+
+
+# ----------------------------------------------------------------------------- threshold
+def test_threshold_endpoints_clip_and_guard():
+    assert dynamic_threshold(2.0, 2.0, 0.9, 0.7, 1.0) == pytest.approx(0.9)
+    assert dynamic_threshold(0.0, 2.0, 0.9, 0.7, 1.0) == pytest.approx(0.7)
+    assert dynamic_threshold(5.0, 2.0, 0.9, 0.7, 1.0) == pytest.approx(0.9)  # r clipped to 1
+    # hand-worked: r = 0.5, γ = 0.5 -> τ = 0 + 0.9 * sqrt(0.5)
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.0, 0.5) == pytest.approx(0.9 * math.sqrt(0.5))
+    assert dynamic_threshold(0.3, 0.0, 0.9, 0.7, 1.0) == pytest.approx(0.7)  # h_ref = 0 guarded
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.9, 3.0) == pytest.approx(0.9)  # tau_min = tau_max
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_threshold_monotone_and_bounded(schedule):
+    hs = torch.linspace(0, 3, 61).tolist()
+    taus = [dynamic_threshold(h, 2.0, 0.9, 0.3, 2.0, schedule) for h in hs]
+    assert all(0.3 - 1e-12 <= t <= 0.9 + 1e-12 for t in taus)
+    assert all(b >= a - 1e-12 for a, b in zip(taus, taus[1:]))
+    assert taus[0] == pytest.approx(0.3) and taus[-1] == pytest.approx(0.9)
+
+
+def test_power_decay_gamma_one_is_linear():
+    for h in (0.1, 0.7, 1.3):
+        a = dynamic_threshold(h, 1.5, 0.9, 0.7, 1.0, "power_decay")
+        assert a == pytest.approx(dynamic_threshold(h, 1.5, 0.9, 0.7, 1.0, "linear"))
+
+
+def test_threshold_bad_input():
+    with pytest.raises(ValueError, match="tau_min"):
+        dynamic_threshold(1.0, 1.0, 0.5, 0.7)
+    with pytest.raises(ValueError, match="tau_max"):
+        dynamic_threshold(1.0, 1.0, 1.5, 0.7)
+    with pytest.raises(ValueError, match="gamma"):
+        dynamic_threshold(1.0, 1.0, 0.9, 0.7, 0.0)
+    with pytest.raises(ValueError, match="schedule"):
+        dynamic_threshold(1.0, 1.0, 0.9, 0.7, 1.0, "zigzag")
+    with pytest.raises(ValueError, match="h_cur"):
+        dynamic_threshold(float("nan"), 1.0)
+
+
+# ----------------------------------------------------------------------------- unmasking
+def test_select_transfer_threshold_and_forced_top1():
+    p = torch.tensor([[0.95, 0.05, 0.0], [0.6, 0.4, 0.0], [0.5, 0.5, 0.0], [0.99, 0.01, 0.0]])
+    z = (p + 1e-9).log()[None]  # [1, 4, 3]
+    x = torch.tensor([[2, 2, 2, 0]])  # mask id 2; last position already committed
+    x0, commit = select_transfer(z, x, mask_id=2, tau=0.9)
+    assert commit.tolist() == [[True, False, False, False]]
+    assert x0[0, 3] == 0  # committed token kept although its logits are confident
+    _, commit = select_transfer(z[:, 1:3], x[:, 1:3], mask_id=2, tau=0.9)
+    assert commit.tolist() == [[True, False]]  # nothing clears τ: the most confident is forced
+    _, commit = select_transfer(z, x, mask_id=2, tau=0.55)
+    assert commit.tolist() == [[True, True, False, False]]
+
+
+# ----------------------------------------------------------------------------- decoders
+def test_oracle_exact_with_nfe_equal_blocks():
+    target = torch.randint(3, V, (30,), generator=torch.Generator().manual_seed(2))
+    prompt = target[None, :6].clone()
+    ad = CountingAdapter(HFMaskedLMAdapter(OracleModel(target), mask_id=1))
+    r = swordsman_generate(ad, prompt, SwordsmanConfig(gen_length=24, max_block_len=8))
+    assert torch.equal(r.sequences[0], target)
+    assert r.nfe == len(r.boundaries) == ad.calls  # every token clears τ at step 0
+    assert r.boundaries[-1] == 30 and all(b > a for a, b in zip(r.boundaries, r.boundaries[1:]))
+
+
+@pytest.mark.parametrize("block,gen", [(4, 16), (8, 16), (5, 13)])
+def test_degenerate_swordsman_equals_fixed_block(mdm, block, gen):
+    prompt = _prompt()
+    ad = HFMaskedLMAdapter(mdm, mask_id=1)
+    cfg = SwordsmanConfig(
+        gen_length=gen, min_block_len=block, max_block_len=block, tau_max=0.3, tau_min=0.3
+    )
+    a = swordsman_generate(ad, prompt, cfg)
+    b = fixed_block_generate(ad, prompt, gen, block_len=block, tau=0.3)
+    assert torch.equal(a.sequences, b.sequences)
+    assert a.nfe == b.nfe and a.boundaries == b.boundaries
+    assert a.nfe > len(a.boundaries)  # the random model forces several steps per block
+
+
+def test_every_position_unmasked_once_and_nfe_exact(mdm):
+    prompt = _prompt(seed=3)
+    ad = CountingAdapter(HFMaskedLMAdapter(mdm, mask_id=1))
+    cfg = SwordsmanConfig(gen_length=20, max_block_len=6, tau_max=0.9, tau_min=0.0, gamma=0.5)
+    r = swordsman_generate(ad, prompt, cfg)
+    assert r.nfe == ad.calls == len(r.taus)  # one model call per denoising step
+    assert torch.equal(r.sequences[:, :5], prompt)
+    assert (r.generated != 1).all()
+    assert (r.commit_step >= 0).all()
+    # commit steps never decrease from block to block; NFE within [#blocks, G]
+    assert len(r.boundaries) <= r.nfe <= 20
+    starts = [5, *r.boundaries[:-1]]
+    for s, e in zip(starts, r.boundaries):
+        seg = r.commit_step[s - 5 : e - 5]
+        assert seg.max() - seg.min() < e - s  # a block finishes within ℓ steps
+    assert all(0.0 <= t <= 0.9 + 1e-9 for t in r.taus)
+
+
+def test_dynamic_threshold_saves_calls_on_random_model(mdm):
+    prompt = _prompt(seed=4)
+    ad = HFMaskedLMAdapter(mdm, mask_id=1)
+    base = dict(gen_length=24, min_block_len=8, max_block_len=8, tau_max=0.9)
+    fixed = swordsman_generate(ad, prompt, SwordsmanConfig(**base, tau_min=0.9))
+    dyn = swordsman_generate(ad, prompt, SwordsmanConfig(**base, tau_min=0.0, gamma=0.5))
+    assert dyn.nfe <= fixed.nfe
+    assert min(dyn.taus) < 0.9
+
+
+def test_vanilla_commits_k_per_step(mdm):
+    prompt = _prompt()
+    ad = CountingAdapter(HFMaskedLMAdapter(mdm, mask_id=1))
+    r = vanilla_generate(ad, prompt, gen_length=12, steps=6, block_len=6)
+    assert r.nfe == ad.calls == 6 and (r.generated != 1).all()
+    assert torch.bincount(r.commit_step).tolist() == [2] * 6
+
+
+def test_determinism_with_temperature(mdm):
+    prompt = _prompt()
+    ad = HFMaskedLMAdapter(mdm, mask_id=1)
+    cfg = SwordsmanConfig(gen_length=12, max_block_len=4, temperature=1.0)
+    r1 = swordsman_generate(ad, prompt, cfg, torch.Generator().manual_seed(7))
+    r2 = swordsman_generate(ad, prompt, cfg, torch.Generator().manual_seed(7))
+    assert torch.equal(r1.sequences, r2.sequences)
+    assert r1.boundaries == r2.boundaries and r1.taus == r2.taus
+
+
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_cache_paths_match_no_cache(mdm, cache, shift):
+    model = RecomputeCacheModel(mdm, shift=shift)
+    ad = CountingAdapter(HFDiffusionAdapter(model, mask_id=1, shift_logits=shift))
+    assert ad.supports == {"none", "prefix", "dual"}
+    prompt = _prompt(seed=5)
+    cfg = SwordsmanConfig(gen_length=16, max_block_len=5, tau_min=0.5)
+    ref = swordsman_generate(ad, prompt, cfg)
+    model.fed.clear()
+    r = swordsman_generate(ad, prompt, SwordsmanConfig(**{**cfg.__dict__, "cache": cache}))
+    assert torch.equal(r.sequences, ref.sequences) and r.nfe == ref.nfe
+    full = prompt.shape[1] + 16
+    block_feeds = [n for n in model.fed if n != full]
+    lb = 1 if shift else 0
+    if cache == "dual":  # only the block (plus one look-back token for next-token models)
+        spans = [e - s + lb for s, e in ad.block_calls[-len(block_feeds) :]]
+    else:  # the block and the masked suffix after the cached prefix
+        spans = [full - s + lb for s, e in ad.block_calls[-len(block_feeds) :]]
+    assert block_feeds == spans and len(block_feeds) == r.nfe - len(r.boundaries)
+
+
+def test_dream_shift_aligns_logits():
+    target = torch.randint(3, V, (12,), generator=torch.Generator().manual_seed(0))
+    # A next-token model whose output at j is one-hot of target[j + 1]
+    nxt = torch.cat([target[1:], target[-1:]])
+    ad = DreamAdapter(OracleModel(nxt), mask_id=1)
+    logits, _ = ad.forward(target[None])
+    assert torch.equal(logits[0, 1:].argmax(-1), target[1:])
+
+
+def test_dream_first_token_greedy_commits_block_start(mdm):
+    ad = HFMaskedLMAdapter(mdm, mask_id=1)
+    cfg = SwordsmanConfig(gen_length=12, max_block_len=4, dream_first_token_greedy=True)
+    r = swordsman_generate(ad, _prompt(), cfg)
+    for s in [5, *r.boundaries[:-1]]:
+        assert r.commit_step[s - 5] == r.commit_step[: s - 5 + 1].max()  # first of its block
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_decoder_bad_input(mdm):
+    ad = HFMaskedLMAdapter(mdm, mask_id=1)
+    cfg = SwordsmanConfig(gen_length=8, max_block_len=4)
+    with pytest.raises(ValueError, match="mask id"):
+        swordsman_generate(ad, torch.tensor([[2, 1, 3]]), cfg)
+    with pytest.raises(ValueError, match="empty"):
+        swordsman_generate(ad, torch.zeros(1, 0, dtype=torch.long), cfg)
+    with pytest.raises(ValueError, match="batch size 1"):
+        swordsman_generate(ad, torch.tensor([[2, 3], [4, 5]]), cfg)
+    with pytest.raises(TypeError, match="LongTensor"):
+        swordsman_generate(ad, torch.tensor([[2.0, 3.0]]), cfg)
+    with pytest.raises(ValueError, match="cache='dual'"):
+        swordsman_generate(ad, torch.tensor([[2, 3]]), SwordsmanConfig(gen_length=8, cache="dual"))
+    with pytest.raises(ValueError, match="mask_id"):
+        HFMaskedLMAdapter(mdm, mask_id=None)
+    nan_model = OracleModel(torch.zeros(20, dtype=torch.long))
+    nan_model.z[0, 7, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        swordsman_generate(HFMaskedLMAdapter(nan_model, 1), torch.tensor([[2, 3]]), cfg)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(min_block_len=0), "min_block_len"),
+        (dict(min_block_len=8, max_block_len=4), "min_block_len"),
+        (dict(min_jump=-1.0), "min_jump"),
+        (dict(tau_max=1.2), "tau_max"),
+        (dict(tau_min=0.95), "tau_min"),
+        (dict(gamma=0.0), "gamma"),
+        (dict(schedule="zigzag"), "schedule"),
+        (dict(metric="perplexity"), "metric"),
+        (dict(cache="full"), "cache"),
+        (dict(gen_length=0), "gen_length"),
+        (dict(pivot="last"), "pivot"),
+    ],
+)
+def test_config_bad_input(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SwordsmanConfig(**kw)
+
+
+def test_config_warns_on_temperature_and_long_blocks(caplog):
+    with caplog.at_level("WARNING"):
+        SwordsmanConfig(temperature=0.5, gen_length=16, max_block_len=32)
+    assert "temperature" in caplog.text and "max_block_len" in caplog.text
+
+
+# ----------------------------------------------------------------------------- toy pieces
+def test_alignment_hand_worked():
+    assert boundary_alignment([3, 8, 12], [0, 3, 7, 12]) == pytest.approx(2 / 3)
+    assert boundary_alignment([3, 8, 12], [0, 3, 7, 12], tol=1) == 1.0
+    assert math.isnan(boundary_alignment([], [1]))
+
+
+def test_grammar_samples_parse_valid_and_corruptions_fail():
+    g = PhraseGrammar()
+    rng = random.Random(0)
+    for _ in range(50):
+        prompt, resp, c0 = g.sample(rng)
+        assert prompt[0] == BOS and len(resp) == g.gen_length and MASK not in resp
+        ok, eos_at = g.parse(resp, c0)
+        assert ok and all(t == EOS for t in resp[eos_at:])
+        assert eos_at in g.gold_starts(c0)
+        bad = list(resp)
+        bad[0] = g.head((c0 + 2) % 4, 0)  # head of the wrong category
+        assert not g.parse(bad, c0)[0]
+    # mixing two body variants inside one phrase is invalid
+    c = 3
+    mixed = [g.head(c, 0), g.body(c, 0, 0), g.body(c, 1, 1), g.body(c, 0, 2), g.body(c, 0, 3)]
+    mixed += [g.body(c, 0, 4)] + [EOS] * (g.gen_length - 6)
+    assert not g.parse(mixed, c0=2)[0]
+    mixed[2] = g.typo(c, 1)
+    assert g.parse(mixed, c0=2)[0]
+
+
+def test_model_that_predicts_mask_still_finishes():
+    # Every position's argmax is the mask id itself: the decoder must propose real tokens and finish.
+    ad = CountingAdapter(HFMaskedLMAdapter(OracleModel(torch.full((20,), 1)), mask_id=1))
+    r = swordsman_generate(
+        ad, torch.tensor([[2, 3]]), SwordsmanConfig(gen_length=10, max_block_len=4)
+    )
+    assert (r.generated != 1).all() and r.nfe <= 10
