@@ -110,9 +110,12 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def render_fragment(sem: Tuple_) -> str:
-    """gurobipy-style code for a semantic tuple (the correct fragment)."""
+def render_fragment(sem: Tuple_, reverse: bool = False) -> str:
+    """gurobipy-style code for a semantic tuple; ``reverse`` writes the terms in reverse order
+    (different bytes, same meaning)."""
     kind, terms, sense, rhs = sem
+    if reverse:
+        terms = terms[::-1]
 
     def ref(c, i):
         coef = "" if c is None else c[0] + "".join(f"[{k}]" for k in c[1:]) + " * "
@@ -159,11 +162,12 @@ def parse_fragment(code: str) -> Tuple_ | None:
             (cmp,) = call.args
             (op,) = cmp.ops
             sense = {ast.LtE: "<=", ast.GtE: ">=", ast.Eq: "=="}[type(op)]
-            return ("constraint", tuple(_terms(cmp.left)), sense, _ref_of(cmp.comparators[0]))
+            terms = tuple(sorted(_terms(cmp.left), key=lambda t: t[1]))
+            return ("constraint", terms, sense, _ref_of(cmp.comparators[0]))
         if name == "setObjective":
             expr, sense_node = call.args
             sense = "max" if sense_node.attr == "MAXIMIZE" else "min"
-            return ("objective", tuple(_terms(expr)), sense, None)
+            return ("objective", tuple(sorted(_terms(expr), key=lambda t: t[1])), sense, None)
     except (AttributeError, ValueError, KeyError, TypeError, SyntaxError):
         return None
     return None
@@ -289,26 +293,28 @@ class FakeCoder:
         self.rng = random.Random(seed)
         self.injected: dict[str, int] = {}
 
-    def _draw(self, truth: Tuple_) -> tuple[str, str | None]:
+    def _draw(self, truth: Tuple_) -> tuple[str, str | None, Tuple_]:
         u = self.rng.random()
         if u < self.p_syntax:
-            return render_fragment(truth)[:-7] + " +", "syntax"
+            return render_fragment(truth)[:-7] + " +", "syntax", truth
         if u < self.p_syntax + self.p_err:
             kinds = list(ERROR_TYPES)
             self.rng.shuffle(kinds)
             for kind in kinds:
                 bad = inject_error(truth, kind, self.rng, self.problem)
                 if bad is not None:
-                    return render_fragment(bad), kind
-        return render_fragment(truth), None
+                    return render_fragment(bad), kind, bad
+        return render_fragment(truth), None, truth
 
     def generate(self, state: ProblemState, anchor: Anchor, negative_ref: str | None = None) -> str:
         """A fragment for ``anchor``; never byte-identical to ``negative_ref``."""
         truth = anchor.meta["truth"]
-        for _ in range(50):
-            code, err = self._draw(truth)
+        for _ in range(20):
+            code, err, sem = self._draw(truth)
             if code != negative_ref:
                 break
+        else:  # the same text again: rewrite it with the terms reordered (same meaning)
+            code = render_fragment(sem, reverse=True)
         anchor.meta["error"] = err
         if err:
             self.injected[err] = self.injected.get(err, 0) + 1

@@ -1,0 +1,629 @@
+"""Tests for SAC-Opt (spec §6 CI list, issue 18 Must show 1-2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import numpy as np
+import pytest
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from common.llm import ScriptedChat
+from methods.sacopt import (
+    Anchor,
+    EmbeddingVerifier,
+    LLMCoder,
+    LLMJudgeVerifier,
+    Parameter,
+    ProblemState,
+    SACOptConfig,
+    SACOptLoop,
+    Variable,
+    assemble_program,
+    debug_loop,
+    extract_state,
+    is_correct,
+    parse_delimited_block,
+    parse_json_from_end,
+    parse_list_from_end,
+    parse_score,
+    run_sandboxed,
+    self_check,
+    shape_string_to_list,
+    solve_problem,
+    static_check,
+    validate_state,
+)
+from methods.sacopt.backend import ExecResult
+from methods.sacopt.toy import (
+    ERROR_TYPES,
+    FakeCoder,
+    StructuralJudge,
+    inject_error,
+    make_toy_problem,
+    parse_fragment,
+    render_fragment,
+)
+
+# ----------------------------------------------------------------------------- fixtures
+
+FARMER = (
+    "A farmer raises cows, sheep and chickens, earning 400, 120 and 3 per animal. Manure is "
+    "limited to 800 units (10 per cow, 5 per sheep, 2 per chicken); at most 50 chickens; at least "
+    "10 cows and 20 sheep; at most 100 animals in total. Maximize profit."
+)
+# (anchor text, correct code, planted wrong code or None, what R says about the wrong code)
+FARMER_ANCHORS = [
+    (
+        "Total manure, 10 per cow, 5 per sheep and 2 per chicken, must not exceed 800.",
+        "model.addConstr(quicksum(Manure[i] * x[i] for i in range(3)) <= ManureCap)",
+        "model.addConstr(quicksum(Manure[i] * x[i] for i in range(3)) >= ManureCap)",
+        "Total manure, 10 per cow, 5 per sheep and 2 per chicken, must be at least 800.",
+    ),
+    ("At most 50 chickens.", "model.addConstr(x[2] <= MaxChickens)", None, None),
+    ("At least 10 cows.", "model.addConstr(x[0] >= MinCows)", None, None),
+    ("At least 20 sheep.", "model.addConstr(x[1] >= MinSheep)", None, None),
+    (
+        "At most 100 animals in total.",
+        "model.addConstr(quicksum(x[i] for i in range(3)) <= MaxAnimals)",
+        "model.addConstr(quicksum(x[i] for i in range(3)) <= MaxChickens)",
+        "At most 50 animals in total.",
+    ),
+]
+FARMER_OBJ = (
+    "Maximize total profit: 400 per cow, 120 per sheep, 3 per chicken.",
+    "model.setObjective(quicksum(Profit[i] * x[i] for i in range(3)), GRB.MAXIMIZE)",
+    "model.setObjective(quicksum(Profit[i] * x[i] for i in range(3)), GRB.MINIMIZE)",
+    "Minimize total profit: 400 per cow, 120 per sheep, 3 per chicken.",
+)
+
+
+def farmer_state(correct: bool = True) -> ProblemState:
+    data = {
+        "Profit": [400, 120, 3],
+        "Manure": [10, 5, 2],
+        "ManureCap": 800,
+        "MaxChickens": 50,
+        "MinCows": 10,
+        "MinSheep": 20,
+        "MaxAnimals": 100,
+        "NumAnimals": 3,
+    }
+    params = [
+        Parameter(k, k, ["NumAnimals"] if isinstance(v, list) else []) for k, v in data.items()
+    ]
+    state = ProblemState(
+        FARMER,
+        params,
+        [Variable("x", "animals of each kind", ["NumAnimals"], "integer")],
+        data=data,
+    )
+    state.constraints = [Anchor("constraint", t, code=c) for t, c, _, _ in FARMER_ANCHORS]
+    state.objective = Anchor("objective", FARMER_OBJ[0], code=FARMER_OBJ[1])
+    return state
+
+
+def farmer_llm() -> ScriptedChat:
+    """A scripted LLM that plants a sense flip, a wrong rhs and a wrong objective sense first."""
+    table = [*FARMER_ANCHORS, FARMER_OBJ]
+
+    def reply(messages):
+        p = messages[-1]["content"]
+        if "Task: write the code for this" in p:
+            for text, good, bad, _ in table:
+                if text in p:
+                    code = bad if bad and "PREVIOUS (incorrect)" not in p else good
+                    return f"Reasoning...\nCODE\n=====\n{code}\n====="
+        if "Here is code that implements" in p:
+            code = p.split("=====\n", 1)[1].split("\n=====", 1)[0]
+            for text, good, bad, bad_text in table:
+                if code == good:
+                    return f"It says:\nCONSTRAINT:\n=====\n{text}\n====="
+                if code == bad:
+                    return f"It says:\nCONSTRAINT:\n=====\n{bad_text}\n====="
+        if "ORIGINAL:" in p:
+            orig = p.split("ORIGINAL: ", 1)[1].split("\n", 1)[0]
+            rec = p.split("RECONSTRUCTED: ", 1)[1].split("\n", 1)[0]
+            return f"ANSWER:\n=====\n{'YES' if orig == rec else 'NO'}\n====="
+        raise AssertionError(f"unexpected prompt: {p[:120]}")
+
+    return ScriptedChat(reply)
+
+
+def _blank_farmer() -> ProblemState:
+    s = farmer_state()
+    for a in s.anchors():
+        a.code = ""
+    return s
+
+
+# ----------------------------------------------------------------------------- Must show 1
+
+
+def test_planted_errors_are_detected_and_only_those_anchors_change():
+    llm = farmer_llm()
+    loop = SACOptLoop(LLMCoder(llm), LLMJudgeVerifier(llm), t_max=5, verify_objective=True)
+    state, trace = loop.run(_blank_farmer())
+    # Round 0 flags exactly the sense flip (c0), the wrong rhs (c4) and the objective.
+    assert trace.rounds[0]["failed_ids"] == ["c0", "c4", "objective"]
+    assert trace.rounds[0]["n_checked"] == 6
+    assert trace.rounds[1] == {**trace.rounds[1], "n_checked": 3, "n_failed": 0}
+    assert len(trace.rounds) == 2
+    for i, (_, good, bad, _) in enumerate(FARMER_ANCHORS):
+        a = state.constraints[i]
+        assert a.code == good and a.verified
+        assert a.history == ([bad] if bad else [])  # untouched anchors were never regenerated
+    assert state.objective.history == [FARMER_OBJ[2]] and state.objective.code == FARMER_OBJ[1]
+    # The objective went through R and δ like the constraints.
+    judged = [c for c in llm.calls if "ORIGINAL: " + FARMER_OBJ[0] in c[-1]["content"]]
+    assert len(judged) == 2
+    res = run_sandboxed(assemble_program(state), timeout_s=60, mem_mb=2048)
+    assert res.status == "optimal" and res.objective == pytest.approx(30400)
+
+
+def test_without_objective_verification_the_wrong_sense_survives():
+    llm = farmer_llm()
+    loop = SACOptLoop(LLMCoder(llm), LLMJudgeVerifier(llm), t_max=5, verify_objective=False)
+    state, trace = loop.run(_blank_farmer())
+    assert trace.rounds[0]["failed_ids"] == ["c0", "c4"]
+    assert state.objective.code == FARMER_OBJ[2]  # the repo's behaviour (spec §9.1)
+
+
+def test_farmer_example_solves_to_30400_and_a_flipped_sense_changes_it():
+    res = run_sandboxed(assemble_program(farmer_state()), timeout_s=60, mem_mb=2048)
+    assert res.status == "optimal" and res.objective == pytest.approx(30400)
+    bad = farmer_state()
+    bad.constraints[0].code = FARMER_ANCHORS[0][2]
+    res2 = run_sandboxed(assemble_program(bad), timeout_s=60, mem_mb=2048)
+    assert res2.status == "optimal" and res2.objective == pytest.approx(34400)  # silent error
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_assembled_programs_match_scipy_highs_on_random_lp_and_milp(seed):
+    rng = np.random.default_rng(seed)
+    n, m = 4, 3
+    c, a, b = rng.integers(1, 10, n), rng.integers(1, 6, (m, n)), rng.integers(20, 60, m)
+    integer = seed % 2 == 0
+    data = {"N": n, "M": m, "C": c.tolist(), "A": a.tolist(), "B": b.tolist()}
+    state = ProblemState(
+        "random",
+        [Parameter("N"), Parameter("M"), Parameter("C", "", ["N"]), Parameter("A", "", ["M", "N"])]
+        + [Parameter("B", "", ["M"])],
+        [Variable("y", "", ["N"], "integer" if integer else "continuous")],
+        data=data,
+    )
+    code = "for j in range(M):\n    model.addConstr(quicksum(A[j][i] * y[i] for i in range(N)) <= B[j])"
+    state.constraints = [Anchor("constraint", "capacity", code=code)]
+    state.objective = Anchor(
+        "objective",
+        "max",
+        code="model.setObjective(quicksum(C[i] * y[i] for i in range(N)), GRB.MAXIMIZE)",
+    )
+    validate_state(state)
+    ref = milp(
+        -c,
+        constraints=[LinearConstraint(a, -np.inf, b)],
+        bounds=Bounds(0, np.inf),
+        integrality=np.full(n, int(integer)),
+    )
+    res = run_sandboxed(assemble_program(state), timeout_s=60, mem_mb=2048)
+    assert res.status == "optimal" and res.objective == pytest.approx(-ref.fun, rel=1e-6)
+
+
+def test_infeasible_and_unbounded_are_reported_not_crashed():
+    s = farmer_state()
+    s.constraints.append(Anchor("constraint", "cows <= 5", code="model.addConstr(x[0] <= 5)"))
+    res = run_sandboxed(assemble_program(s), timeout_s=60, mem_mb=2048)
+    assert res.status == "infeasible" and res.objective is None and res.returncode == 0
+    u = farmer_state()
+    u.constraints = [u.constraints[2]]  # only "at least 10 cows": profit unbounded
+    res = run_sandboxed(assemble_program(u), timeout_s=60, mem_mb=2048)
+    assert res.status in ("unbounded", "infeasible_or_unbounded") and res.objective is None
+    assert not is_correct(res.objective, 30400)
+
+
+# ----------------------------------------------------------------------------- Must show 2
+
+
+def test_sandbox_kills_an_infinite_loop():
+    res = run_sandboxed("while True:\n    pass\n", timeout_s=1.0, mem_mb=512)
+    assert res.status == "error" and res.timed_out and res.runtime_s < 10
+
+
+def test_sandbox_stops_a_memory_bomb():
+    res = run_sandboxed(
+        "x = bytearray(8 * 1024**3)\nprint('SACOPT_RESULT {}')", timeout_s=20, mem_mb=512
+    )
+    assert res.status == "error" and "MemoryError" in res.stderr
+
+
+def test_sandbox_blocks_writes_outside_its_workdir(tmp_path):
+    target = tmp_path / "pwned.txt"
+    for code in (
+        f"open({str(target)!r}, 'w').write('x')",
+        f"import os\nos.remove({str(tmp_path / 'keep.txt')!r})",
+        "import subprocess\nsubprocess.run(['true'])",
+    ):
+        (tmp_path / "keep.txt").write_text("keep")
+        res = run_sandboxed(code, timeout_s=20, mem_mb=512)
+        assert res.status == "error" and "PermissionError" in res.stderr
+        assert not target.exists() and (tmp_path / "keep.txt").exists()
+    ok = run_sandboxed(
+        "open('inside.txt', 'w').write('ok')\nprint('SACOPT_RESULT {\"status\": \"optimal\", \"objective\": 1}')"
+    )
+    assert ok.status == "optimal"  # writing inside the work dir is fine
+
+
+def test_sandbox_refuses_network_and_hides_secrets():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.5)
+    port = srv.getsockname()[1]
+    os.environ["SACOPT_TEST_SECRET"] = "hunter2"
+    try:
+        code = (
+            "import os, socket\nprint(os.environ.get('SACOPT_TEST_SECRET'))\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=1)"
+        )
+        res = run_sandboxed(code, timeout_s=20, mem_mb=512)
+        assert res.status == "error" and "hunter2" not in res.stdout
+        with pytest.raises(TimeoutError):
+            srv.accept()  # nothing ever connected
+    finally:
+        del os.environ["SACOPT_TEST_SECRET"]
+        srv.close()
+
+
+def test_sandbox_error_cases_and_arguments():
+    assert run_sandboxed("print('hello')").status == "error"  # no result line
+    assert run_sandboxed("raise SystemExit(3)").returncode == 3
+    with pytest.raises(ValueError, match="timeout_s"):
+        run_sandboxed("pass", timeout_s=0)
+    with pytest.raises(ValueError, match="mem_mb"):
+        run_sandboxed("pass", mem_mb=1)
+    with pytest.raises(TypeError, match="code"):
+        run_sandboxed(b"pass")
+
+
+# ----------------------------------------------------------------------------- loop invariants
+
+
+class _CountingCoder:
+    def __init__(self):
+        self.gen, self.rec = 0, 0
+
+    def generate(self, state, anchor, negative_ref=None):
+        self.gen += 1
+        return (
+            f"model.addConstr(x[0] <= {self.gen})"
+            if anchor.kind == "constraint"
+            else (f"model.setObjective(x[0] * {self.gen}, GRB.MAXIMIZE)")
+        )
+
+    def reconstruct(self, state, anchor):
+        self.rec += 1
+        return "recon"
+
+
+class _Const:
+    def __init__(self, value, uses_llm=True):
+        self.value, self.uses_llm, self.calls = value, uses_llm, 0
+
+    def __call__(self, a, b, kind="constraint"):
+        self.calls += 1
+        return self.value
+
+
+def _toy_state(n=4):
+    s = ProblemState("d", [], [Variable("x", "", [1])])
+    s.constraints = [Anchor("constraint", f"c{i}") for i in range(n)]
+    s.objective = Anchor("objective", "obj")
+    return s
+
+
+def test_always_true_verifier_never_regenerates():
+    coder, v = _CountingCoder(), _Const(True)
+    state, trace = SACOptLoop(coder, v, t_max=5).run(_toy_state())
+    assert coder.gen == 5 and coder.rec == 5 and v.calls == 5  # one check per anchor
+    assert len(trace.rounds) == 1 and all(a.verified and not a.history for a in state.anchors())
+
+
+@pytest.mark.parametrize("t_max", [0, 1, 3])
+def test_always_false_verifier_runs_exactly_t_max_rounds_within_the_call_budget(t_max):
+    n = 5
+    coder, v = _CountingCoder(), _Const(False)
+    state, trace = SACOptLoop(coder, v, t_max=t_max).run(_toy_state(n - 1))
+    assert len(trace.rounds) == t_max
+    assert all(len(a.history) == t_max and not a.verified for a in state.anchors())
+    assert trace.n_llm_calls == n * (1 + 3 * t_max)  # generation + (R, judge, G') per round
+    emb_coder = _CountingCoder()
+    _, t2 = SACOptLoop(emb_coder, _Const(False, uses_llm=False), t_max=t_max).run(_toy_state(n - 1))
+    assert t2.n_llm_calls == n * (1 + 2 * t_max)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_passed_fragments_are_frozen_and_only_failures_change(freeze):
+    prob = make_toy_problem(5)
+    coder = FakeCoder(prob, p_err=0.5, p_syntax=0.1, seed=3)
+    state, trace = SACOptLoop(
+        coder, StructuralJudge(0.0, 0.0), t_max=5, freeze_verified=freeze
+    ).run(prob.state)
+    ids = [f"c{i}" for i in range(len(state.constraints))] + ["objective"]
+    anchors = dict(zip(ids, state.anchors()))
+    assert trace.rounds[0]["failed_ids"], "seed should plant at least one error"
+    for k, a in anchors.items():
+        n_failed = sum(k in r["failed_ids"] for r in trace.rounds)
+        assert len(a.history) == n_failed  # code changes only when the anchor failed
+    if freeze:
+        for t, r in enumerate(trace.rounds[1:], start=1):
+            assert r["n_checked"] == trace.rounds[t - 1]["n_failed"]  # U^(t+1) = E^(t)
+    for a in state.anchors():  # a noiseless judge only passes correct fragments
+        if a.verified:
+            assert parse_fragment(a.code) == a.meta["truth"]
+
+
+def test_loop_and_config_reject_bad_arguments():
+    with pytest.raises(ValueError, match="t_max"):
+        SACOptLoop(_CountingCoder(), _Const(True), t_max=-1)
+    for bad in (
+        dict(t_max=-1),
+        dict(debug_tries=-1),
+        dict(tau=0.0),
+        dict(tau=1.5),
+        dict(verifier="x"),
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SACOptConfig(**bad)
+
+
+def test_static_check_rejects_declarations_chains_and_syntax():
+    assert static_check("model.addConstr(x[0] <= 3)") is None
+    assert "declares" in static_check("y = model.addVar()\nmodel.addConstr(y <= 1)")
+    assert "chained" in static_check("model.addConstr(0 <= x[0] <= 3)")
+    assert "syntax" in static_check("model.addConstr(x[0] <=")
+    assert "setObjective" in static_check("model.addConstr(x[0] <= 1)", "objective")
+    assert "import" in static_check("import os\nmodel.addConstr(x[0] <= 1)")
+
+
+# ----------------------------------------------------------------------------- debug loop
+
+
+def test_debug_loop_stops_after_three_attempts_and_records_each_stderr():
+    runs = []
+
+    def run(code):
+        runs.append(code)
+        return ExecResult("error", None, "", f"Traceback: boom {len(runs)}", 1, 0.0)
+
+    llm = ScriptedChat(lambda m: "try this\n=====\nprint('v')\n=====")
+    code, res, rec = debug_loop(llm, "desc", "bad()", tries=3, run=run)
+    assert rec.n_repairs == 3 and len(llm.calls) == 3 and len(runs) == 4
+    assert rec.errors == [f"Traceback: boom {i}" for i in range(1, 5)]
+    assert res.status == "error" and code == "print('v')"
+    assert "boom 1" in llm.calls[0][-1]["content"]
+
+
+def test_debug_loop_fixes_a_crash_in_the_sandbox():
+    state = farmer_state()
+    state.constraints[1].code = "model.addConstr(x[2] <= MaxChicken)"  # NameError
+    good = assemble_program(farmer_state())
+    llm = ScriptedChat([f"fixed\n=====\n{good}\n====="])
+    code, res, rec = debug_loop(llm, FARMER, assemble_program(state), tries=3)
+    assert "NameError" in rec.errors[0] and rec.n_repairs == 1
+    assert res.status == "optimal" and res.objective == pytest.approx(30400)
+
+
+# ----------------------------------------------------------------------------- parsers, schema
+
+
+def test_parsers():
+    assert parse_delimited_block("think\nCODE\n=====\n```python\nx = 1\n```\n=====\nbye") == "x = 1"
+    assert parse_delimited_block("ANSWER: ===== YES =====") == "YES"
+    assert parse_delimited_block("a ===== one ===== b ===== two =====") == "two"
+    assert parse_delimited_block("no block here") is None
+    txt = 'Sure.\n```json\n{"A": {"value": [1, 2]}, // note\n "B": {"value": 3}}\n```\nDone.'
+    assert parse_json_from_end(txt) == {"A": {"value": [1, 2]}, "B": {"value": 3}}
+    assert parse_json_from_end("nothing") is None
+    assert parse_list_from_end('x [1] then ["a [b]", "c"] end') == ["a [b]", "c"]
+    assert parse_list_from_end("[[1, 2], [3]]") == [[1, 2], [3]]
+    assert parse_score("I'd say 4 out of 5") == 4 and parse_score("3 OUT OF 5") == 3
+    assert parse_score("no score") is None
+
+
+def test_shape_strings():
+    assert shape_string_to_list("[N, M, 19]") == ["N", "M", 19]
+    assert shape_string_to_list("[]") == []
+    with pytest.raises(ValueError, match="shape"):
+        shape_string_to_list("N, M")
+
+
+def test_validate_state_rejects_bad_shapes_and_symbols():
+    validate_state(farmer_state())
+    cases = [
+        (
+            lambda s: s.parameters.append(Parameter("Cost", "", ["K"])) or s.data.update(Cost=[1]),
+            "not a defined",
+        ),
+        (lambda s: s.data.update(Profit=[1, 2]), "dimensions"),
+        (lambda s: s.data.pop("MinCows"), "no value"),
+        (lambda s: s.parameters.append(Parameter("bad_name_here")), "CamelCase"),
+        (lambda s: s.variables.append(Variable("z", "", [], "real")), "type"),
+        (lambda s: s.parameters.append(Parameter("MinCows")), "duplicate"),
+    ]
+    for mutate, msg in cases:
+        s = farmer_state()
+        mutate(s)
+        with pytest.raises(ValueError, match=msg):
+            validate_state(s)
+
+
+def test_is_correct_semantics():
+    assert is_correct(100.005, 100, rtol=1e-4) and not is_correct(100.02, 100, rtol=1e-4)
+    assert is_correct(1e-7, 0) and not is_correct(1e-3, 0)
+    for bad in (None, float("nan"), float("inf"), "abc"):
+        assert not is_correct(bad, 1.0)
+
+
+# ----------------------------------------------------------------------------- verifiers
+
+
+class _FakeEmbedder:
+    """Texts map to fixed unit vectors; 'half' sits at cos 0.75 from 'base'."""
+
+    def encode(self, texts):
+        vecs = {"base": [1.0, 0.0], "half": [0.75, np.sqrt(1 - 0.75**2)], "far": [0.0, 1.0]}
+        return np.array([vecs[t] for t in texts])
+
+
+def test_embedding_verifier_threshold_is_inclusive_and_batch_agrees():
+    v = EmbeddingVerifier(tau=0.75, embedder=_FakeEmbedder())
+    assert v("base", "base") and v("base", "half") and not v("base", "far")
+    pairs = [("base", "half"), ("base", "far"), ("half", "far")]
+    assert v.batch(*zip(*pairs)) == [v(a, b) for a, b in pairs]
+    with pytest.raises(ValueError, match="tau"):
+        EmbeddingVerifier(tau=0.0, embedder=_FakeEmbedder())
+
+
+def test_offline_minilm_reproduces_reference_similarities():
+    v = EmbeddingVerifier()
+    pairs = {
+        ("The new movie is awesome", "The new movie is so great"): 0.8939,
+        ("The cat sits outside", "The cat plays in the garden"): 0.6788,
+        ("I love pasta", "Do you like pizza?"): 0.5096,
+        ("A man is playing guitar", "A woman watches TV"): -0.0327,
+    }
+    sims = v.similarity([a for a, _ in pairs], [b for _, b in pairs])
+    np.testing.assert_allclose(sims, list(pairs.values()), atol=1e-3)
+    # The toy's sense flip is invisible to it at tau = 0.75 (spec §6).
+    prob = make_toy_problem(0)
+    a = prob.state.constraints[0]
+    flipped = inject_error(a.meta["truth"], "sense_flip", None, prob)
+    assert v(a.text, prob.render(flipped))
+
+
+def test_llm_judge_parses_yes_no_and_counts_unparsable():
+    j = LLMJudgeVerifier(ScriptedChat(["ANSWER:\n=====\nYES\n=====", "=====\nNO\n=====", "hmm"]))
+    assert j("a", "a") and not j("a", "b") and not j("a", "c")
+    assert j.n_unparsed == 1
+
+
+# ----------------------------------------------------------------------------- toy pieces
+
+
+def test_toy_fragments_round_trip_and_errors_change_the_sentence():
+    import random
+
+    rng = random.Random(0)
+    for seed in range(5):
+        prob = make_toy_problem(seed)
+        for a in prob.state.anchors():
+            truth = a.meta["truth"]
+            assert parse_fragment(render_fragment(truth)) == truth
+            for kind in ERROR_TYPES:
+                bad = inject_error(truth, kind, rng, prob)
+                if bad is not None:
+                    assert bad != truth and prob.render(bad) != a.text
+
+
+def test_fake_coder_never_repeats_a_negative_reference():
+    prob = make_toy_problem(1)
+    coder = FakeCoder(prob, p_err=0.0, p_syntax=0.0)
+    a = prob.state.constraints[0]
+    good = coder.generate(prob.state, a)
+    assert coder.generate(prob.state, a, negative_ref=good) != good
+
+
+# ----------------------------------------------------------------------------- extraction + pipeline
+
+
+def _extraction_llm(missing_score=False):
+    params = {
+        "NumAnimals": {"definition": "kinds", "shape": "[]", "value": 3},
+        "Profit": {"definition": "profit", "shape": "[NumAnimals]", "value": [400, 120, 3]},
+        "Manure": {"definition": "manure", "shape": "[NumAnimals]", "value": [10, 5, 2]},
+        "ManureCap": {"definition": "cap", "shape": "[]", "value": 800},
+        "MaxChickens": {"definition": "", "shape": "[]", "value": 50},
+        "MinCows": {"definition": "", "shape": "[]", "value": 10},
+        "MinSheep": {"definition": "", "shape": "[]", "value": 20},
+        "MaxAnimals": {"definition": "", "shape": "[]", "value": 100},
+    }
+    coder = farmer_llm()
+    state = {"param_tries": 0}
+
+    def reply(messages):
+        p = messages[-1]["content"]
+        if "List every parameter" in p:
+            state["param_tries"] += 1
+            if state["param_tries"] == 1:
+                return "I cannot find a JSON here"  # first answer unparsable: retried
+            return "```json\n" + json.dumps(params) + "\n```"
+        if "List the decision variables" in p:
+            return json.dumps(
+                {"x": {"shape": "[NumAnimals]", "type": "integer", "definition": "n"}}
+            )
+        if "State the optimisation objective" in p:
+            return f"OBJECTIVE:\n=====\n{FARMER_OBJ[0]}\n====="
+        if "List every constraint" in p:
+            return "Here:\n" + json.dumps(
+                [t for t, *_ in FARMER_ANCHORS] + ["At most 50 chickens."]
+            )
+        if "Remove duplicates" in p:
+            return json.dumps([t for t, *_ in FARMER_ANCHORS])
+        if "Rate your confidence" in p:
+            if missing_score:
+                return "not sure"
+            return "2 out of 5" if "MaxAnimals" in p else "5 OUT OF 5"
+        return coder._fn(messages)
+
+    return ScriptedChat(reply)
+
+
+def test_solve_problem_end_to_end_with_scripted_llm():
+    llm = _extraction_llm()
+    cfg = SACOptConfig(timeout_s=60, mem_mb=2048)
+    rec = solve_problem(llm, FARMER, cfg)
+    assert rec["status"] == "optimal" and rec["objective"] == pytest.approx(30400)
+    assert rec["trace"][0]["failed_ids"] == ["c0", "c4", "objective"]
+    assert len(rec["state"]["constraints"]) == 5  # the redundancy pass removed the duplicate
+
+
+def test_extraction_failures_are_reported_not_raised():
+    cfg = SACOptConfig()
+    rec = solve_problem(ScriptedChat(lambda m: "no json ever"), FARMER, cfg)
+    assert (
+        rec["status"] == "error"
+        and rec["stage"] == "extract"
+        and "after 5 attempts" in rec["error"]
+    )
+    with pytest.raises(ValueError, match="no numbers"):
+        extract_state(ScriptedChat(["x"]), "Maximize profit with some cows.")
+    with pytest.raises(ValueError, match="non-empty"):
+        extract_state(ScriptedChat(["x"]), "   ")
+
+
+def test_self_check_drops_low_scores_and_keeps_unscored():
+    items = {"MaxAnimals": "max", "Profit": "p"}
+    assert self_check(_extraction_llm(), FARMER, items) == {"Profit": "p"}
+    llm = _extraction_llm(missing_score=True)
+    assert self_check(llm, FARMER, items, retries=2) == items
+    assert len(llm.calls) == 4  # retried only because no score parsed
+
+
+# ----------------------------------------------------------------------------- toy run
+
+
+def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
+    from common.registry import compose
+    from methods.sacopt.run import DEMO_OVERRIDES, HEADLINE, run
+
+    cfg = compose(
+        ["experiment=sacopt_toy", *DEMO_OVERRIDES, "method.n_problems=4"], run_dir=str(tmp_path)
+    )
+    out = run(cfg)
+    assert set(HEADLINE) <= set(out)
+    assert (tmp_path / "results.json").exists() and (tmp_path / "results.md").exists()
+    assert out["sacopt_judge/accuracy"] >= out["single_pass/accuracy"]
+    assert out["single_pass/mean_rounds"] == 0
