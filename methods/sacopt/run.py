@@ -187,9 +187,19 @@ def run_toy(
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
-    """CLI entry: toy experiment, results.json/results.md in ``cfg.run_dir``."""
+    """CLI entry; results.json/results.md in ``cfg.run_dir``.
+
+    With ``method.datasets`` empty (the toy preset) this runs the CPU toy; with datasets set (the
+    paper preset) it runs :func:`~methods.sacopt.evaluate.run_benchmark` against the configured
+    OpenAI-compatible endpoint, one results row per dataset.
+    """
+    from methods.sacopt.evaluate import run_benchmark
+
     mcfg = to_config(cfg.method)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = run_toy(mcfg, seed=int(cfg.seed), run_dir=run_dir)
+    if mcfg.datasets:
+        metrics = run_benchmark(mcfg, out_dir=run_dir)
+    else:
+        metrics = run_toy(mcfg, seed=int(cfg.seed), run_dir=run_dir)
     return write_results(run_dir, "sacopt", metrics, cfg=cfg)

@@ -627,3 +627,41 @@ def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
     assert (tmp_path / "results.json").exists() and (tmp_path / "results.md").exists()
     assert out["sacopt_judge/accuracy"] >= out["single_pass/accuracy"]
     assert out["single_pass/mean_rounds"] == 0
+
+
+def test_run_benchmark_on_a_local_dataset_with_scripted_llm(tmp_path):
+    from methods.sacopt import load_problems, run_benchmark
+
+    root = tmp_path / "data" / "Farm"
+    for pid, answer in (("p1", "30400"), ("p2", "30400.001"), ("p3", "34400"), ("p4", "n/a")):
+        (root / pid).mkdir(parents=True)
+        (root / pid / "description.txt").write_text(FARMER)
+        (root / pid / "answer.txt").write_text(answer)
+    problems, excluded = load_problems(root)
+    assert [p["id"] for p in problems] == ["p1", "p2", "p3"] and len(excluded) == 1
+    cfg = SACOptConfig(
+        data_root=str(tmp_path / "data"),
+        datasets=["Farm"],
+        seeds=[0],
+        workers=1,
+        timeout_s=60,
+        mem_mb=2048,
+    )
+    table = run_benchmark(cfg, llm=_extraction_llm(), out_dir=tmp_path / "out")
+    row = table["Farm"]
+    assert row["n"] == 3 and row["n_excluded"] == 1
+    assert row["accuracy_mean"] == pytest.approx(2 / 3) and row["accuracy_std"] == 0
+    assert (tmp_path / "out" / "results_Farm_seed0.jsonl").exists()
+    with pytest.raises(ValueError, match="data_root"):
+        run_benchmark(SACOptConfig(datasets=["Farm"]))
+
+
+def test_paper_config_composes_to_the_paper_settings():
+    from common.registry import compose
+    from methods.sacopt.run import to_config
+
+    cfg = to_config(compose(["experiment=sacopt_paper"]).method)
+    assert cfg.llm_model == "gpt-4o" and cfg.t_max == 5 and cfg.debug_tries == 3
+    assert len(cfg.datasets) == 7 and cfg.seeds == [0, 1, 2, 3, 4] and cfg.temperature == 0.0
+    with pytest.raises(Exception, match="bogus"):
+        to_config({"bogus": 1})
