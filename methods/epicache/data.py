@@ -1,0 +1,163 @@
+"""Conversation containers and loaders for LoCoMo, Realtalk and LongMemEval (spec §3.8, §5).
+
+The loaders read the official JSON files from a local path (no download here); the paper-scale
+script fetches them with ``huggingface-cli``/``git`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .segmentation import Utterance
+
+LOCOMO_CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
+LONGMEMEVAL_TYPES = {
+    0: "single_hop",
+    1: "two_hop",
+    2: "multi_session_synthesis",
+    3: "temp_reasoning_explicit",
+    4: "temp_reasoning_implicit",
+    5: "knowledge_update",
+    6: "implicit_preference",
+    7: "implicit_preference_v2",
+}
+QA_INSTRUCTION = "Answer the question about the conversation above in a few words, reusing its wording where possible."
+TEMPORAL_HINT = " Use the DATE of the sessions and give an approximate date if needed."
+
+
+@dataclass
+class QA:
+    question: str
+    answer: str
+    category: str = ""
+
+
+@dataclass
+class Conversation:
+    """A multi-session conversation and the questions asked about it."""
+
+    utterances: list[Utterance]
+    qa: list[QA] = field(default_factory=list)
+    header: str = ""
+    conv_id: str = ""
+
+    def render(self) -> str:
+        """The context as in the official converters: header, then per session DATE / CONVERSATION."""
+        lines = [self.header] if self.header else []
+        last = object()
+        for u in self.utterances:
+            if u.session_id != last:
+                last = u.session_id
+                if u.timestamp:
+                    lines.append(f"DATE: {u.timestamp}")
+                lines.append("CONVERSATION:")
+            lines.append(f'{u.speaker} said, "{u.text}"')
+        return "\n".join(lines)
+
+
+def _session_keys(conv: dict) -> list[str]:
+    keys = [k for k in conv if re.fullmatch(r"session_\d+", k)]
+    return sorted(keys, key=lambda k: int(k.split("_")[1]))
+
+
+def _dialogue(conv: dict, caption_fmt: str) -> list[Utterance]:
+    utts = []
+    for sk in _session_keys(conv):
+        date = conv.get(f"{sk}_date_time")
+        for turn in conv[sk]:
+            text = turn.get("text", "")
+            cap = turn.get("blip_caption")
+            if cap:
+                text = f"{text} {caption_fmt.format(cap=cap)}".strip()
+            utts.append(Utterance(turn["speaker"], text, sk, date))
+    return utts
+
+
+def load_locomo(path: str | Path) -> list[Conversation]:
+    """LoCoMo (``locomo10.json``): 10 conversations; category 5 (adversarial) dropped."""
+    out = []
+    for item in json.loads(Path(path).read_text()):
+        conv = item["conversation"]
+        a, b = conv.get("speaker_a", "A"), conv.get("speaker_b", "B")
+        qa = []
+        for q in item.get("qa", []):
+            cat = int(q.get("category", 0))
+            if cat == 5 or "answer" not in q:
+                continue
+            gold = str(q["answer"])
+            if cat == 3:
+                gold = gold.split(";")[0].strip()
+            hint = TEMPORAL_HINT if cat == 2 else ""
+            qa.append(
+                QA(
+                    f"{QA_INSTRUCTION}{hint} Question: {q['question']}",
+                    gold,
+                    LOCOMO_CATEGORIES.get(cat, str(cat)),
+                )
+            )
+        header = f"A conversation between {a} and {b} over several dated sessions."
+        out.append(
+            Conversation(
+                _dialogue(conv, "and shared {cap}."), qa, header, str(item.get("sample_id", ""))
+            )
+        )
+    return out
+
+
+def load_realtalk(path: str | Path) -> list[Conversation]:
+    """Realtalk: one JSON file per conversation (a file or a folder of files)."""
+    p = Path(path)
+    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+    out = []
+    for f in files:
+        item = json.loads(f.read_text())
+        conv = item.get("conversation", item)
+        names = item.get("name", {})
+        a, b = names.get("speaker_1", "A"), names.get("speaker_2", "B")
+        qa = [
+            QA(
+                f"{QA_INSTRUCTION} Question: {q['question']}",
+                str(q.get("answer", "")),
+                str(q.get("category", "")),
+            )
+            for q in item.get("qa", [])
+        ]
+        header = f"A conversation between {a} and {b} over several dated sessions."
+        out.append(Conversation(_dialogue(conv, "shared, an image of {cap}."), qa, header, f.stem))
+    return out
+
+
+def load_longmemeval(path: str | Path) -> list[Conversation]:
+    """Custom LongMemEval histories in the SCBench-style schema (spec §3.8).
+
+    Each record: ``{"prompts": [context, q1, ...], "ground_truth": [a1, ...], "task_types": [...]}``;
+    the context holds ``User:`` / ``Assistant:`` lines under ``SESSION:`` markers.
+    """
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines()):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        context, *questions = rec["prompts"]
+        utts, sess = [], 0
+        for row in context.splitlines():
+            if row.startswith("SESSION:") or row.startswith("TIMESTAMP:"):
+                sess += row.startswith("SESSION:")
+                continue
+            m = re.match(r"(User|Assistant):\s*(.*)", row)
+            if m:
+                utts.append(Utterance(m.group(1).lower(), m.group(2), str(sess)))
+        answers = [", ".join(a) if isinstance(a, list) else str(a) for a in rec["ground_truth"]]
+        types = [
+            LONGMEMEVAL_TYPES.get(int(t), str(t))
+            for t in rec.get("task_types", [0] * len(questions))
+        ]
+        out.append(
+            Conversation(
+                utts, [QA(q, a, t) for q, a, t in zip(questions, answers, types)], "", str(n)
+            )
+        )
+    return out

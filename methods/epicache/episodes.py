@@ -1,0 +1,162 @@
+"""Episodic clustering, patched prompts and query-to-episode matching (EpiCache §3.3, §3.7).
+
+Shape letters: K segments, E episodes, D embedding dimension.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+from .segmentation import Segment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Episodes:
+    """The result of clustering segment embeddings.
+
+    Attributes:
+        labels: ``int[K]`` episode of each segment.
+        centroids: ``float[E, D]`` member means c_e (not renormalised, as in the official code).
+        order: per episode, its segment indices sorted by cos(e_k, c_e), highest first (medoid first).
+    """
+
+    labels: np.ndarray
+    centroids: np.ndarray
+    order: list[list[int]]
+
+    @property
+    def n_episodes(self) -> int:
+        return int(self.centroids.shape[0])
+
+
+def _check_emb(emb: np.ndarray, name: str) -> np.ndarray:
+    emb = np.asarray(emb, dtype=np.float64)
+    if emb.ndim != 2 or emb.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty 2-D array [K, D], got shape {emb.shape}")
+    if not np.isfinite(emb).all():
+        raise ValueError(f"{name} holds NaN or inf")
+    return emb
+
+
+def cluster_segments(
+    emb: np.ndarray,
+    n_episodes: int = 4,
+    seed: int = 42,
+    n_init: int = 10,
+    allow_shrink: bool = False,
+) -> Episodes:
+    """K-means over segment embeddings into E episodes (spec §3.3; sklearn k-means++).
+
+    Args:
+        emb: ``[K, D]`` segment embeddings (unit rows).
+        n_episodes: E.
+        seed: k-means random state (official: 42).
+        n_init: k-means restarts (official: 10).
+        allow_shrink: if K < E, use E = K (with a warning) instead of raising.
+
+    Returns:
+        :class:`Episodes` with centroids equal to member means and medoid-first orders.
+
+    Raises:
+        ValueError: on bad shapes, NaN, ``n_episodes < 1`` or fewer segments than episodes.
+    """
+    emb = _check_emb(emb, "emb")
+    if not isinstance(n_episodes, int) or n_episodes < 1:
+        raise ValueError(f"n_episodes must be an int >= 1, got {n_episodes!r}")
+    k = emb.shape[0]
+    if k < n_episodes:
+        if not allow_shrink:
+            raise ValueError(
+                f"{k} segments cannot form n_episodes={n_episodes} episodes; pass allow_shrink=True "
+                "or lower n_episodes"
+            )
+        logger.warning("only %d segments: shrinking n_episodes from %d to %d", k, n_episodes, k)
+        n_episodes = k
+    km = KMeans(n_clusters=n_episodes, random_state=seed, n_init=n_init, init="k-means++")
+    labels = km.fit_predict(emb)
+    centroids = np.stack(
+        [
+            emb[labels == e].mean(0) if (labels == e).any() else km.cluster_centers_[e]
+            for e in range(n_episodes)
+        ]
+    )  # [E, D]
+    order = []
+    for e in range(n_episodes):
+        members = np.flatnonzero(labels == e)
+        cos = _cosine(emb[members], centroids[e])  # [|E_e|]
+        order.append([int(members[i]) for i in np.argsort(-cos, kind="stable")])
+    return Episodes(labels=labels, centroids=centroids, order=order)
+
+
+def _cosine(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return (x @ c) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(c) + 1e-12)
+
+
+def build_patched_prompt(
+    ep: Episodes,
+    e: int,
+    segments: Sequence[Segment],
+    n_medoid: int = 8,
+    instruction: str | None = None,
+) -> str:
+    """The patched prompt P_e: the episode's ``n_medoid`` most central segments (spec §3.3).
+
+    The chosen segments are re-sorted into chronological order and joined with newlines, as in the
+    official code; ``n_medoid=1`` is the v4 paper text (the single medoid).
+
+    Args:
+        ep: the clustering.
+        e: episode index.
+        segments: all segments, indexed as in the clustering.
+        n_medoid: how many central segments (capped at the episode size).
+        instruction: optional text placed before the segments (the official extraction instruction).
+
+    Raises:
+        ValueError: on a bad episode index or ``n_medoid < 1``.
+    """
+    if not 0 <= e < ep.n_episodes:
+        raise ValueError(f"episode index e must be in [0, {ep.n_episodes}), got {e}")
+    if not isinstance(n_medoid, int) or n_medoid < 1:
+        raise ValueError(f"n_medoid must be an int >= 1, got {n_medoid!r}")
+    chosen = sorted(ep.order[e][:n_medoid])
+    body = "\n".join(segments[k].text for k in chosen)
+    return body if not instruction else f"{instruction}\n{body}"
+
+
+def match_episode(q_emb: np.ndarray, ep: Episodes, metric: str = "cosine") -> tuple[int, float]:
+    """Picks the episode whose centroid is closest to the query (spec §3.7 line 1).
+
+    Args:
+        q_emb: ``[D]`` query embedding.
+        ep: the clustering.
+        metric: ``"cosine"`` (ours/paper) or ``"dot"`` (official: un-normalised centroid).
+
+    Returns:
+        ``(episode, similarity)``; ties go to the lowest episode index.
+
+    Raises:
+        ValueError: on a dimension mismatch, NaN or an unknown metric.
+    """
+    q = np.asarray(q_emb, dtype=np.float64).reshape(-1)
+    if q.shape[0] != ep.centroids.shape[1]:
+        raise ValueError(
+            f"q_emb has dimension {q.shape[0]} but the episode centroids have {ep.centroids.shape[1]}; "
+            "use the same embedder for segments and questions"
+        )
+    if not np.isfinite(q).all():
+        raise ValueError("q_emb holds NaN or inf")
+    if metric == "cosine":
+        sims = _cosine(ep.centroids, q)
+    elif metric == "dot":
+        sims = ep.centroids @ q
+    else:
+        raise ValueError(f"metric must be 'cosine' or 'dot', got {metric!r}")
+    best = int(np.argmax(sims))  # first maximum: lowest index on ties
+    return best, float(sims[best])

@@ -1,0 +1,66 @@
+"""Answer metrics: token F1 (official normalisation) and an LLM-judge score (spec §3.8)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+from collections import Counter
+
+logger = logging.getLogger(__name__)
+
+_NUMBERS = {
+    w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine".split())
+}
+_JUDGE_PROMPT = (
+    "You grade a short answer to a question about a long conversation.\n"
+    "Question: {q}\nReference answer: {gold}\nModel answer: {pred}\n"
+    'Give a score between 0 (wrong) and 1 (fully correct). Reply only with JSON: {{"score": x}}'
+)
+_SCORE_RE = re.compile(r"\"?score\"?\s*:\s*([-+]?\d*\.?\d+)")
+
+
+def normalize_answer(s: str) -> str:
+    """Lower-case, drop punctuation and the articles a/an/the, map zero..nine to digits, squeeze spaces."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    words = [_NUMBERS.get(w, w) for w in s.split() if w not in ("a", "an", "the")]
+    return " ".join(words)
+
+
+def token_f1(pred: str, gold: str) -> float:
+    """Token-level F1 between normalised prediction and gold (SQuAD style)."""
+    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
+    if not p or not g:
+        return float(p == g)
+    common = Counter(p) & Counter(g)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    prec, rec = same / len(p), same / len(g)
+    return 2 * prec * rec / (prec + rec)
+
+
+def parse_judge_score(reply: str) -> float | None:
+    """Extracts ``{"score": x}`` from a judge reply, clipped to [0, 1]; None when unparsable."""
+    m = _SCORE_RE.search(reply or "")
+    if m is None:
+        return None
+    return min(1.0, max(0.0, float(m.group(1))))
+
+
+def llm_judge_score(client, question: str, pred: str, gold: str) -> tuple[float, bool]:
+    """LLM-judge score in [0, 1] (official: gpt-4o-mini-2024-07-18, temperature 0).
+
+    Args:
+        client: a ``common.llm.ChatLLM`` (``OpenAIChat``, ``HFChat`` or ``ScriptedChat``).
+        question, pred, gold: the item.
+
+    Returns:
+        ``(score, parsed)``; an unparsable reply scores 0 with ``parsed=False`` (count these).
+    """
+    msg = [{"role": "user", "content": _JUDGE_PROMPT.format(q=question, gold=gold, pred=pred)}]
+    score = parse_judge_score(client.chat(msg, temperature=0.0))
+    if score is None:
+        return 0.0, False
+    return score, True

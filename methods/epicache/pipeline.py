@@ -1,0 +1,256 @@
+"""The EpiCache session: offline episodic cache building and online answering (EpiCache §3, spec §4).
+
+``build`` segments the history, embeds and clusters the segments into E episodes, and runs one
+block-wise prefill per episode over the *whole* history, scored by that episode's patched prompt.
+``answer`` embeds the question, loads the closest episode's cache and greedy-decodes with absolute
+positions; the question's K/V are dropped so the cache serves the next turn unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from .budget import allocate_layer_budgets
+from .cache import EpiCache
+from .data import Conversation
+from .decode import greedy_decode
+from .episodes import Episodes, build_patched_prompt, cluster_segments, match_episode
+from .prefill import blockwise_prefill, peak_tokens_per_head
+from .segmentation import Segment, Utterance, render_said, segment_utterances
+
+logger = logging.getLogger(__name__)
+
+SENTINEL = "<<EPICACHE_CONTEXT>>"
+# Paraphrase of the official extraction instruction (model/wrapper.py::token_scoring).
+DEFAULT_INSTRUCTION = (
+    "Extract the key facts of the following conversation excerpt: who the speakers are, their "
+    "personas, dated events, personal details, plans, opinions, relationships and notable experiences."
+)
+
+
+@dataclass
+class EpiCacheConfig:
+    """Hyper-parameters of EpiCache (mirrors ``configs/method/epicache.yaml``).
+
+    Attributes:
+        n_episodes: E, number of episodes (official 4).
+        w_embed: utterances per segment (official 4).
+        n_medoid: central segments in the patched prompt (official scripts 8; v4 text 1).
+        instruction: text before the patched prompt (None: none).
+        budget: M, average per-layer per-KV-head token budget (paper main table 8192).
+        block_size: M_block, prefill block size (official 2048).
+        level: ``"uniform"`` (same count per head) or ``"headwise"`` (official "pair" level).
+        alpha: layer-allocation sharpness (paper 2; 0 disables allocation).
+        alloc_mode: ``"paper"`` or ``"repo"`` allocation formula.
+        floor_frac: per-layer budget floor as a fraction of M (official 1/4).
+        protect_prefix: never evict the system prefix (official: off).
+        max_new_tokens: answer length (official 50).
+        match_metric: ``"cosine"`` (paper) or ``"dot"`` (official code).
+        seed, n_init: k-means settings (official 42, 10).
+        chat_frame: wrap context and question in the tokenizer's chat template.
+        split_long_assistant_chars: split longer assistant turns into sentences (None: off).
+        allow_shrink: with fewer segments than episodes, shrink E instead of raising.
+    """
+
+    n_episodes: int = 4
+    w_embed: int = 4
+    n_medoid: int = 8
+    instruction: str | None = DEFAULT_INSTRUCTION
+    budget: int = 8192
+    block_size: int = 2048
+    level: Literal["uniform", "headwise"] = "headwise"
+    alpha: float = 2.0
+    alloc_mode: Literal["paper", "repo"] = "paper"
+    floor_frac: float = 0.25
+    protect_prefix: bool = False
+    max_new_tokens: int = 50
+    match_metric: Literal["cosine", "dot"] = "cosine"
+    seed: int = 42
+    n_init: int = 10
+    chat_frame: bool = True
+    split_long_assistant_chars: int | None = 500
+    allow_shrink: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("n_episodes", "w_embed", "n_medoid", "budget", "block_size", "max_new_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if self.alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {self.alpha}")
+        if self.level not in ("uniform", "headwise"):
+            raise ValueError(f"level must be 'uniform' or 'headwise', got {self.level!r}")
+        if self.alloc_mode not in ("paper", "repo"):
+            raise ValueError(f"alloc_mode must be 'paper' or 'repo', got {self.alloc_mode!r}")
+
+
+@dataclass
+class AnswerRecord:
+    text: str
+    episode: int
+    similarity: float
+    latency_s: float
+    token_ids: list[int] = field(default_factory=list)
+
+
+class EpiCacheSession:
+    """One conversation's episodic caches and the question loop.
+
+    Args:
+        model: HF causal LM (batch size 1).
+        tokenizer: its tokenizer (a chat template is needed when ``config.chat_frame``).
+        embedder: anything with ``encode(list[str]) -> ndarray[n, D]`` (e.g. ``common.embeddings.Embedder``).
+        config: :class:`EpiCacheConfig`.
+        sigma: optional per-layer key similarities from ``profile_layer_sensitivity`` (enables
+            sensitivity-aware budgets; None = uniform M per layer).
+        render_context: conversation -> context text (default: the official layout).
+        render_utterance: utterance -> line for the patched prompt.
+        embed_utterance: utterance -> line for the embedder (default: ``render_utterance``).
+        render_question: question -> text fed after the context (default: "\\n\\n" + question).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        embedder,
+        config: EpiCacheConfig | None = None,
+        sigma: np.ndarray | None = None,
+        render_context: Callable[[Conversation], str] | None = None,
+        render_utterance: Callable[[Utterance], str] = render_said,
+        embed_utterance: Callable[[Utterance], str] | None = None,
+        render_question: Callable[[str], str] | None = None,
+    ) -> None:
+        self.model, self.tokenizer, self.embedder = model, tokenizer, embedder
+        self.config = config or EpiCacheConfig()
+        n_layers = int(model.config.num_hidden_layers)
+        if sigma is not None and len(sigma) != n_layers:
+            raise ValueError(
+                f"sigma has {len(sigma)} layers but the model has {n_layers}: the sensitivity profile "
+                "belongs to another model"
+            )
+        self.sigma = sigma
+        self.render_context = render_context or (lambda c: c.render())
+        self.render_utterance = render_utterance
+        self.embed_utterance = embed_utterance
+        self.render_question = render_question or (lambda q: "\n\n" + q.strip())
+        if self.config.chat_frame and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("config.chat_frame=True needs a tokenizer with a chat template")
+        self.segments: list[Segment] = []
+        self.episodes: Episodes | None = None
+        self.caches: list[EpiCache] = []
+        self.prompts: list[str] = []
+
+    # ---------------------------------------------------------------------------------------
+    def _frame(self) -> tuple[str, str]:
+        """(prefix, postfix) around the context from the chat template (spec §3.8)."""
+        if not self.config.chat_frame:
+            return "", ""
+        msgs = [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": SENTINEL},
+        ]
+        full = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        pre, post = full.split(SENTINEL)
+        return pre, post
+
+    def _ids(self, text: str) -> torch.Tensor:
+        ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        return ids.to(self.model.device)
+
+    def layer_budgets(self) -> np.ndarray:
+        """Per-layer budgets M_l (uniform without a sensitivity profile)."""
+        n_layers = int(self.model.config.num_hidden_layers)
+        if self.sigma is None or self.config.alpha == 0:
+            return np.full(n_layers, self.config.budget, dtype=np.int64)
+        return allocate_layer_budgets(
+            self.sigma,
+            self.config.budget,
+            self.config.alpha,
+            self.config.alloc_mode,
+            self.config.floor_frac,
+        )
+
+    def build(self, conversation: Conversation) -> None:
+        """Offline: segment, embed, cluster, then one block-wise prefill per episode (spec §3.2-3.5).
+
+        Raises:
+            ValueError: on an empty conversation or fewer segments than episodes.
+        """
+        cfg = self.config
+        if not isinstance(conversation, Conversation) or not conversation.utterances:
+            raise ValueError("conversation must be a non-empty Conversation")
+        self.segments = segment_utterances(
+            conversation.utterances,
+            cfg.w_embed,
+            cfg.split_long_assistant_chars,
+            render=self.render_utterance,
+            embed_render=self.embed_utterance,
+        )
+        emb = self.embedder.encode([s.embed_text for s in self.segments])  # [K, D]
+        self.episodes = cluster_segments(
+            emb, cfg.n_episodes, cfg.seed, cfg.n_init, cfg.allow_shrink
+        )
+        pre, post = self._frame()
+        self._post = post
+        prefix_ids = self._ids(pre) if pre else None
+        ctx_ids = self._ids(self.render_context(conversation))
+        budgets = self.layer_budgets()
+        self.caches, self.prompts = [], []
+        for e in range(self.episodes.n_episodes):
+            prompt = build_patched_prompt(
+                self.episodes, e, self.segments, cfg.n_medoid, cfg.instruction
+            )
+            self.prompts.append(prompt)
+            cache = blockwise_prefill(
+                self.model,
+                prefix_ids,
+                ctx_ids,
+                self._ids(prompt),
+                budgets,
+                cfg.block_size,
+                level=cfg.level,
+                protect_prefix=cfg.protect_prefix,
+                scorer="patched",
+            )
+            self.caches.append(cache)
+        logger.info(
+            "built %d episode caches over %d tokens (%d segments)",
+            len(self.caches),
+            self.caches[0].seen_tokens,
+            len(self.segments),
+        )
+
+    def answer(self, question: str) -> AnswerRecord:
+        """Online: route the question to its episode and greedy-decode (spec §3.7).
+
+        Raises:
+            ValueError: on an empty question or before ``build``.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        if self.episodes is None:
+            raise ValueError("call build(conversation) before answer()")
+        t0 = time.perf_counter()
+        q_emb = self.embedder.encode([question])[0]
+        e, sim = match_episode(q_emb, self.episodes, self.config.match_metric)
+        ids = self._ids(self.render_question(question) + self._post)
+        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        out = greedy_decode(self.model, self.caches[e], ids, self.config.max_new_tokens, eos)
+        text = self.tokenizer.decode(out[0], skip_special_tokens=True).strip()
+        return AnswerRecord(text, e, sim, time.perf_counter() - t0, out[0].tolist())
+
+    def memory_report(self) -> dict[str, float]:
+        """Peak slots per head during prefill and stored bytes per episode cache."""
+        return {
+            "peak_tokens_per_head": float(max(peak_tokens_per_head(c) for c in self.caches)),
+            "per_episode_cache_bytes": float(np.mean([c.nbytes() for c in self.caches])),
+            "n_episodes": float(len(self.caches)),
+        }

@@ -1,0 +1,195 @@
+"""The "four-topic memory chat" toy (spec §6): a word-level key→value lookup task.
+
+A conversation has 8 sessions, each on one of 4 topics (every topic twice), each with 5 facts
+``<topic> <key> <value> ;``. Questions are ``? <key>`` with the answer ``<value>``. A tiny Llama is
+trained from scratch to answer from the full context; the methods then answer from compressed caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from .cache import epicache_forward
+from .data import QA, Conversation
+from .segmentation import Utterance
+
+logger = logging.getLogger(__name__)
+
+TOPICS = {
+    "pets": "dog cat parrot hamster rabbit goldfish turtle pony ferret lizard",
+    "travel": "paris rome tokyo flight hotel beach passport train museum island",
+    "cooking": "pasta soup bread curry salad cake rice pizza sauce omelette",
+    "work": "meeting deadline boss report project email salary office client laptop",
+}
+VALUES = (
+    "red blue green yellow black white purple orange pink brown gray gold silver big small old new "
+    "fast slow warm cold happy sad quiet loud early late cheap costly bright dark soft hard sweet sour "
+    "fresh long short tall round"
+).split()
+SPECIALS = ["<pad>", "<eos>", "|", ";", "?"]
+
+
+def toy_tokenizer() -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer over the toy vocabulary (~100 tokens)."""
+    words = SPECIALS + list(TOPICS) + [k for ks in TOPICS.values() for k in ks.split()] + VALUES
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+def toy_model(
+    tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed: int = 0
+) -> LlamaForCausalLM:
+    """The spec's tiny Llama (2 layers, 4 query heads, 2 KV heads), random init."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=2 * hidden_size,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+@dataclass
+class ToyConversation:
+    conversation: Conversation
+    context: str  # model-token rendering
+    topics_of_q: list[str]
+
+
+def fact_text(u: Utterance) -> str:
+    """Model rendering of one fact: ``<topic> <key> <value> ;``."""
+    return f"{u.speaker} {u.text} ;"
+
+
+def fact_english(u: Utterance) -> str:
+    """Embedder rendering of one fact (MiniLM reads English)."""
+    key, value = u.text.split()
+    return f"the {key} is {value} ({u.speaker})"
+
+
+def question_english(q: str) -> str:
+    return f"what about the {q.split()[-1]}?"
+
+
+def make_conversation(
+    rng: np.random.Generator, n_sessions: int = 8, facts_per_session: int = 5, n_questions: int = 24
+) -> ToyConversation:
+    """Samples one toy conversation (each topic in n_sessions/4 sessions, keys unique)."""
+    topics = list(TOPICS)
+    order = [t for t in topics for _ in range(n_sessions // len(topics))]
+    rng.shuffle(order)
+    keys = {t: list(rng.permutation(TOPICS[t].split())) for t in topics}
+    utts, parts = [], []
+    for s, t in enumerate(order):
+        parts.append("|")
+        for _ in range(facts_per_session):
+            k = keys[t].pop()
+            v = VALUES[int(rng.integers(len(VALUES)))]
+            u = Utterance(t, f"{k} {v}", session_id=str(s))
+            utts.append(u)
+            parts.append(fact_text(u))
+    picks = rng.choice(len(utts), size=min(n_questions, len(utts)), replace=False)
+    qa = [
+        QA(f"? {utts[i].text.split()[0]}", utts[i].text.split()[1], utts[i].speaker) for i in picks
+    ]
+    conv = Conversation(utts, qa, conv_id="")
+    return ToyConversation(conv, " ".join(parts), [q.category for q in qa])
+
+
+def _train_batch(
+    tok, rng, batch: int, n_q: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Context + n_q questions; each question sees the context and itself only, at positions N, N+1."""
+    rows, labels = [], []
+    vocab = tok.get_vocab()
+    for _ in range(batch):
+        tc = make_conversation(rng, n_questions=n_q)
+        ctx = [vocab[w] for w in tc.context.split()]
+        ids, lab = list(ctx), [-100] * len(ctx)
+        for q in tc.conversation.qa:
+            qi = [vocab[w] for w in f"{q.question} {q.answer}".split()]  # ? key value
+            ids += qi
+            lab += [-100, qi[2], -100]
+        rows.append(ids)
+        labels.append(lab)
+    n_ctx = len(rows[0]) - 3 * n_q
+    s = len(rows[0])
+    mask = torch.tril(torch.ones(s, s, dtype=torch.bool))
+    mask[n_ctx:, n_ctx:] = False
+    for j in range(n_q):
+        a = n_ctx + 3 * j
+        mask[a : a + 3, a : a + 3] = torch.tril(torch.ones(3, 3, dtype=torch.bool))
+    pos = list(range(n_ctx)) + [n_ctx + (i % 3) for i in range(3 * n_q)]
+    return torch.tensor(rows), torch.tensor(labels), mask, torch.tensor([pos] * batch)
+
+
+def train_toy_model(
+    steps: int = 3000,
+    batch: int = 8,
+    lr: float = 3e-3,
+    hidden_size: int = 64,
+    seed: int = 0,
+    n_q: int = 24,
+    time_limit_s: float | None = None,
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict[str, float]]:
+    """Trains the toy model on freshly sampled conversations (cross-entropy on answer tokens)."""
+    tok = toy_tokenizer()
+    model = toy_model(tok, hidden_size, seed)
+    model.train()
+    rng = np.random.default_rng(seed + 1000)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    t0, loss_ema, acc_ema, done = time.perf_counter(), None, 0.0, 0
+    for step in range(steps):
+        ids, lab, mask, pos = _train_batch(tok, rng, batch, n_q)
+        with epicache_forward(model, None, extra_mask=mask):
+            logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
+        sel = lab != -100
+        pred = logits[:, :-1][sel[:, 1:]]
+        gold = lab[:, 1:][sel[:, 1:]]
+        loss = torch.nn.functional.cross_entropy(pred, gold)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        acc = float((pred.argmax(-1) == gold).float().mean())
+        loss_ema = (
+            float(loss.detach())
+            if loss_ema is None
+            else 0.95 * loss_ema + 0.05 * float(loss.detach())
+        )
+        acc_ema = 0.95 * acc_ema + 0.05 * acc
+        done = step + 1
+        if step % 25 == 0:
+            logger.info("toy train step %d loss %.3f acc %.3f", step, loss_ema, acc_ema)
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            logger.warning("toy training stopped at step %d by the time limit", step)
+            break
+    model.eval()
+    return (
+        model,
+        tok,
+        {
+            "train_loss": float(loss_ema),
+            "train_acc": acc_ema,
+            "train_steps": float(done),
+            "train_s": time.perf_counter() - t0,
+        },
+    )

@@ -1,0 +1,373 @@
+"""Tests for EpiCache (spec §6 CI list): scores, eviction, memory bound, positions, budgets, clustering."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+from common.tiny import tiny_causal_lm
+from methods.epicache import (
+    Conversation,
+    EpiCache,
+    EpiCacheConfig,
+    EpiCacheSession,
+    Utterance,
+    allocate_layer_budgets,
+    block_attention_mask,
+    blockwise_prefill,
+    build_patched_prompt,
+    cluster_segments,
+    greedy_decode,
+    match_episode,
+    patched_prompt_scores,
+    profile_layer_sensitivity,
+    segment_utterances,
+    select_keep,
+    token_f1,
+)
+from methods.epicache.data import QA
+
+
+@pytest.fixture(scope="module")
+def lm():
+    torch.manual_seed(0)
+    model, tok = tiny_causal_lm(
+        "qwen2", seed=0, initializer_range=0.3, max_position_embeddings=2048
+    )
+    return model, tok
+
+
+def _ids(n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(5, 500, (1, n), generator=g)
+
+
+# --------------------------------------------------------------------------- scores (spec §3.4)
+def test_patched_scores_equal_brute_force_restricted_softmax(lm):
+    model, _ = lm
+    ctx, prompt = _ids(24, 1), _ids(5, 2)
+    cache = blockwise_prefill(model, None, ctx, prompt, 100, block_size=100, scorer="streaming")
+    scores = patched_prompt_scores(model, cache, prompt)
+    assert cache.physical_len(0) == 24  # prompt K/V dropped again
+    # Brute force: eager attention over [ctx ⊕ prompt], renormalised over the cached keys.
+    prev = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        att = model(torch.cat([ctx, prompt], 1), output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation(prev)
+    hk = model.config.num_key_value_heads
+    for layer, a in enumerate(att):
+        sub = a[0, :, 24:, :24]  # [H, p, n]
+        sub = sub / sub.sum(-1, keepdim=True)  # restricted softmax = full / subset mass
+        ref = sub.reshape(hk, -1, 5, 24).amax(dim=(1, 2))  # max over group and prompt
+        torch.testing.assert_close(scores[layer][0], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_restricted_softmax_renormalisation_identity():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 10, generator=g)
+    full = torch.softmax(logits, -1)
+    restricted = torch.softmax(logits[:, :6], -1)
+    torch.testing.assert_close(restricted, full[:, :6] / full[:, :6].sum(-1, keepdim=True))
+
+
+# --------------------------------------------------------------------------- no-eviction equivalence
+@pytest.mark.parametrize("block", [7, 40])
+def test_blockwise_prefill_without_eviction_matches_one_shot(lm, block):
+    model, _ = lm
+    ctx = _ids(40, 3)
+    ref = DynamicCache()
+    with torch.no_grad():
+        model(ctx, cache=ref, use_cache=True)
+    cache = blockwise_prefill(model, ctx[:, :3], ctx[:, 3:], ctx[:, :4], 64, block_size=block)
+    assert cache.seen_tokens == 40
+    for layer in range(model.config.num_hidden_layers):
+        k, v = cache.layer_kv(layer)
+        torch.testing.assert_close(k, ref.layers[layer].keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(v, ref.layers[layer].values, atol=1e-5, rtol=1e-4)
+        assert cache.kept_positions[layer][0, 0].tolist() == list(range(40))
+
+
+def test_greedy_decode_equals_generate_when_nothing_is_evicted(lm):
+    model, _ = lm
+    ctx, q = _ids(30, 4), _ids(4, 5)
+    cache = blockwise_prefill(model, None, ctx, q, 64, block_size=8)
+    out = greedy_decode(model, cache, q, max_new_tokens=10)
+    ref = model.generate(torch.cat([ctx, q], 1), max_new_tokens=10, do_sample=False)[:, 34:]
+    assert out.tolist() == ref.tolist()
+    assert len(set(ref[0].tolist())) > 2  # the check is not vacuous (varied tokens)
+
+
+# --------------------------------------------------------------------------- eviction (spec §3.5)
+def test_select_keep_uniform_is_per_head_topk_with_low_index_ties():
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(1, 3, 12, generator=g)
+    s[0, 0, 2] = s[0, 0, 7] = 9.0  # a tie at the top: both kept, order ascending
+    valid = torch.ones(1, 3, 12, dtype=torch.bool)
+    idx = select_keep(s, valid, 4, "uniform")
+    assert idx.shape == (1, 3, 4)
+    for h in range(3):
+        brute = sorted(sorted(range(12), key=lambda i: (-float(s[0, h, i]), i))[:4])
+        assert idx[0, h].tolist() == brute
+    s2 = torch.zeros(1, 1, 6)  # all tied: the lowest indices win
+    assert select_keep(s2, torch.ones(1, 1, 6, dtype=torch.bool), 3)[0, 0].tolist() == [0, 1, 2]
+
+
+def test_select_keep_headwise_pools_the_layer_budget():
+    s = torch.tensor([[[5.0, 4, 3, 2], [0.1, 0.2, 0.3, 9.0]]])  # [1, 2, 4]
+    valid = torch.ones(1, 2, 4, dtype=torch.bool)
+    idx = select_keep(
+        s, valid, 2, "headwise"
+    )  # 4 slots for the layer: 5, 4, 3 (head 0) and 9 (head 1)
+    assert idx[0, 0].tolist() == [0, 1, 2]
+    assert idx[0, 1].tolist() == [3, -1, -1]
+    invalid = valid.clone()
+    invalid[0, 0, :3] = False  # invalid slots are never chosen
+    idx2 = select_keep(s, invalid, 2, "headwise")
+    assert 0 not in idx2[0, 0].tolist() and (idx2 >= 0).sum() == 4
+
+
+@pytest.mark.parametrize("n", [64, 256, 1024])
+def test_peak_cache_never_exceeds_budget_plus_block(lm, n, monkeypatch):
+    model, _ = lm
+    budget, block, prompt = 16, 64, _ids(4, 6)
+    seen: list[int] = []
+    orig = EpiCache.update
+
+    def spy(self, k, v, layer_idx, *a, **kw):  # independent of the cache's own trace
+        out = orig(self, k, v, layer_idx, *a, **kw)
+        seen.append(int(out[0].shape[-2]))
+        return out
+
+    monkeypatch.setattr(EpiCache, "update", spy)
+    cache = blockwise_prefill(model, None, _ids(n, 7), prompt, budget, block_size=block)
+    assert max(seen) <= budget + block + prompt.shape[1]
+    for step in cache.trace:  # every block, not only the end
+        assert step["after_forward"] <= budget + block
+        assert step["during_scoring"] <= budget + block + prompt.shape[1]
+        assert step["after_evict"] <= budget
+    assert cache.tokens_per_head().max() == budget
+    assert len(cache.trace) == -(-n // block)
+
+
+def test_positions_stay_absolute_after_eviction(lm):
+    model, _ = lm
+    cache = blockwise_prefill(
+        model, None, _ids(100, 8), None, 12, block_size=16, scorer="streaming", n_sink=4
+    )
+    # StreamingLLM keeps the 4 sinks and the 8 most recent tokens in every head: a closed form.
+    for layer in range(model.config.num_hidden_layers):
+        for h in range(model.config.num_key_value_heads):
+            assert cache.kept_positions[layer][0, h].tolist() == [0, 1, 2, 3, *range(92, 100)]
+    seen_pos: list[list[int]] = []
+    hook = model.model.rotary_emb.register_forward_hook(
+        lambda m, a, o: seen_pos.append(a[1][0].tolist())
+    )
+    try:
+        greedy_decode(model, cache, _ids(3, 9), max_new_tokens=2)
+    finally:
+        hook.remove()
+    assert seen_pos[0] == [100, 101, 102] and seen_pos[1] == [103]
+    assert cache.physical_len(0) == 12  # decode never grows the stored cache
+    with pytest.raises(RuntimeError, match="greedy_decode"):
+        model.generate(_ids(2, 1), cache=cache, max_new_tokens=2)
+
+
+def test_headwise_padding_slots_are_masked(lm):
+    model, _ = lm
+    ctx, prompt = _ids(60, 10), _ids(4, 11)
+    cache = blockwise_prefill(model, None, ctx, prompt, [6, 10], block_size=20, level="headwise")
+    per_layer = cache.tokens_per_head().sum(-1).tolist()
+    assert per_layer == [6 * 2, 10 * 2]  # min(M_l · Hk, n) valid slots per layer
+    q = _ids(3, 12)
+    base = greedy_decode(model, cache, q, max_new_tokens=4)
+    garbage = cache.clone()
+    for layer in range(2):
+        k, v = garbage.layer_kv(layer)
+        pad = (~garbage.valid_mask(layer)).unsqueeze(-1)
+        garbage.set_layer_kv(layer, k.masked_fill(pad, 1e4), v.masked_fill(pad, -1e4))
+    assert greedy_decode(model, garbage, q, max_new_tokens=4).tolist() == base.tolist()
+
+
+# --------------------------------------------------------------------------- budgets (spec §3.6)
+def test_allocation_sums_exactly_is_monotone_and_floored():
+    sigma = np.array([0.99, 0.5, 0.9, 0.2, 0.97])
+    out = allocate_layer_budgets(sigma, 100, alpha=2.0)
+    assert out.dtype.kind == "i" and out.sum() == 5 * 100 and (out >= 25).all()
+    s = 1 - sigma
+    for i in range(5):
+        for j in range(5):
+            if s[i] > s[j]:
+                assert out[i] >= out[j]
+    assert (allocate_layer_budgets(sigma, 100, alpha=0.0) == 100).all()
+    assert (allocate_layer_budgets(np.full(4, 0.7), 64) == 64).all()
+
+
+def test_allocation_repo_mode_hand_computed():
+    # σ = [1, 0.5, 0]: n = [1, .5, 0], w = (1−n)^1 = [0, .5, 1]; Σw = 1.5, L·M = 30 → ⌊w·30/1.5⌋ = [0, 10, 20], then the floor ⌊10/4⌋ = 2.
+    out = allocate_layer_budgets(np.array([1.0, 0.5, 0.0]), 10, alpha=1.0, mode="repo")
+    assert out.tolist() == [2, 10, 20]
+
+
+def test_block_mask_matches_loop_and_causal_fallback(lm):
+    n, block, sink, ov = 13, 4, 2, 0.5
+    m = block_attention_mask(n, block, sink, ov)
+    for i in range(n):
+        for j in range(n):
+            b = i // block
+            want = j <= i and (
+                j // block == b or j < sink or (b >= 1 and b * block - 2 <= j < b * block)
+            )
+            assert bool(m[i, j]) == want
+    assert torch.equal(
+        block_attention_mask(9, 16, 2, 0.5), torch.tril(torch.ones(9, 9, dtype=torch.bool))
+    )
+    model, _ = lm
+    sig = profile_layer_sensitivity(model, _ids(20, 13), block=64, sink=4)
+    np.testing.assert_allclose(sig, 1.0, atol=1e-5)
+    assert (allocate_layer_budgets(sig, 32) == 32).all()
+    sig2 = profile_layer_sensitivity(model, _ids(40, 13), block=8, sink=2)
+    assert sig2[0] == pytest.approx(1.0, abs=1e-5) and sig2[1] < 1.0  # layer-0 keys see no context
+
+
+# --------------------------------------------------------------------------- clustering (spec §3.3)
+def _blobs(seed=0):
+    rng = np.random.default_rng(seed)
+    centers = np.eye(8)[:3] * 5
+    x = np.concatenate([c + 0.1 * rng.standard_normal((6, 8)) for c in centers])
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_clustering_properties():
+    x = _blobs()
+    ep = cluster_segments(x, n_episodes=3, seed=0)
+    ep2 = cluster_segments(x, n_episodes=3, seed=0)
+    assert (ep.labels == ep2.labels).all() and len(ep.labels) == 18
+    assert (
+        len({tuple(sorted(set(ep.labels[i * 6 : i * 6 + 6]))) for i in range(3)}) == 3
+    )  # blobs recovered
+    for e in range(3):
+        np.testing.assert_allclose(ep.centroids[e], x[ep.labels == e].mean(0))
+        cos = [x[k] @ ep.centroids[e] / np.linalg.norm(ep.centroids[e]) for k in ep.order[e]]
+        assert cos == sorted(cos, reverse=True)
+    segs = segment_utterances([Utterance("a", f"u{i}") for i in range(36)], w_embed=2)
+    prompt = build_patched_prompt(ep, 1, segs, n_medoid=3)
+    chosen = sorted(ep.order[1][:3])
+    assert prompt == "\n".join(segs[k].text for k in chosen)  # exactly n_medoid, chronological
+    q = x[ep.order[2][0]]
+    e, sim = match_episode(q, ep)
+    assert e == int(np.argmax([q @ c / np.linalg.norm(c) for c in ep.centroids]))
+    tie = cluster_segments(x, 3, seed=0)
+    tie.centroids = np.stack([np.ones(8), np.ones(8), -np.ones(8)])
+    assert match_episode(np.ones(8), tie)[0] == 0  # ties go to the lowest index
+
+
+def test_segments_are_consecutive_windows():
+    utts = [Utterance("assistant" if i % 2 else "user", f"t{i}") for i in range(9)]
+    segs = segment_utterances(utts, w_embed=4)
+    assert [s.utterance_span for s in segs] == [(0, 4), (4, 8), (8, 9)]
+    assert segs[0].text.splitlines()[0] == 'user said, "t0"'
+    long = [Utterance("assistant", "First sentence here. " * 30)]
+    assert len(segment_utterances(long, w_embed=1)) == 30
+
+
+# --------------------------------------------------------------------------- session (spec §3.7)
+class _BagEmbedder:
+    """Deterministic hashed bag-of-words embedder (a stand-in for MiniLM in fast tests)."""
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), 32))
+        for i, t in enumerate(texts):
+            for w in t.lower().replace('"', " ").split():
+                out[i, sum(map(ord, w)) % 32] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def _conversation():
+    topics = {"cat": "the cat eats fish", "car": "the car needs fuel", "tea": "green tea is hot"}
+    utts = [Utterance("user", topics[t], str(i)) for i, t in enumerate(["cat", "car", "tea"] * 4)]
+    return Conversation(utts, [QA("what does the cat eat", "fish")])
+
+
+def test_session_answer_is_isolated_and_routes_by_cosine(lm):
+    model, tok = lm
+    cfg = EpiCacheConfig(
+        n_episodes=3,
+        w_embed=1,
+        n_medoid=2,
+        budget=24,
+        block_size=32,
+        level="uniform",
+        max_new_tokens=3,
+        instruction=None,
+        n_init=1,
+    )
+    sess = EpiCacheSession(model, tok, _BagEmbedder(), cfg)
+    sess.build(_conversation())
+    assert len(sess.caches) == 3
+    sizes = [c.nbytes() for c in sess.caches]
+    a1, a2 = sess.answer("the cat eats"), sess.answer("the cat eats")
+    assert a1.token_ids == a2.token_ids and a1.episode == a2.episode
+    assert [c.nbytes() for c in sess.caches] == sizes
+    cat_episode = sess.episodes.labels[0]
+    assert a1.episode == cat_episode
+    assert sess.memory_report()["peak_tokens_per_head"] <= 24 + 32 + max(
+        len(p.split()) * 8 for p in sess.prompts
+    )
+
+
+# --------------------------------------------------------------------------- metrics and bad input
+def test_token_f1():
+    assert token_f1("The two cats", "2 cats") == 1.0
+    assert token_f1("", "x") == 0.0
+    assert token_f1("red car", "red bus") == pytest.approx(0.5)
+
+
+def test_bad_input_errors(lm):
+    model, tok = lm
+    ctx = _ids(10)
+    with pytest.raises(ValueError, match="budget"):
+        blockwise_prefill(model, None, ctx, ctx, 0, block_size=4)
+    with pytest.raises(ValueError, match="block_size"):
+        blockwise_prefill(model, None, ctx, ctx, 8, block_size=0)
+    with pytest.raises(ValueError, match="budgets must have one entry per layer"):
+        blockwise_prefill(model, None, ctx, ctx, [8, 8, 8], block_size=4)
+    with pytest.raises(ValueError, match="ctx_ids is empty"):
+        blockwise_prefill(model, None, ctx[:, :0], ctx, 8, block_size=4)
+    with pytest.raises(ValueError, match="batch size 1"):
+        blockwise_prefill(model, None, ctx.repeat(2, 1), ctx, 8, block_size=4)
+    with pytest.raises(ValueError, match="scorer"):
+        blockwise_prefill(model, None, ctx, ctx, 8, block_size=4, scorer="h2o")
+    with pytest.raises(ValueError, match="max_cache_tokens"):
+        blockwise_prefill(model, None, ctx, ctx, 8, block_size=4, max_cache_tokens=10)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        blockwise_prefill(model, None, _ids(2100), ctx, 8, block_size=512)
+    with pytest.raises(ValueError, match="budget"):
+        EpiCacheConfig(budget=0)
+    with pytest.raises(ValueError, match="alpha"):
+        allocate_layer_budgets(np.ones(2) * 0.5, 8, alpha=-1)
+    with pytest.raises(ValueError, match="finite"):
+        allocate_layer_budgets(np.array([0.5, np.nan]), 8)
+    with pytest.raises(ValueError, match="n_medoid"):
+        EpiCacheConfig(n_medoid=0)
+    with pytest.raises(ValueError, match="w_embed"):
+        segment_utterances([Utterance("a", "b")], w_embed=0)
+    with pytest.raises(ValueError, match="allow_shrink"):
+        cluster_segments(_blobs()[:2], n_episodes=3)
+    ep = cluster_segments(_blobs(), 3, seed=0)
+    with pytest.raises(ValueError, match="dimension"):
+        match_episode(np.ones(5), ep)
+    with pytest.raises(ValueError, match="another model"):
+        EpiCacheSession(model, tok, _BagEmbedder(), sigma=np.ones(5))
+    sess = EpiCacheSession(model, tok, _BagEmbedder(), EpiCacheConfig(n_episodes=2, budget=8))
+    with pytest.raises(ValueError, match="non-empty Conversation"):
+        sess.build(Conversation([]))
+    with pytest.raises(ValueError, match="question"):
+        sess.answer("  ")
