@@ -10,6 +10,7 @@ KL penalty; positive-advantage tokens keep the plain GRPO update.
 from methods.apo.loss import (
     ANCHOR_FORMS,
     CLIP_MODES,
+    aggregate_tokens,
     anchor_set_mask,
     apo_policy_loss,
     gather_policy_logps,
@@ -19,10 +20,14 @@ from methods.apo.loss import (
 )
 from methods.apo.metrics import safe_manifold_mass, topk_coverage
 from methods.apo.topk import reference_topk, topk_from_logits
+from methods.apo.trainer import APOConfig, APOTrainer
 
 __all__ = [
+    "APOConfig",
+    "APOTrainer",
     "ANCHOR_FORMS",
     "CLIP_MODES",
+    "aggregate_tokens",
     "anchor_set_mask",
     "apo_policy_loss",
     "gather_policy_logps",

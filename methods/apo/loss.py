@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ANCHOR_FORMS",
     "CLIP_MODES",
+    "aggregate_tokens",
     "anchor_set_mask",
     "apo_policy_loss",
     "gather_policy_logps",
@@ -42,6 +43,7 @@ _AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean")
 # reference mass) and the anchor ratio is numerically unbounded (spec §8).
 _R_ANCHOR_WARN = 1e3
 _MAX_LOG_RATIO = 20.0
+_WARNED: set[tuple[float, float]] = set()
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,7 +234,8 @@ ANCHOR_FORMS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+    """Reduce a per-token loss [B, T] to a scalar: ``token_mean`` or ``seq_mean_token_mean``."""
     if agg == "token_mean":
         return (per_token * mask).sum() / mask.sum().clamp_min(1.0)
     # seq_mean_token_mean: mean over tokens of each sequence, then over sequences
@@ -270,7 +273,7 @@ def grpo_clipped_loss(
     ratio = torch.exp(logp_sampled - old_logp)  # [B, T]
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     per_token = -torch.min(adv * ratio, adv * clipped)  # [B, T]
-    return _aggregate(per_token, mask.to(per_token.dtype), agg)
+    return aggregate_tokens(per_token, mask.to(per_token.dtype), agg)
 
 
 def apo_policy_loss(
@@ -386,7 +389,8 @@ def apo_policy_loss(
         raise ValueError("old_logp must be finite on unmasked tokens")
     if not torch.isfinite(torch.where(valid, logp_sampled.detach(), 0.0)).all():
         raise ValueError("policy log-probs of the sampled tokens must be finite on unmasked tokens")
-    if beta > lam:
+    if beta > lam and (lam, beta) not in _WARNED:
+        _WARNED.add((lam, beta))  # once per setting, not once per step
         logger.warning(
             "beta=%s > lam=%s: the pull term outweighs the push on wrong tokens (spec §8)",
             beta,
@@ -425,7 +429,7 @@ def apo_policy_loss(
         dual_hit = torch.zeros_like(neg)
     # padded positions may hold garbage (±inf log-probs); never let NaN leak through the mask
     per_token = torch.where(valid, per_token, 0.0)
-    loss = _aggregate(per_token, maskf, agg)
+    loss = aggregate_tokens(per_token, maskf, agg)
 
     with torch.no_grad():
         n_valid = valid.sum().clamp_min(1).float()

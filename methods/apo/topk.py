@@ -61,7 +61,8 @@ def reference_topk(
     chunk_size: int = 512,
     batch_size: int | None = None,
     expected_vocab_size: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    gather_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Teacher-force prompt + completion through π_ref and keep its Top-K per completion position.
 
     Implements the safe manifold M_safe(s_t) = TopK(π_ref(·|s_t)) of spec §3.3. Position t of the
@@ -80,9 +81,12 @@ def reference_topk(
         chunk_size: positions per log-softmax/top-k chunk.
         batch_size: rows per forward pass (None: all at once).
         expected_vocab_size: the policy's vocabulary size; a mismatch raises (spec §8).
+        gather_ids: optional completion ids [B, T]; if given, their reference log-probs are
+            returned too (the KL-on-Wrong baseline needs them), from the same forward pass.
 
     Returns:
-        ``(topk_ids int64 [B, T, K], topk_logp_ref float32 [B, T, K])``.
+        ``(topk_ids int64 [B, T, K], topk_logp_ref float32 [B, T, K])``, plus
+        ``ref_logp_gathered float32 [B, T]`` when ``gather_ids`` is given.
 
     Raises:
         ValueError: on bad shapes, k or a vocabulary mismatch.
@@ -97,8 +101,13 @@ def reference_topk(
             f"logits_to_keep must be an int in [1, L) with L={input_ids.shape[1]}, "
             f"got {logits_to_keep!r}"
         )
+    if gather_ids is not None and tuple(gather_ids.shape) != (input_ids.shape[0], logits_to_keep):
+        raise ValueError(
+            f"gather_ids must be [B, T]={[input_ids.shape[0], logits_to_keep]}, "
+            f"got {tuple(gather_ids.shape)}"
+        )
     bsz = batch_size or input_ids.shape[0]
-    ids_out, lp_out = [], []
+    ids_out, lp_out, gathered = [], [], []
     for start in range(0, input_ids.shape[0], bsz):
         ids_b = input_ids[start : start + bsz]
         am_b = attention_mask[start : start + bsz]
@@ -114,10 +123,22 @@ def reference_topk(
                 "tokens; use a reference with the policy's tokenizer"
             )
         top_ids, top_lp = topk_from_logits(logits, k, temperature, chunk_size)  # [b, T, K]
+        if gather_ids is not None:
+            lse = torch.cat(
+                [
+                    torch.logsumexp(c.float() / temperature, dim=-1)
+                    for c in logits.split(chunk_size, dim=1)
+                ],
+                dim=1,
+            )  # [b, T]
+            g_ids = gather_ids[start : start + bsz].long()[..., None]
+            gathered.append(logits.gather(-1, g_ids).squeeze(-1).float() / temperature - lse)
         del logits
         pad = am_b[:, -logits_to_keep:] == 0  # [b, T]
         top_ids = top_ids.masked_fill(pad[..., None], 0)
         top_lp = top_lp.masked_fill(pad[..., None], float("-inf"))
         ids_out.append(top_ids)
         lp_out.append(top_lp)
+    if gather_ids is not None:
+        return torch.cat(ids_out), torch.cat(lp_out), torch.cat(gathered)
     return torch.cat(ids_out), torch.cat(lp_out)

@@ -379,3 +379,81 @@ def test_topk_coverage_monotone_and_full_at_vocab(tiny_lm):
     vals = [cov[k] for k in (1, 4, 32, v)]
     assert vals == sorted(vals) and cov[v] == 1.0
     assert cov[32] > 32 / v  # better than chance: the sampler is the model
+
+
+# ---------------------------------------------------------------- trainer on a tiny Qwen2
+def _distinct_chars(completions, **kwargs):
+    """Text-dependent reward with spread inside a group (so that negatives exist)."""
+    return [len(set(c if isinstance(c, str) else c[0]["content"])) / 10.0 for c in completions]
+
+
+def _apo_trainer(tiny_lm, tmp_path, steps=2, trainer_cls=None, **apo):
+    import copy
+
+    from common.rl import cpu_grpo_kwargs
+    from common.tasks import make_arithmetic_dataset
+    from common.tasks.arithmetic import arithmetic_reward
+    from methods.apo import APOConfig, APOTrainer
+
+    model, tok = tiny_lm
+    kw = cpu_grpo_kwargs(output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=8)
+    kw.update(apo)
+    cls = trainer_cls or APOTrainer
+    args = (APOConfig if cls is APOTrainer else __import__("trl").GRPOConfig)(**kw)
+    trainer = cls(
+        model=copy.deepcopy(model),
+        reward_funcs=[arithmetic_reward, _distinct_chars],
+        args=args,
+        train_dataset=make_arithmetic_dataset(8, seed=0),
+        processing_class=tok,
+    )
+    return trainer
+
+
+def test_apo_trainer_smoke_logs_anchor_ratio_and_safe_mass(tiny_lm, tmp_path):
+    torch.manual_seed(0)
+    trainer = _apo_trainer(tiny_lm, tmp_path, steps=2)
+    before = {k: v.clone() for k, v in trainer.model.named_parameters()}
+    out = trainer.train()
+    assert torch.isfinite(torch.tensor(out.training_loss))
+    logs = [h for h in trainer.state.log_history if "apo/safe_manifold_mass" in h]
+    assert len(logs) == 2
+    # step 0 is on-policy with π_θ = π_ref: the anchor ratio is exactly 1 up to fp32 rounding
+    assert logs[0]["apo/r_anchor_neg"] == pytest.approx(1.0, abs=1e-4)
+    assert 0 < logs[0]["apo/safe_manifold_mass"] <= 1 + 1e-6
+    assert logs[0]["apo/frac_neg_tokens"] > 0
+    moved = [k for k, v in trainer.model.named_parameters() if not torch.equal(v, before[k])]
+    assert moved
+    # the reference stays frozen at the initial policy
+    ref = trainer._apo_ref
+    assert all(torch.equal(p, before[n]) for n, p in ref.named_parameters() if n in before)
+
+
+def test_apo_trainer_identity_matches_trl_grpo(tiny_lm, tmp_path):
+    # λ = 1, β = 0, TRL's aggregation and no dual clip: one step equals TRL's own GRPO step.
+    # Plain SGD, so that fp32 noise in near-zero gradients is not amplified to ±lr as by Adam.
+    from trl import GRPOTrainer
+
+    params = []
+    for cls, extra in [
+        (None, {"apo_lambda": 1.0, "apo_beta": 0.0, "apo_dual_clip": None,
+                "apo_agg": "seq_mean_token_mean"}),
+        (GRPOTrainer, {}),
+    ]:  # fmt: skip
+        torch.manual_seed(0)
+        extra = {**extra, "optim": "sgd", "learning_rate": 0.1}
+        tr = _apo_trainer(tiny_lm, tmp_path / str(cls), steps=1, trainer_cls=cls, **extra)
+        tr.train()
+        params.append({k: v.detach().clone() for k, v in tr.model.named_parameters()})
+    for k in params[0]:
+        assert_close(params[0][k], params[1][k], atol=1e-6, rtol=1e-5)
+
+
+def test_apo_config_rejects_bad_values(tmp_path):
+    from common.rl import cpu_grpo_kwargs
+    from methods.apo import APOConfig
+
+    for bad, match in [({"apo_k": 0}, "apo_k"), ({"apo_beta": -1.0}, "apo_beta"),
+                       ({"apo_clip_mode": "x"}, "apo_clip_mode")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            APOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path), **bad))
