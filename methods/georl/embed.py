@@ -1,0 +1,133 @@
+"""The semantic space phi of Geo-RL (spec §3.1, §8): frozen, unit-norm text embeddings.
+
+Two embedders implement :class:`TextEmbedder`. :class:`MiniLMEmbedder` wraps the offline MiniLM
+sentence-transformer (through ``common.embeddings.Embedder``) and embeds long captions sentence by
+sentence, mean-pooling and re-normalising, so nothing is silently truncated at the encoder window.
+:class:`BagOfFactsEmbedder` is the toy/CI space: an L2-normalised multi-hot over a fixed phrase
+vocabulary. Empty or whitespace-only texts map to a fixed unit ``EMPTY`` vector (spec P2.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TextEmbedder", "MiniLMEmbedder", "BagOfFactsEmbedder", "split_sentences"]
+
+_SENTENCE_RE = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into non-empty sentences at ``. ! ?`` / ``;`` boundaries and newlines."""
+    return [s.strip() for s in _SENTENCE_RE.split(text) if s and s.strip()]
+
+
+@runtime_checkable
+class TextEmbedder(Protocol):
+    """Maps texts to unit-norm embeddings ``[n, d]`` (float tensor)."""
+
+    def encode(self, texts: Sequence[str]) -> Tensor: ...
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must be a sequence of str")
+    return list(texts)
+
+
+class MiniLMEmbedder:
+    """Sentence-chunked MiniLM embeddings (spec §3.1): ``phi(c) = normalise(mean_s phi(s))``.
+
+    Args:
+        model_name_or_path: Passed to ``common.embeddings.Embedder`` (``None``: the offline MiniLM
+            package, 384 dims).
+        device: Torch device of the encoder.
+        batch_size: Encoder batch size.
+        cache: Memoise embeddings per distinct text (useful when groups repeat captions).
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | None = None,
+        device: str = "cpu",
+        batch_size: int = 64,
+        cache: bool = True,
+    ) -> None:
+        from common.embeddings import Embedder
+
+        self._embedder = Embedder(model_name_or_path, device=device, batch_size=batch_size)
+        self._cache: dict[str, np.ndarray] | None = {} if cache else None
+        self._empty: np.ndarray | None = None
+
+    def _empty_vector(self, dim: int) -> np.ndarray:
+        if self._empty is None or self._empty.shape[0] != dim:
+            vec = np.random.default_rng(12345).standard_normal(dim)  # fixed "EMPTY" direction
+            self._empty = vec / np.linalg.norm(vec)
+        return self._empty
+
+    def encode(self, texts: Sequence[str]) -> Tensor:
+        """Embed ``texts`` -> ``[n, d]`` float32, unit norm."""
+        texts = _check_texts(texts)
+        todo = [t for t in dict.fromkeys(texts) if self._cache is None or t not in self._cache]
+        pieces = {t: split_sentences(t) for t in todo}
+        flat = [s for t in todo for s in pieces[t]]
+        sent_emb = self._embedder.encode(flat) if flat else np.zeros((0, 0))
+        out: dict[str, np.ndarray] = {}
+        pos = 0
+        for t in todo:
+            k = len(pieces[t])
+            if k:
+                v = np.asarray(sent_emb[pos : pos + k], dtype=np.float64).mean(0)
+                out[t] = v / max(np.linalg.norm(v), 1e-12)
+            pos += k
+        if self._cache is not None:
+            self._cache.update(out)
+            out = self._cache
+        dim = next((v.shape[0] for v in out.values()), 384)
+        rows = [out[t] if t in out else self._empty_vector(dim) for t in texts]
+        return torch.as_tensor(np.stack(rows), dtype=torch.float32)  # [n, d]
+
+
+class BagOfFactsEmbedder:
+    """Toy/CI embedder: L2-normalised multi-hot over a phrase vocabulary (spec §6 toy G1).
+
+    ``encode`` counts which vocabulary phrases occur in each text (substring match, case
+    insensitive); :meth:`encode_ids` takes the token ids directly. A text with none of the phrases
+    gets the fixed ``EMPTY`` direction (an extra last dimension).
+
+    Args:
+        vocabulary: The phrases (facts, plus e.g. a generic-caption token).
+    """
+
+    def __init__(self, vocabulary: Sequence[str]) -> None:
+        if not vocabulary:
+            raise ValueError("vocabulary must be a non-empty list of phrases")
+        self.vocabulary = [v.lower() for v in vocabulary]
+        self.dim = len(self.vocabulary) + 1
+
+    def encode_ids(self, ids: Tensor) -> Tensor:
+        """``ids`` ``[..., S]`` token ids (slots) -> ``[..., V+1]`` unit multi-hot (float64)."""
+        hot = torch.zeros(*ids.shape[:-1], self.dim, dtype=torch.float64, device=ids.device)
+        hot.scatter_(-1, ids.long(), 1.0)  # repeated ids count once
+        empty = hot.sum(-1) == 0
+        hot[..., -1] = empty.to(hot.dtype)
+        return hot / hot.norm(dim=-1, keepdim=True)
+
+    def encode(self, texts: Sequence[str]) -> Tensor:
+        texts = _check_texts(texts)
+        hot = torch.zeros(len(texts), self.dim, dtype=torch.float64)
+        for i, t in enumerate(texts):
+            low = t.lower()
+            for j, phrase in enumerate(self.vocabulary):
+                if phrase in low:
+                    hot[i, j] = 1.0
+        hot[:, -1] = (hot.sum(-1) == 0).to(hot.dtype)
+        return hot / hot.norm(dim=-1, keepdim=True)
