@@ -1,0 +1,142 @@
+"""The slice-trainable linear layer (SliceFine §3.1 and the slice update W = W₀ + M ⊙ U).
+
+Only a contiguous block of ``r`` rows or ``r`` columns of a pretrained ``nn.Linear`` weight is
+trainable at a time. The block's update lives in a zero-initialised ``delta`` parameter:
+
+- row slice, rows R = [p, p+r), ``delta`` ``[r, d_in]``:  y = x Wᵀ + b, then y[..., R] += x deltaᵀ;
+- column slice, cols K = [p, p+r), ``delta`` ``[d_out, r]``: y = x Wᵀ + b + x[..., K] deltaᵀ.
+
+This is exactly training the masked entries of W (∂L/∂delta is the slice of ∂L/∂W), while the full
+weight stays frozen. ``commit`` folds ``delta`` into W and zeroes it, so after ``merge`` nothing is
+added to the model: zero new parameters (paper abstract).
+
+Shapes: d_in input features, d_out output features, r slice width.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Orient = Literal["row", "column"]
+
+
+def _check_r(r: int, orient: str, d_out: int, d_in: int) -> int:
+    if orient not in ("row", "column"):
+        raise ValueError(f"orient must be 'row' or 'column', got {orient!r}")
+    if isinstance(r, bool) or not isinstance(r, int):
+        raise TypeError(f"r must be an int, got {type(r).__name__}")
+    dim = d_out if orient == "row" else d_in
+    if not 1 <= r <= dim:
+        raise ValueError(f"r must satisfy 1 <= r <= {dim} (the {orient} count), got r={r}")
+    return dim
+
+
+class SliceFineLinear(nn.Module):
+    """A frozen ``nn.Linear`` with one trainable row or column slice (SliceFine §3.4).
+
+    Args:
+        base: the pretrained linear layer; its weight is frozen and updated in place on ``commit``.
+        r: slice width (rows or columns), 1 <= r <= d_out (row) or d_in (column).
+        orient: ``"row"`` or ``"column"``.
+        pos: first row/column of the slice, 0 <= pos <= dim - r.
+
+    Raises:
+        TypeError: if ``base`` is not an ``nn.Linear`` (convert GPT-2 ``Conv1D`` / gather
+            quantised or partitioned weights first).
+        ValueError: on ``r`` or ``pos`` out of range.
+    """
+
+    def __init__(self, base: nn.Linear, r: int, orient: Orient = "row", pos: int = 0) -> None:
+        super().__init__()
+        if not isinstance(base, nn.Linear) or type(base) is not nn.Linear:
+            raise TypeError(
+                f"SliceFine targets plain torch.nn.Linear layers, got {type(base).__name__}; "
+                "convert Conv1D / quantised / partitioned layers to nn.Linear first"
+            )
+        self.base = base
+        self.base.weight.requires_grad_(False)
+        self.r = r
+        self.orient: Orient = orient
+        self.pos = 0
+        self.delta = nn.Parameter(
+            torch.zeros(0, dtype=base.weight.dtype, device=base.weight.device)
+        )
+        self.touched_rows: set[int] = set()
+        self.touched_cols: set[int] = set()
+        self.move_to(pos, orient)
+
+    @property
+    def d_out(self) -> int:
+        return self.base.out_features
+
+    @property
+    def d_in(self) -> int:
+        return self.base.in_features
+
+    def dim(self, orient: Orient | None = None) -> int:
+        """The number of rows (row orientation) or columns (column orientation) of the weight."""
+        return self.d_out if (orient or self.orient) == "row" else self.d_in
+
+    def slice_index(self) -> tuple[str, int, int]:
+        """``(orient, start, stop)`` of the active slice."""
+        return self.orient, self.pos, self.pos + self.r
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)  # [..., d_out]
+        start, stop = self.pos, self.pos + self.r
+        if self.orient == "row":
+            upd = F.linear(x, self.delta)  # [..., r]
+            return torch.cat([y[..., :start], y[..., start:stop] + upd, y[..., stop:]], dim=-1)
+        return y + F.linear(x[..., start:stop], self.delta)  # [..., d_out]
+
+    @torch.no_grad()
+    def commit(self) -> None:
+        """Folds ``delta`` into the frozen weight and zeroes it (the update is kept)."""
+        start, stop = self.pos, self.pos + self.r
+        if self.orient == "row":
+            self.base.weight[start:stop, :] += self.delta
+        else:
+            self.base.weight[:, start:stop] += self.delta
+        self.delta.zero_()
+
+    @torch.no_grad()
+    def move_to(self, pos: int, orient: Orient | None = None) -> None:
+        """Activates the slice at ``pos`` (and ``orient``); the old ``delta`` must be committed.
+
+        The ``delta`` Parameter object is kept (only its data is replaced), so optimiser parameter
+        groups that hold it stay valid; its optimiser state must be reset by the caller.
+
+        Raises:
+            ValueError: on a position out of range, or an uncommitted non-zero ``delta``.
+        """
+        orient = orient or self.orient
+        dim = _check_r(self.r, orient, self.d_out, self.d_in)
+        if not 0 <= pos <= dim - self.r:
+            raise ValueError(f"pos must satisfy 0 <= pos <= {dim - self.r}, got {pos}")
+        if self.delta.numel() and self.delta.abs().sum() > 0:
+            raise ValueError("commit() the active slice before moving it (delta is non-zero)")
+        shape = (self.r, self.d_in) if orient == "row" else (self.d_out, self.r)
+        self.delta.data = torch.zeros(
+            shape, dtype=self.base.weight.dtype, device=self.base.weight.device
+        )
+        self.orient, self.pos = orient, pos
+        touched = self.touched_rows if orient == "row" else self.touched_cols
+        touched.update(range(pos, pos + self.r))
+
+    @torch.no_grad()
+    def effective_weight(self) -> torch.Tensor:
+        """W₀ + M ⊙ U: the weight the layer currently computes with, ``[d_out, d_in]``."""
+        w = self.base.weight.clone()
+        start, stop = self.pos, self.pos + self.r
+        if self.orient == "row":
+            w[start:stop, :] += self.delta
+        else:
+            w[:, start:stop] += self.delta
+        return w
+
+    def extra_repr(self) -> str:
+        return f"r={self.r}, orient={self.orient}, pos={self.pos}, d_in={self.d_in}, d_out={self.d_out}"

@@ -1,0 +1,301 @@
+"""Applying SliceFine to a model and moving its slices (SliceFine §3.3, Fig. 1).
+
+``apply_slicefine`` swaps every targeted ``nn.Linear`` for a :class:`SliceFineLinear`, freezes all
+other weights (except ``modules_to_save``, e.g. a classifier head) and returns a
+:class:`SliceFineModel`. Every ``switch_every`` steps ``switch()`` commits each layer's slice into its
+weight and activates the next one, synchronously across layers:
+
+- ``mode="row"`` / ``"column"``: a sweep; the cursor advances by r, the last partial slice is clamped
+  to d − r, and it wraps to 0 after the end (our reconstruction of "slides", spec §9.2);
+- ``mode="alternate"``: row and column blocks alternate, each with its own cursor (spec §9.6).
+
+``merge_and_unload`` returns the original module classes with the update folded in (zero new
+parameters); ``slice_state_dict`` is the compact artifact: the final values of every touched row and
+column, which restore the merged weights bit-exactly on top of the base model.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from methods.slicefine.layer import SliceFineLinear
+
+Mode = Literal["row", "column", "alternate"]
+_MODES = ("row", "column", "alternate")
+
+
+@dataclass
+class SliceFineConfig:
+    """SliceFine's knobs (spec §3.5; all values are reconstructed defaults, not paper settings)."""
+
+    r: int = 4  # slice width; "r = 1 is often competitive" (project page), 4 [inferred]
+    mode: Mode = "row"  # row | column | alternate (paper Fig. 1)
+    switch_every: int | None = 100  # N steps between moves; None = static slice [inferred]
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")  # LiME's targets
+    init_position: Literal["random", "zero"] = "random"  # "randomly chosen slice" (paper)
+    train_bias: bool = False  # [inferred]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
+        if self.switch_every is not None and self.switch_every <= 0:
+            raise ValueError(
+                f"switch_every must be a positive int or None, got {self.switch_every}"
+            )
+        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r <= 0:
+            raise ValueError(f"r must be a positive int, got {self.r!r}")
+        if self.init_position not in ("random", "zero"):
+            raise ValueError(
+                f"init_position must be 'random' or 'zero', got {self.init_position!r}"
+            )
+
+
+def next_position(pos: int, r: int, dim: int) -> int:
+    """The sweep's next slice start: pos + r, clamped to dim − r for the last partial slice, 0 after."""
+    nxt = pos + r
+    if nxt >= dim:
+        return 0
+    return min(nxt, dim - r)
+
+
+def _matches(name: str, targets: str | Iterable[str]) -> bool:
+    if isinstance(targets, str):
+        return re.fullmatch(targets, name) is not None
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def _shared_weights(model: nn.Module) -> set[int]:
+    seen: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        seen[id(p)] = seen.get(id(p), 0) + 1
+    return {k for k, n in seen.items() if n > 1}
+
+
+class SliceFineModel(nn.Module):
+    """A model whose target linears carry moving trainable slices.
+
+    Attributes:
+        model: the wrapped model (its target layers replaced by ``SliceFineLinear``).
+        layers: ``{module name: SliceFineLinear}``.
+        config: the :class:`SliceFineConfig`.
+    """
+
+    def __init__(
+        self, model: nn.Module, layers: dict[str, SliceFineLinear], config: SliceFineConfig
+    ):
+        super().__init__()
+        self.model = model
+        self.config = config
+        self._names = list(layers)
+        # Independent cursors for the alternate mode: {name: {"row": pos, "column": pos}}.
+        self._cursor = {n: {layers[n].orient: layers[n].pos} for n in layers}
+        self.num_switches = 0
+
+        # Expose the wrapped model's forward signature (HF Trainer drops dataset columns by it).
+        def forward(*args, **kwargs):
+            return self.model(*args, **kwargs)
+
+        self.forward = functools.update_wrapper(forward, model.forward)
+
+    @property
+    def layers(self) -> dict[str, SliceFineLinear]:
+        modules = dict(self.model.named_modules())
+        return {n: modules[n] for n in self._names}
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "model":
+                raise
+            return getattr(self.model, name)  # config, generation_config, ... of the wrapped model
+
+    def delta_parameters(self) -> list[nn.Parameter]:
+        """The trainable slice parameters (one ``delta`` per target layer)."""
+        return [layer.delta for layer in self.layers.values()]
+
+    def trainable_parameters(self) -> int:
+        """Number of trainable scalars (active slices plus heads/biases left trainable)."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    @torch.no_grad()
+    def switch(self) -> None:
+        """Commits every active slice and activates the next one (Alg. line 3-6, synchronous)."""
+        for name, layer in self.layers.items():
+            layer.commit()
+            cursors = self._cursor[name]
+            orient = layer.orient
+            cursors[orient] = next_position(layer.pos, layer.r, layer.dim(orient))
+            if self.config.mode == "alternate":
+                orient = "row" if orient == "column" else "column"
+                cursors.setdefault(orient, 0)
+            layer.move_to(cursors[orient], orient)
+        self.num_switches += 1
+
+    @torch.no_grad()
+    def slice_state_dict(self) -> dict[str, dict[str, torch.Tensor | str]]:
+        """The compact artifact: per layer, the final values of every touched row and column.
+
+        Loading it on top of the untouched base model reproduces the merged weights bit-exactly.
+        """
+        out = {}
+        for name, layer in self.layers.items():
+            w = layer.effective_weight()
+            rows = torch.tensor(sorted(layer.touched_rows), dtype=torch.long)
+            cols = torch.tensor(sorted(layer.touched_cols), dtype=torch.long)
+            out[name] = {
+                "rows": rows,
+                "row_values": w[rows, :].clone(),
+                "cols": cols,
+                "col_values": w[:, cols].clone(),
+                "shape": torch.tensor(tuple(w.shape)),
+            }
+        return out
+
+    @torch.no_grad()
+    def merge_and_unload(self) -> nn.Module:
+        """Folds every slice into its weight and returns the model with its original ``nn.Linear``s."""
+        modules = dict(self.model.named_modules())
+        for name in self._names:
+            layer = modules[name]
+            layer.commit()
+            parent_name, _, child = name.rpartition(".")
+            parent = modules[parent_name] if parent_name else self.model
+            setattr(parent, child, layer.base)
+        self._names = []
+        return self.model
+
+
+@torch.no_grad()
+def load_slice_state_dict(model: nn.Module, artifact: dict[str, dict]) -> nn.Module:
+    """Writes a ``slice_state_dict`` into the matching ``nn.Linear``s of a base model (in place).
+
+    Raises:
+        ValueError: on a missing module or a shape mismatch.
+    """
+    modules = dict(model.named_modules())
+    for name, entry in artifact.items():
+        if name not in modules or not isinstance(modules[name], nn.Linear):
+            raise ValueError(f"artifact layer {name!r} is not an nn.Linear of this model")
+        w = modules[name].weight
+        if tuple(entry["shape"].tolist()) != tuple(w.shape):
+            raise ValueError(
+                f"artifact layer {name!r} has shape {tuple(entry['shape'].tolist())}, "
+                f"the model's weight is {tuple(w.shape)}"
+            )
+        w[:, entry["cols"]] = entry["col_values"].to(w)
+        w[entry["rows"], :] = entry["row_values"].to(w)
+    return model
+
+
+def apply_slicefine(
+    model: nn.Module,
+    target_modules: str | Iterable[str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    r: int = 4,
+    mode: Mode = "row",
+    switch_every: int | None = 100,
+    seed: int = 0,
+    init_position: Literal["random", "zero"] = "random",
+    train_bias: bool = False,
+    modules_to_save: Iterable[str] = (),
+) -> SliceFineModel:
+    """Wraps ``model`` for SliceFine training (spec §3.3 line 1).
+
+    Args:
+        model: any ``nn.Module`` (modified in place).
+        target_modules: module-name suffixes (``["query", "value"]``) or a full-match regex.
+        r: slice width.
+        mode: ``"row"``, ``"column"`` or ``"alternate"`` (alternate starts with a column block).
+        switch_every: steps between moves (used by the callback / loop); None for a static slice.
+        seed: seeds the random initial positions.
+        init_position: ``"random"`` (seeded, per layer) or ``"zero"``.
+        train_bias: keep the target layers' biases trainable.
+        modules_to_save: name suffixes of modules kept fully trainable (e.g. a classifier head).
+
+    Raises:
+        ValueError: no module matches, a weight is tied to another module, or a module is already
+            wrapped; r out of range (from the layer).
+        TypeError: a target is not an ``nn.Linear``.
+    """
+    config = SliceFineConfig(
+        r=r,
+        mode=mode,
+        switch_every=switch_every,
+        target_modules=tuple(
+            [target_modules] if isinstance(target_modules, str) else target_modules
+        ),
+        init_position=init_position,
+        train_bias=train_bias,
+        seed=seed,
+    )
+    if any(isinstance(m, SliceFineLinear) for m in model.modules()):
+        raise ValueError("model already has SliceFine layers; apply_slicefine once per model")
+    names = [n for n, _ in model.named_modules() if n and _matches(n, target_modules)]
+    if not names:
+        raise ValueError(f"no module matches target_modules={target_modules!r}")
+    shared = _shared_weights(model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    rng = random.Random(seed)
+    modules = dict(model.named_modules())
+    layers = {}
+    for name in names:
+        base = modules[name]
+        if not isinstance(base, nn.Linear):
+            raise TypeError(
+                f"target {name!r} is a {type(base).__name__}, not nn.Linear; convert it first"
+            )
+        if id(base.weight) in shared:
+            raise ValueError(
+                f"target {name!r} shares its weight with another module (tied embeddings?); "
+                "a commit would silently change both"
+            )
+        orient = "column" if mode == "alternate" else mode
+        dim = base.out_features if orient == "row" else base.in_features
+        if not 1 <= r <= dim:
+            raise ValueError(f"r must satisfy 1 <= r <= {dim} for {name!r} ({orient}s), got r={r}")
+        pos = rng.randint(0, dim - r) if init_position == "random" else 0
+        layer = SliceFineLinear(base, r=r, orient=orient, pos=pos)
+        if train_bias and base.bias is not None:
+            base.bias.requires_grad_(True)
+        parent_name, _, child = name.rpartition(".")
+        setattr(modules[parent_name] if parent_name else model, child, layer)
+        layers[name] = layer
+    for n, m in model.named_modules():
+        if any(n == s or n.endswith("." + s) for s in modules_to_save):
+            for p in m.parameters():
+                p.requires_grad_(True)
+    return SliceFineModel(model, layers, config)
+
+
+def reset_slice_optimizer_state(optimizer: torch.optim.Optimizer, model: SliceFineModel) -> int:
+    """Empties the optimiser state of every ``delta`` (a new slice is a new set of weights, §9.3).
+
+    Returns:
+        The number of parameters whose state was reset.
+    """
+    n = 0
+    for p in model.delta_parameters():
+        if p in optimizer.state:
+            optimizer.state[p] = {}
+            n += 1
+    return n
+
+
+def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Raises if the optimiser holds frozen parameters (it was built before ``apply_slicefine``)."""
+    frozen = sum(1 for g in optimizer.param_groups for p in g["params"] if not p.requires_grad)
+    if frozen:
+        raise ValueError(
+            f"optimizer holds {frozen} frozen parameters: build it after apply_slicefine, from "
+            "[p for p in model.parameters() if p.requires_grad]"
+        )

@@ -1,0 +1,244 @@
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+
+from methods.slicefine import (
+    SliceFineLinear,
+    SliceSwitchCallback,
+    apply_slicefine,
+    check_optimizer,
+    load_slice_state_dict,
+    local_ticket_test,
+    next_position,
+    reset_slice_optimizer_state,
+    restricted_grad_ratio,
+    spectral_balance,
+    task_energy,
+)
+
+TARGETS = ["q_proj", "v_proj"]
+
+
+@pytest.fixture
+def lm(tiny_tok):
+    from common.tiny import tiny_causal_lm
+
+    model, _ = tiny_causal_lm("qwen2", seed=1, tokenizer=tiny_tok)
+    return model.train()
+
+
+def _ids(tok):
+    return torch.tensor([tok("What is 12 + 30? The answer is 42.")["input_ids"]])
+
+
+@pytest.mark.parametrize("orient", ["row", "column"])
+def test_identity_at_init_exact(orient):
+    base = nn.Linear(12, 10)
+    layer = SliceFineLinear(copy.deepcopy(base), r=3, orient=orient, pos=2)
+    x = torch.randn(2, 5, 12)
+    assert torch.equal(layer(x), base(x))
+
+
+@pytest.mark.parametrize("orient", ["row", "column"])
+def test_delta_gradient_is_the_weight_gradient_slice(orient):
+    base = nn.Linear(12, 10)
+    ref = copy.deepcopy(base)
+    layer = SliceFineLinear(base, r=3, orient=orient, pos=4)
+    x, t = torch.randn(7, 12), torch.randn(7, 10)
+    ((layer(x) - t) ** 2).sum().backward()
+    ((ref(x) - t) ** 2).sum().backward()
+    expected = ref.weight.grad[4:7, :] if orient == "row" else ref.weight.grad[:, 4:7]
+    torch.testing.assert_close(layer.delta.grad, expected, atol=1e-6, rtol=1e-6)
+    assert layer.base.weight.grad is None  # the full weight stays frozen
+
+
+def test_locality_and_merge_zero_new_parameters(lm, tiny_tok):
+    ref = copy.deepcopy(lm)
+    n_params = sum(p.numel() for p in lm.parameters())
+    keys = {k: (v.shape, v.dtype) for k, v in lm.state_dict().items()}
+    ids = _ids(tiny_tok)
+    sm = apply_slicefine(lm, TARGETS, r=4, mode="row", seed=0)
+    assert torch.equal(sm(ids).logits, ref(ids).logits)  # identity at initialisation
+    # Trainable count = r * d_in per target layer (row slices).
+    expected = sum(4 * layer.d_in for layer in sm.layers.values())
+    assert sm.trainable_parameters() == expected
+    opt = torch.optim.AdamW([p for p in sm.parameters() if p.requires_grad], lr=1e-2)
+    check_optimizer(opt)
+    for _ in range(3):
+        opt.zero_grad()
+        sm(ids, labels=ids).loss.backward()
+        opt.step()
+    ref_mods = dict(ref.named_modules())
+    for name, layer in sm.layers.items():
+        diff = (layer.effective_weight() - ref_mods[name].weight).abs()
+        start, stop = layer.pos, layer.pos + layer.r
+        assert diff[start:stop].sum() > 0
+        assert diff[:start].sum() == 0 and diff[stop:].sum() == 0
+    wrapped_logits = sm(ids).logits.detach()
+    merged = sm.merge_and_unload()
+    assert all(
+        type(m) is nn.Linear for n, m in merged.named_modules() if n.endswith(tuple(TARGETS))
+    )
+    assert sum(p.numel() for p in merged.parameters()) == n_params
+    assert {k: (v.shape, v.dtype) for k, v in merged.state_dict().items()} == keys
+    torch.testing.assert_close(merged(ids).logits, wrapped_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_switch_commits_resets_and_advances(lm, tiny_tok):
+    ids = _ids(tiny_tok)
+    sm = apply_slicefine(lm, ["q_proj"], r=5, mode="row", seed=3)
+    opt = torch.optim.Adam(sm.delta_parameters(), lr=1e-2)
+    opt.zero_grad()
+    sm(ids, labels=ids).loss.backward()
+    opt.step()
+    before = {n: layer.effective_weight() for n, layer in sm.layers.items()}
+    positions = {n: layer.pos for n, layer in sm.layers.items()}
+    sm.switch()
+    assert reset_slice_optimizer_state(opt, sm) == len(before)
+    for n, layer in sm.layers.items():
+        assert torch.equal(layer.effective_weight(), before[n])  # the update is kept
+        assert layer.delta.abs().sum() == 0 and opt.state[layer.delta] == {}
+        assert layer.pos == next_position(positions[n], 5, layer.d_out)
+
+
+@pytest.mark.parametrize("dim,r", [(12, 4), (10, 4), (7, 7)])
+def test_sweep_covers_every_row(dim, r):
+    pos, covered, seen = 0, [], []
+    for _ in range(math.ceil(dim / r)):
+        covered += list(range(pos, pos + r))
+        seen.append(pos)
+        pos = next_position(pos, r, dim)
+    assert set(covered) == set(range(dim))
+    if dim % r == 0:
+        assert sorted(covered) == list(range(dim))  # exactly once
+    assert pos == 0  # wraps after a full sweep
+    assert all(0 <= p <= dim - r for p in seen)
+
+
+def test_alternate_mode_flips_orientation(lm):
+    sm = apply_slicefine(lm, ["q_proj"], r=4, mode="alternate", seed=0)
+    layer = next(iter(sm.layers.values()))
+    orients = [layer.orient]
+    for _ in range(3):
+        sm.switch()
+        orients.append(layer.orient)
+    assert orients == ["column", "row", "column", "row"]
+    assert layer.delta.shape == (4, layer.d_in)
+
+
+def test_slice_artifact_roundtrip_bit_exact(lm, tiny_tok):
+    base_copy = copy.deepcopy(lm)
+    ids = _ids(tiny_tok)
+    sm = apply_slicefine(lm, TARGETS, r=3, mode="alternate", seed=0)
+    opt = torch.optim.SGD(sm.delta_parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        sm(ids, labels=ids).loss.backward()
+        opt.step()
+        if step % 2 == 1:
+            sm.switch()
+    artifact = sm.slice_state_dict()
+    merged = sm.merge_and_unload()
+    restored = load_slice_state_dict(base_copy, artifact)
+    for (k, a), (_, b) in zip(merged.state_dict().items(), restored.state_dict().items()):
+        assert torch.equal(a, b), k
+    n_artifact = sum(v["row_values"].numel() + v["col_values"].numel() for v in artifact.values())
+    assert n_artifact < sum(p.numel() for p in merged.parameters()) / 20  # compact
+    bad = {next(iter(artifact)): {**next(iter(artifact.values())), "shape": torch.tensor([1, 1])}}
+    with pytest.raises(ValueError, match="shape"):
+        load_slice_state_dict(base_copy, bad)
+
+
+def test_callback_switches_inside_hf_trainer(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, x, labels):
+            return {"loss": nn.functional.cross_entropy(self.net(x), labels)}
+
+    wrapped = Wrapped()
+    sm = apply_slicefine(wrapped, ["net.0"], r=4, mode="row", switch_every=2, init_position="zero")
+    data = [{"x": torch.randn(8), "labels": torch.tensor(i % 2)} for i in range(16)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=5,
+        learning_rate=1e-2,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_strategy="no",
+    )
+    trainer = Trainer(model=sm, args=args, train_dataset=data, callbacks=[SliceSwitchCallback(sm)])
+    trainer.train()
+    assert sm.num_switches == 2  # after steps 2 and 4
+    assert next(iter(sm.layers.values())).pos == 8
+    with pytest.raises(ValueError, match="switch_every"):
+        SliceSwitchCallback(sm, switch_every=0)
+
+
+def test_diagnostics_closed_forms():
+    block = torch.randn(4, 16)
+    balanced = block.repeat(6, 1)  # identical row groups
+    assert spectral_balance(balanced, k=6)["cv_energy"] == pytest.approx(0.0, abs=1e-9)
+    skewed = balanced.clone()
+    skewed[:4] *= 10
+    assert spectral_balance(skewed, k=6)["cv_energy"] > 1.0
+    g = torch.ones(6, 5)
+    mask = torch.zeros(6, 5)
+    mask[:2] = 1
+    assert restricted_grad_ratio(g, mask) == pytest.approx(1.0)
+    labels = torch.arange(60) % 3
+    # Features that contain the one-hot labels: their full span holds all the target energy.
+    feats = torch.cat([nn.functional.one_hot(labels, 3).float(), torch.randn(60, 5)], dim=1)
+    assert task_energy(feats, labels, k=8) == pytest.approx(1.0)
+    assert task_energy(torch.randn(60, 8), labels, k=8) < 0.5  # noise features explain little
+
+
+def test_local_ticket_test_descends_on_a_convex_problem():
+    torch.manual_seed(0)
+    lin = nn.Linear(6, 4)
+    x, t = torch.randn(32, 6), torch.randn(32, 4)
+    w0 = lin.weight.detach().clone()
+    res = local_ticket_test(lin, lambda: ((lin(x) - t) ** 2).mean(), r=2, n_slices=10, lr=1e-2)
+    assert res["win_rate"] == 1.0 and res["mean_delta_loss"] < 0
+    assert torch.equal(lin.weight, w0)  # restored
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="r must satisfy"):
+        SliceFineLinear(nn.Linear(4, 3), r=4, orient="row")
+    with pytest.raises(ValueError, match="r must satisfy"):
+        SliceFineLinear(nn.Linear(4, 3), r=0)
+    with pytest.raises(TypeError, match="nn.Linear"):
+        SliceFineLinear(nn.Conv1d(2, 2, 1), r=1)
+    with pytest.raises(ValueError, match="switch_every"):
+        apply_slicefine(nn.Sequential(nn.Linear(4, 4)), ["0"], r=1, switch_every=0)
+    with pytest.raises(ValueError, match="mode"):
+        apply_slicefine(nn.Sequential(nn.Linear(4, 4)), ["0"], r=1, mode="diagonal")
+    with pytest.raises(TypeError, match="not nn.Linear"):
+        apply_slicefine(nn.Sequential(nn.Conv1d(4, 4, 1)), ["0"], r=1)
+    with pytest.raises(ValueError, match="no module matches"):
+        apply_slicefine(nn.Sequential(nn.Linear(4, 4)), ["nope"], r=1)
+    emb = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    with pytest.raises(ValueError, match="tied"):
+        apply_slicefine(nn.ModuleDict({"emb": emb, "head": head}), ["head"], r=1)
+    model = nn.Sequential(nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sm = apply_slicefine(model, ["0"], r=1)
+    with pytest.raises(ValueError, match="frozen parameters"):
+        check_optimizer(opt)
+    with pytest.raises(ValueError, match="already"):
+        apply_slicefine(sm.model, ["0"], r=1)
