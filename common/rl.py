@@ -135,7 +135,7 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             rewards: ``[B, N]`` rewards gathered over all processes and summed over reward functions
                 with ``reward_weights``; NaN marks a completion no reward function could score.
             inputs: Context for the hook: ``"rewards_per_func"`` (``[B, N, F]``, gathered),
-                ``"completion_mask"`` (``[b·N, T]``, local), ``"process_slice"`` (the rows of the
+                ``"completion_ids"`` and ``"completion_mask"`` (``[b·N, T]``, local), ``"process_slice"`` (the rows of the
                 flattened ``[B·N]`` batch that belong to this process), ``"mode"`` ("train" or
                 "eval") and ``"trainer_inputs"`` (the local dataset rows, one per completion).
 
@@ -202,6 +202,7 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
         )
         context = {
             "rewards_per_func": per_func.view(-1, n, per_func.size(1)),  # [B, N, F]
+            "completion_ids": output["completion_ids"],
             "completion_mask": output["completion_mask"],
             "process_slice": process_slice,
             "mode": mode,

@@ -1,0 +1,49 @@
+"""MaxRL — Maximum Likelihood Reinforcement Learning (Tajwar, Zeng et al., ICML 2026, arXiv:2602.02710).
+
+Idea in one line: with binary rewards, divide the group-centred reward by the group's mean reward
+(its pass rate) instead of its standard deviation; the resulting policy gradient is an unbiased
+estimate of the gradient of the log pass rate truncated at order N−1 (maximum likelihood as N → ∞).
+"""
+
+from .advantages import (
+    ADVANTAGE_ESTIMATORS,
+    check_binary_rewards,
+    grouped,
+    grpo_advantages,
+    maxrl_advantages,
+    reinforce_advantages,
+    rloo_advantages,
+)
+from .classification import ClassificationToyConfig, make_gaussian_classes, train_classifier
+from .eval import majority_vote, pass_at_k, tts_efficiency
+from .theory import (
+    K0_POLICIES,
+    effective_order,
+    exact_expected_gradient,
+    truncated_objective,
+    weight_fn,
+)
+from .trainer import MaxRLConfig, MaxRLTrainer
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "K0_POLICIES",
+    "ClassificationToyConfig",
+    "MaxRLConfig",
+    "MaxRLTrainer",
+    "check_binary_rewards",
+    "effective_order",
+    "exact_expected_gradient",
+    "grouped",
+    "grpo_advantages",
+    "majority_vote",
+    "make_gaussian_classes",
+    "maxrl_advantages",
+    "pass_at_k",
+    "reinforce_advantages",
+    "rloo_advantages",
+    "train_classifier",
+    "truncated_objective",
+    "tts_efficiency",
+    "weight_fn",
+]

@@ -1,0 +1,291 @@
+"""Tests for methods/maxrl: advantages, Theorem 2 by exact enumeration, pass@k, trainer hook."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from methods.maxrl import (  # noqa: E402
+    ClassificationToyConfig,
+    effective_order,
+    exact_expected_gradient,
+    grouped,
+    grpo_advantages,
+    maxrl_advantages,
+    pass_at_k,
+    reinforce_advantages,
+    rloo_advantages,
+    train_classifier,
+    truncated_objective,
+    tts_efficiency,
+    weight_fn,
+)
+
+
+# ---- 1. MaxRL advantage closed form -----------------------------------------------------------
+def test_maxrl_advantage_hand_cases():
+    r = torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    a = maxrl_advantages(r)
+    expected0 = torch.tensor([0.75, -0.25, -0.25, -0.25]) / (0.25 + 1e-6)
+    assert torch.allclose(a[0], expected0)
+    assert torch.allclose(a[0], torch.tensor([3.0, -1, -1, -1]), atol=1e-4)
+    assert torch.equal(a[1], torch.zeros(4)) and torch.equal(a[2], torch.zeros(4))
+    assert torch.allclose(a[3], torch.tensor([1.0, 1, -1, -1]), atol=1e-5)
+
+
+def test_maxrl_advantage_sums_to_zero_and_is_equivariant():
+    g = torch.Generator().manual_seed(0)
+    r = (torch.rand(64, 8, generator=g) < 0.3).float()
+    a = maxrl_advantages(r)
+    has_success = r.mean(1) > 0
+    assert torch.allclose(a[has_success].sum(1), torch.zeros(int(has_success.sum())), atol=1e-5)
+    perm = torch.randperm(8, generator=g)
+    assert torch.allclose(maxrl_advantages(r[:, perm]), a[:, perm])
+
+
+def test_baseline_advantages_closed_form():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0]])
+    mean = 0.6
+    assert torch.allclose(reinforce_advantages(r), r - mean)
+    loo = torch.tensor([[0.5, 0.75, 0.75, 0.5, 0.5]])
+    assert torch.allclose(rloo_advantages(r), r - loo)
+    std1 = r.std()  # unbiased
+    assert torch.allclose(grpo_advantages(r), (r - mean) / (std1 + 1e-6))
+    std0 = r.std(correction=0)
+    assert torch.allclose(grpo_advantages(r, ddof=0), (r - mean) / (std0 + 1e-6))
+
+
+# ---- 2-4. Theorem 2 and the Alg. 1 variant by exact enumeration ---------------------------------
+def _grad_p(logits: torch.Tensor) -> tuple[float, torch.Tensor]:
+    probs = torch.softmax(logits, 0)
+    p = probs[0]
+    return float(p), p * (torch.nn.functional.one_hot(torch.tensor(0), 3).double() - probs)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("policy", ["plain", "keep_cv", "drop_both"])
+def test_theorem2_exact_enumeration(n, policy):
+    """E[ĝ_N] = w_T(p) ∇p with T = N (Eq. 9, Eq. 10) or T = N−1 (Alg. 1)."""
+    logits = torch.tensor([-0.7, 0.4, 0.1], dtype=torch.float64)
+    p, grad_p = _grad_p(logits)
+    got = exact_expected_gradient(logits, n, policy)
+    t = effective_order(n, policy)
+    if t == 0:
+        assert torch.allclose(got, torch.zeros(3, dtype=torch.float64), atol=1e-12)
+        return
+    want = weight_fn(torch.tensor(p), "maxrl", T=t) * grad_p
+    assert torch.allclose(got, want, atol=1e-10), (got, want)
+    if t >= 1 and policy == "drop_both" and n >= 2:  # and not order N
+        wrong = weight_fn(torch.tensor(p), "maxrl", T=n) * grad_p
+        assert not torch.allclose(got, wrong, atol=1e-6)
+
+
+def test_effective_order_values():
+    assert effective_order(16, "drop_both") == 15
+    assert effective_order(16, "plain") == 16 == effective_order(16, "keep_cv")
+    with pytest.raises(ValueError, match="k0_policy"):
+        effective_order(4, "bogus")
+
+
+def test_alg1_matches_maxrl_advantage_estimator():
+    """maxrl_advantages·S/N averaged over outcomes equals the Alg. 1 expectation (N=4)."""
+    logits = torch.tensor([0.2, -0.1, 0.5], dtype=torch.float64)
+    probs = torch.softmax(logits, 0)
+    scores = torch.eye(3, dtype=torch.float64) - probs
+    total = torch.zeros(3, dtype=torch.float64)
+    for seq in itertools.product(range(3), repeat=4):
+        r = torch.tensor([[float(s == 0) for s in seq]], dtype=torch.float64)
+        a = maxrl_advantages(r, eps=1e-12)[0]
+        total += torch.prod(probs[list(seq)]) * (a @ scores[list(seq)]) / 4
+    assert torch.allclose(total, exact_expected_gradient(logits, 4, "drop_both"), atol=1e-9)
+
+
+# ---- 5. weight functions --------------------------------------------------------------------------
+def test_weight_functions():
+    p = torch.linspace(0.01, 0.99, 50, dtype=torch.float64)
+    assert torch.allclose(weight_fn(p, "maxrl", T=1), torch.ones_like(p), rtol=1e-12)
+    for t in (2, 5, 17):
+        series = sum((1 - p) ** (k - 1) for k in range(1, t + 1))
+        assert torch.allclose(weight_fn(p, "maxrl", T=t), series)
+    big = weight_fn(torch.tensor(1e-3, dtype=torch.float64), "maxrl", T=20000)
+    assert abs(float(big) * 1e-3 - 1) < 1e-6  # w_T(p) -> 1/p as T grows
+    assert torch.allclose(truncated_objective(p, 5000), torch.log(p), atol=1e-8)
+    assert torch.allclose(truncated_objective(p, 1), -(1 - p))
+    w = weight_fn(p, "maxrl", T=8)
+    assert (w[1:] < w[:-1]).all()  # MaxRL weight is monotone decreasing in p
+    wg = weight_fn(p, "grpo")
+    assert wg[-1] > wg[len(p) // 2]  # GRPO up-weights easy inputs again
+    with pytest.raises(ValueError, match="order T"):
+        weight_fn(p, "maxrl")
+    with pytest.raises(ValueError, match="method"):
+        weight_fn(p, "ppo")
+
+
+def test_truncated_objective_gradient_is_weight():
+    p = torch.tensor([0.1, 0.4, 0.8], dtype=torch.float64, requires_grad=True)
+    truncated_objective(p, 7).sum().backward()
+    assert torch.allclose(p.grad, weight_fn(p.detach(), "maxrl", T=7))
+
+
+# ---- 6. GRPO population weight by Monte Carlo -----------------------------------------------------
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.7])
+def test_grpo_population_weight_monte_carlo(p):
+    """E[(1/N) Σ A_i S_i] ≈ ∇p / sqrt(p(1−p)) for a Bernoulli-logit policy, N=4096."""
+    g = torch.Generator().manual_seed(1)
+    reps, n = 400, 4096  # spec: 2000 repeats; 400 keep the MC error well inside 5%
+    r = (torch.rand(reps, n, generator=g, dtype=torch.float64) < p).double()
+    a = grpo_advantages(r, eps=1e-12, ddof=0)
+    # Bernoulli with logit θ: S = r − p, ∇_θ p = p(1−p)
+    est = ((a * (r - p)).mean(1)).mean()
+    want = p * (1 - p) / math.sqrt(p * (1 - p))
+    assert abs(float(est) / want - 1) < 0.05
+
+
+# ---- 7. pass@k ------------------------------------------------------------------------------------
+def test_pass_at_k_brute_force_and_edges():
+    from common.metrics import pass_at_k as scalar_pass_at_k
+
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(range(n), k))
+                brute = sum(any(i < c for i in s) for s in subsets) / len(subsets)
+                got = float(pass_at_k(n, torch.tensor([c]), k)[0])
+                assert abs(got - brute) < 1e-12
+                assert abs(got - scalar_pass_at_k(n, c, k)) < 1e-9
+    assert float(pass_at_k(10, torch.tensor([0]), 3)[0]) == 0.0
+    assert float(pass_at_k(10, torch.tensor([10]), 3)[0]) == 1.0
+    with pytest.raises(ValueError, match="k must"):
+        pass_at_k(4, torch.tensor([1]), 5)
+    v = pass_at_k(4096, torch.tensor([1, 100, 4000]), 2048)
+    assert torch.isfinite(v).all() and abs(float(v[0]) - 0.5) < 1e-9
+
+
+def test_tts_efficiency():
+    ks = [1, 2, 4, 8, 16]
+    base = [0.1, 0.15, 0.2, 0.25, 0.3]
+    method = [0.2, 0.3, 0.4, 0.5, 0.6]
+    assert tts_efficiency(ks, method, base) == pytest.approx(16 / 2)  # reaches 0.3 at k=2
+    half = [0.1, 0.2, 0.4, 0.5, 0.6]  # 0.3 halfway (log-linear) between k=2 and k=4
+    assert tts_efficiency(ks, half, base) == pytest.approx(16 / 2**1.5)
+    assert math.isnan(tts_efficiency(ks, [0.0] * 5, base))
+
+
+# ---- 8, 10. grouping and input validation ---------------------------------------------------------
+def test_grouped_validation():
+    r = torch.arange(8.0)
+    assert grouped(r, 4).shape == (2, 4)
+    with pytest.raises(ValueError, match="divisible"):
+        grouped(r, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        grouped(r, 4, prompt_ids=torch.tensor([0, 0, 1, 1, 0, 0, 1, 1]))
+    grouped(r, 4, prompt_ids=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]))
+
+
+def test_bad_rewards_raise():
+    with pytest.raises(ValueError, match="binary"):
+        maxrl_advantages(torch.tensor([[0.5, 1.0]]))
+    with pytest.raises(ValueError, match="NaN"):
+        maxrl_advantages(torch.tensor([[float("nan"), 1.0]]))
+    with pytest.raises(ValueError, match="N >= 2"):
+        maxrl_advantages(torch.tensor([[1.0], [0.0]]))
+    with pytest.raises(ValueError, match="eps"):
+        maxrl_advantages(torch.tensor([[1.0, 0.0]]), eps=0.0)
+    with pytest.raises(TypeError, match="rewards"):
+        maxrl_advantages([[1.0, 0.0]])
+    assert maxrl_advantages(torch.tensor([[0.5, 1.0]]), require_binary=False).shape == (1, 2)
+
+
+# ---- 9. trainer: advantages equal maxrl_advantages of the gathered rewards ------------------------
+def _binary_reward(completions, **kwargs):
+    return [float(len(set(c)) % 2) for c in completions]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread is faster, and the CI machine has two cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    from common.tiny import tiny_causal_lm
+
+    return tiny_causal_lm("qwen2", seed=0)
+
+
+def _maxrl_trainer(tiny_lm, tmp_path, reward=_binary_reward, **kw):
+    import copy
+
+    from datasets import Dataset
+
+    from common.rl import cpu_grpo_kwargs
+    from methods.maxrl import MaxRLConfig, MaxRLTrainer
+
+    model, tok = tiny_lm
+    args = MaxRLConfig(
+        **cpu_grpo_kwargs(output_dir=str(tmp_path), per_device_train_batch_size=8, **kw)
+    )
+    return MaxRLTrainer(
+        model=copy.deepcopy(model),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["1+1=", "2+3=", "hello", "abc"] * 2}),
+        processing_class=tok,
+    )
+
+
+def test_trainer_uses_maxrl_advantages(tiny_lm, tmp_path):
+    trainer = _maxrl_trainer(tiny_lm, tmp_path)
+    out = trainer.train()
+    assert math.isfinite(out.training_loss)
+    r = trainer.last_rewards
+    assert r.shape == (2, 4)
+    assert torch.allclose(trainer.last_advantages, maxrl_advantages(r))
+    logged = torch.tensor(list(trainer._logs["advantages"])[-8:])
+    assert torch.allclose(logged, maxrl_advantages(r).flatten())
+    assert trainer.args.beta == 0.0 and trainer.args.loss_type == "dapo"
+
+
+def test_trainer_rejects_non_binary_reward(tiny_lm, tmp_path):
+    trainer = _maxrl_trainer(
+        tiny_lm, tmp_path, reward=lambda completions, **kw: [0.5] * len(completions), max_steps=1
+    )
+    with pytest.raises(ValueError, match="binary"):
+        trainer.train()
+
+
+def test_config_validation(tmp_path):
+    from common.rl import cpu_grpo_kwargs
+    from methods.maxrl import MaxRLConfig
+
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        MaxRLConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path)), advantage_estimator="ppo")
+    with pytest.raises(ValueError, match="adv_eps"):
+        MaxRLConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path)), adv_eps=0.0)
+
+
+# ---- toy T1 regression anchors (tiny size, shared lr) ---------------------------------------------
+def test_toy_t1_ordering_small():
+    """At a small size, MaxRL with many rollouts tracks CE and beats GRPO and REINFORCE."""
+    from methods.maxrl import make_gaussian_classes
+
+    cfg = ClassificationToyConfig(
+        num_classes=50, dim=32, n_train=2000, n_val=500, steps=80, eval_every=80, ks=[1]
+    )
+    data = make_gaussian_classes(cfg, seed=0)
+    res = {
+        m: train_classifier(m, 64, cfg, data, seed=0)["final"]["pass@1"]
+        for m in ("ce", "maxrl", "grpo", "reinforce")
+    }
+    assert res["maxrl"] > 0.8 * res["ce"]
+    assert res["maxrl"] > 3 * res["grpo"] and res["grpo"] >= res["reinforce"] * 0.9
