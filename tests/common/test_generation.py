@@ -24,8 +24,9 @@ PROMPTS = ["hello world", "the cat sat on the", "1+1="]
 
 
 @pytest.fixture(scope="module")
-def model_tok():
-    model, tok = tiny_causal_lm(arch="qwen2", seed=0)
+def model_tok(tiny_tok):
+    # Our own model (one test edits its generation_config), sharing the session tokenizer.
+    model, tok = tiny_causal_lm(arch="qwen2", seed=0, tokenizer=tiny_tok)
     model.eval()
     return model, tok
 

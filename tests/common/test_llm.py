@@ -222,11 +222,10 @@ def test_scripted_chat_replays_and_records():
     assert f.calls[-1][0]["content"] == "x"
 
 
-def test_hf_chat_is_greedy_and_matches_generator():
+def test_hf_chat_is_greedy_and_matches_generator(tiny_qwen2):
     from common.generation import HFGenerator, SamplingParams
-    from common.tiny import tiny_causal_lm
 
-    model, tok = tiny_causal_lm(arch="qwen2", seed=0)
+    model, tok = tiny_qwen2
     chat = HFChat(model, tok, max_new_tokens=6)
     assert isinstance(chat, ChatLLM)
     a = chat.chat(MSGS)
