@@ -74,9 +74,14 @@ class PhraseGrammar:
         return toks
 
     def sample(self, rng: random.Random) -> tuple[list[int], list[int], int]:
-        """One example: (prompt ids, response ids of length G, prompt category c0)."""
+        """One example: (prompt ids, response ids of length G, prompt category c0).
+
+        The prompt is left-padded with ``<pad>`` to ``1 + max(LENGTHS)`` tokens so that the response
+        always starts at the same absolute position (the tiny model then only has to learn the cycle).
+        """
         c0 = rng.randrange(4)
         prompt = [BOS, *self.phrase(c0, rng)]
+        prompt = [PAD] * (1 + max(LENGTHS) - len(prompt)) + prompt
         resp: list[int] = []
         for i in range(rng.randint(self.min_phrases, self.max_phrases)):
             resp += self.phrase((c0 + 1 + i) % 4, rng)
@@ -144,16 +149,11 @@ def tiny_mdm(
 
 
 def _batch(grammar: PhraseGrammar, rng: random.Random, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    seqs, prompt_lens = [], []
-    width = 1 + max(LENGTHS) + grammar.gen_length
+    seqs = []
     for _ in range(n):
         prompt, resp, _ = grammar.sample(rng)
-        # Left-pad so every response occupies the same absolute positions would change semantics;
-        # right-pad instead (PAD after the response is never predicted).
-        seq = prompt + resp
-        seqs.append(seq + [PAD] * (width - len(seq)))
-        prompt_lens.append(len(prompt))
-    return torch.tensor(seqs), torch.tensor(prompt_lens)
+        seqs.append(prompt + resp)
+    return torch.tensor(seqs), 1 + max(LENGTHS)
 
 
 def train_mdm(
@@ -175,19 +175,19 @@ def train_mdm(
     model.train()
     losses = []
     for _ in range(steps):
-        ids, plen = _batch(grammar, rng, batch_size)  # [B, W], [B]
-        pos = torch.arange(ids.shape[1])[None]  # [1, W]
-        resp = (pos >= plen[:, None]) & (pos < plen[:, None] + grammar.gen_length)  # [B, W]
+        ids, plen = _batch(grammar, rng, batch_size)  # [B, W]
+        resp = torch.zeros_like(ids, dtype=torch.bool)
+        resp[:, plen:] = True  # [B, W], the response region
         t = t_min + (1 - t_min) * torch.rand(batch_size, 1, generator=gen)  # [B, 1]
         masked = resp & (torch.rand(ids.shape, generator=gen) < t)  # [B, W]
         inp = torch.where(masked, torch.full_like(ids, MASK), ids)
-        logits = model(input_ids=inp, attention_mask=(ids != PAD).long()).logits  # [B, W, V]
+        logits = model(input_ids=inp).logits  # [B, W, V]
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
         loss = ((ce * masked) / t).sum() / (batch_size * grammar.gen_length)
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     return losses
