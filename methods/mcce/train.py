@@ -76,6 +76,23 @@ def _common_args(cfg: DPORoundConfig, out_dir: str) -> dict[str, Any]:
     }
 
 
+def _conservative_sigmoid(eps: float) -> dict[str, Any]:
+    """TRL loss settings whose weighted sum is the official code's cDPO loss (spec §3.8).
+
+    TRL 1.16's ``"sigmoid"`` loss ignores ``label_smoothing`` (older TRL, used by the official code,
+    applied it). With S = −log σ(βh), the identity −log σ(−x) = −log σ(x) + x gives
+    cDPO = −(1−ε) log σ(βh) − ε log σ(−βh) = S + εβh, while TRL's ``"robust"`` loss is
+    R = S − εβh/(1−2ε). Hence cDPO = (2−2ε)·S − (1−2ε)·R, built from TRL's own losses without
+    overriding the trainer; the unit test checks it against the closed form.
+    """
+    if eps == 0.0:
+        return {"loss_type": ["sigmoid"]}
+    return {
+        "loss_type": ["sigmoid", "robust"],
+        "loss_weights": [2.0 - 2.0 * eps, -(1.0 - 2.0 * eps)],
+    }
+
+
 def _summarise(history: list[dict[str, Any]], prefix: str) -> dict[str, float]:
     steps = [h for h in history if "loss" in h]
     out: dict[str, float] = {f"{prefix}/steps": float(len(steps))}
@@ -127,8 +144,8 @@ def run_dpo_round(
     args = DPOConfig(
         beta=cfg.beta,
         label_smoothing=cfg.label_smoothing,
-        loss_type=["sigmoid"],
         max_length=cfg.max_length,
+        **_conservative_sigmoid(cfg.label_smoothing),
         **_common_args(cfg, out_dir),
     )
     trainer = DPOTrainer(

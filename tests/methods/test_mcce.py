@@ -1,0 +1,485 @@
+"""Tests for methods/mcce (spec §6 CI list): parsing, archive budget, transform, sorting, selection,
+hypervolume, AUC, similarity pairs, DPO loss identity, resume, oracle path and bad input."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from methods.mcce import (
+    Archive,
+    Candidate,
+    DPORoundConfig,
+    MCCEConfig,
+    MCCEOptimizer,
+    MoleculeProblem,
+    ParseStats,
+    PromptBuilder,
+    SelfiesExplorer,
+    TinyLMChat,
+    build_selfies_tokenizer,
+    build_similarity_pairs,
+    dpo_loss_closed_form,
+    fitness,
+    hypervolume,
+    load_nci_smiles,
+    load_seed_smiles,
+    load_tdc_oracle,
+    non_dominated_fronts,
+    nsga2_so_select,
+    paper_problem,
+    parse_candidates,
+    run_dpo_round,
+    tanimoto,
+    tiny_gpt,
+    top_k_auc,
+    toy_problem,
+)
+
+
+def _cand(value: str, t, idx: int) -> Candidate:
+    t = np.asarray(t, dtype=float)
+    return Candidate(value=value, raw={}, t=t, total=float(fitness(t)), index=idx)
+
+
+class _CountingProblem(MoleculeProblem):
+    """The toy problem with a cheap objective that counts evaluations per molecule."""
+
+    def __init__(self) -> None:
+        super().__init__(goals=["a", "b"], directions=["max", "min"], oracles={"a": len, "b": len})
+        self.calls: list[str] = []
+
+    def evaluate(self, values):
+        self.calls.extend(values)
+        n = np.array([len(v) for v in values], dtype=float)
+        return np.stack([(n % 7) / 7, (n % 5) / 5], axis=1)
+
+
+# ----------------------------------------------------------------------------- parsing
+def test_parse_candidates_counts_malformed():
+    st = ParseStats()
+    text = "x <candidate>CCO</candidate>\n<candidate>\nc1ccccc1\n</candidate> tail"
+    assert parse_candidates(text, st) == ["CCO", "c1ccccc1"]
+    assert parse_candidates("no tags at all", st) == []
+    # nested: the inner well-formed one is kept, the outer opening is malformed; then an unclosed one
+    assert parse_candidates("<candidate>A<candidate>B</candidate> <candidate>C", st) == ["B"]
+    assert parse_candidates("<candidate>  </candidate>", st) == []
+    assert st.responses == 4
+    assert st.candidates == 3
+    assert st.no_tag_responses == 2
+    assert st.malformed == 3  # nested A, unclosed C, empty
+    with pytest.raises(TypeError, match="text"):
+        parse_candidates(None)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------- archive / budget
+def test_archive_dedupes_counts_invalid_and_budget():
+    prob = _CountingProblem()
+    arc = Archive(prob)
+    new = arc.add(["CCO", "C(C)O", "not_a_smiles", "OCC", "c1ccccc1", ""], origin="api")
+    assert [c.value for c in new] == ["CCO", "c1ccccc1"]
+    assert arc.generated["api"] == 6 and arc.invalid["api"] == 2 and arc.repeat["api"] == 2
+    assert "not_a_smiles" not in {c.value for c in arc.items}
+    # repeats against history are not re-evaluated, and max_new caps the budget
+    new2 = arc.add(["CCO", "CCN", "CCCN", "CCCCN"], origin="local", max_new=2)
+    assert [c.value for c in new2] == ["CCN", "CCCN"]
+    assert prob.calls == ["CCO", "c1ccccc1", "CCN", "CCCN"]
+    assert arc.n_evaluations == len(arc) == 4
+    st = arc.stats("api")
+    assert st["validity"] == pytest.approx(1 - 2 / 6) and st["uniqueness"] == pytest.approx(
+        1 - 2 / 6
+    )
+
+
+def test_transform_and_fitness():
+    prob = paper_problem(oracles={k: (lambda s: 0.5) for k in ("drd2", "gsk3b", "jnk3")})
+    rng = np.random.default_rng(0)
+    raw = np.column_stack(
+        [rng.uniform(1, 10, 20), rng.uniform(0, 1, (20, 4))]
+    )  # sa, drd2, qed, gsk3b, jnk3
+    t = prob.transform(raw)
+    np.testing.assert_allclose(t[:, 0], (raw[:, 0] - 1) / 9)  # SA min, normalised
+    np.testing.assert_allclose(t[:, 2], 1 - raw[:, 2])  # QED max -> 1 - v
+    np.testing.assert_allclose(t[:, 1], raw[:, 1])  # DRD2 min -> identity
+    np.testing.assert_allclose(fitness(t), 5 - t.sum(1))
+    sa = prob.transform(np.array([[1.0, 0, 0, 0, 0], [10.0, 0, 0, 0, 0]]))[:, 0]
+    np.testing.assert_allclose(sa, [0.0, 1.0])
+
+
+# ------------------------------------------------------------------ sorting / selection
+def test_non_dominated_sort_matches_brute_force():
+    t = np.random.default_rng(1).random((200, 5))
+    fronts = non_dominated_fronts(t)
+    rank = np.empty(200, dtype=int)
+    for r, f in enumerate(fronts):
+        rank[f] = r
+    dom = (t[:, None] <= t[None]).all(-1) & (t[:, None] < t[None]).any(
+        -1
+    )  # dom[i, j]: i dominates j
+    front0 = ~dom.any(0)
+    assert set(np.flatnonzero(front0)) == set(fronts[0].tolist())
+    for i, j in itertools.product(range(200), repeat=2):
+        if dom[i, j]:
+            assert rank[i] < rank[j]
+
+
+def test_nsga2_so_select_properties():
+    rng = np.random.default_rng(2)
+    cands = [_cand(f"C{'C' * i}", rng.random(3), i) for i in range(60)]
+    k = 20
+    sel = nsga2_so_select(cands, k)
+    assert len(sel) == k and len({c.value for c in sel}) == k
+    best = sorted(cands, key=lambda c: -c.total)[: k // 2]
+    assert {c.value for c in best} <= {c.value for c in sel}
+    fronts = non_dominated_fronts(np.stack([c.t for c in cands]))
+    rank = {cands[i].value: r for r, f in enumerate(fronts) for i in f}
+    chosen = {c.value for c in sel}
+    rest = [c for c in sel if c.value not in {b.value for b in best}]
+    unselected = [c for c in cands if c.value not in chosen]
+    assert max(rank[c.value] for c in rest) <= min(rank[c.value] for c in unselected)
+    with pytest.raises(ValueError, match="k"):
+        nsga2_so_select(cands, 0)
+
+
+# --------------------------------------------------------------------------- metrics
+def test_hypervolume_closed_forms_and_monte_carlo():
+    y = np.array([[0.2, 0.5, 0.9]])
+    assert hypervolume(y, ref=1.1, top=None) == pytest.approx(np.prod(1.1 - y[0]))
+    pts = np.random.default_rng(3).random((15, 3))
+    hv = hypervolume(pts, top=None)
+    worse = np.vstack([pts, pts[0] + 0.05])  # dominated by pts[0]
+    assert hypervolume(worse, top=None) == pytest.approx(hv)
+    better = pts.copy()
+    better[4] -= 0.1
+    assert hypervolume(better, top=None) >= hv
+    u = np.random.default_rng(4).random((100_000, 3)) * 1.1
+    covered = (pts[None, :, :] <= u[:, None, :]).all(-1).any(-1).mean() * 1.1**3
+    assert hv == pytest.approx(covered, rel=0.02)
+    # the candidate path equals pymoo on the top-100-by-F subset
+    from pymoo.indicators.hv import HV
+
+    many = np.random.default_rng(5).random((150, 3))
+    cands = [_cand(f"C{i}", t, i) for i, t in enumerate(many)]
+    top = many[np.argsort(-(3 - many.sum(1)))[:100]]
+    assert hypervolume(cands) == pytest.approx(HV(ref_point=np.full(3, 1.1))(top))
+
+
+def test_top_k_auc():
+    n_max = 1000
+    assert top_k_auc([0.7] * 300, 10, n_max) == pytest.approx(0.7 * (1 - 50 / n_max))
+    s = np.random.default_rng(6).random(450)
+    auc = top_k_auc(s, 10, n_max, freq=100)
+    # direct trapezoid on the curve sampled at 0, 100, ..., 400, 450, padded to n_max
+    xs = [0, 100, 200, 300, 400, 450]
+    ys = [0.0] + [np.sort(s[:x])[::-1][:10].mean() for x in xs[1:]]
+    direct = (np.trapezoid(ys, xs) + (n_max - 450) * ys[-1]) / n_max
+    assert auc == pytest.approx(direct)
+    inc = np.sort(s)
+    assert top_k_auc(inc, 10, n_max) <= np.sort(inc)[::-1][:10].mean() + 1e-12
+
+
+# -------------------------------------------------------------------------- DPO pairs
+@pytest.fixture(scope="module")
+def pair_archive():
+    prob = toy_problem("smiles")
+    smi = []
+    for s in load_nci_smiles(400):
+        c = prob.canonicalize(s)
+        if c is not None and c not in smi:
+            smi.append(c)
+    rng = np.random.default_rng(7)
+    items = [_cand(s, rng.random(3), i) for i, s in enumerate(smi[:200])]
+    return prob, items
+
+
+def test_similarity_pairs_respect_pools_bands_and_format(pair_archive):
+    prob, items = pair_archive
+    recs = [
+        {"prompt": f"p{i}", "parents": [{"value": items[i].value}, {"value": items[i + 1].value}]}
+        for i in range(0, 40, 2)
+    ]
+    ds = build_similarity_pairs(
+        recs, items, tanimoto, rng=random.Random(0), full=True, conversational=False
+    )
+    again = build_similarity_pairs(
+        recs, items, tanimoto, rng=random.Random(0), full=True, conversational=False
+    )
+    assert ds.to_dict() == again.to_dict()
+    assert len(ds) == len(recs)
+    srt = sorted(items, key=lambda c: -c.total)
+    high = {c.value for c in srt[: int(0.3 * len(items))]}
+    low = {c.value for c in srt[len(items) - int(0.3 * len(items)) :]}
+    for row in ds:
+        assert set(row["chosen_smiles"]) <= high and set(row["rejected_smiles"]) <= low
+        assert (
+            row["chosen"].count("<candidate>") == 2 and row["rejected"].count("</candidate>") == 2
+        )
+        assert min(row["chosen_total"]) > max(row["rejected_total"])
+        for smi, s in zip(row["chosen_smiles"], row["chosen_sim"]):
+            assert s == pytest.approx(max(tanimoto(p, smi) for p in row["parents"]))
+        # when an in-band molecule exists in High, the picks are in [0.5, 0.8]
+        in_band = [c for c in high if 0.5 <= max(tanimoto(p, c) for p in row["parents"]) <= 0.8]
+        if len(in_band) >= 2:
+            assert all(0.5 <= s <= 0.8 for s in row["chosen_sim"])
+    conv = build_similarity_pairs(recs[:2], items, tanimoto, rng=random.Random(0))
+    assert conv[0]["prompt"][0]["role"] == "user" and conv[0]["chosen"][0]["role"] == "assistant"
+    # tiny archive: pools smaller than 2 fall back without crashing
+    small = build_similarity_pairs(recs[:3], items[:5], tanimoto, rng=random.Random(0))
+    assert len(small) == 2 and all(
+        r[0]["content"].count("<candidate>") == 2 for r in small["chosen"]
+    )
+
+
+def test_experience_prompt_poor_from_lower_half(pair_archive):
+    prob, items = pair_archive
+    arc = Archive(prob, items=list(items))
+    b = PromptBuilder(prob)
+    for c in arc.items:
+        c.raw = {g: 0.0 for g in prob.goals}
+    med = np.median([c.total for c in items])
+    for compat, below in ((False, True), (True, False)):
+        txt = b.experience_prompt(arc, "", random.Random(0), repo_compat=compat)
+        poor = parse_candidates(txt.split("Poor candidates:")[1])
+        totals = [next(c.total for c in items if c.value == s) for s in poor]
+        assert all((t <= med) == below for t in totals)
+
+
+# ----------------------------------------------------------------------- DPO identity
+@pytest.fixture(scope="module")
+def tiny_selfies_lm():
+    import selfies as sf
+
+    seeds = load_seed_smiles()
+    vocab_src = [sf.encoder(s) for s in seeds]
+    from methods.mcce.toy import selfies_vocab
+
+    tok = build_selfies_tokenizer(selfies_vocab(vocab_src))
+    return tok, seeds
+
+
+def _seq_logprob(model, tok, prompt: str, completion: str) -> float:
+    import torch
+
+    p = tok(prompt)["input_ids"]
+    c = tok(completion + tok.eos_token)["input_ids"]
+    ids = torch.tensor([p + c])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].log_softmax(-1)  # [L-1, V]
+    tgt = ids[0, 1:]
+    lp = logits.gather(-1, tgt[:, None])[:, 0]
+    return float(lp[len(p) - 1 :].sum())
+
+
+def test_dpo_round_loss_matches_closed_form(tiny_selfies_lm):
+    import copy
+
+    import datasets
+    import torch
+
+    tok, _ = tiny_selfies_lm
+    pol = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=64, seed=0)
+    ref = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=64, seed=1)
+    rows = {
+        "prompt": [
+            "[XO] <p>[C][O]</p> <p>[N]</p> =>",
+            "[MUT] <p>[C][C]</p> <p>[O]</p> =>",
+            "[XO] <p>[C][N]</p> <p>[F]</p> =>",
+            "[MUT] <p>[O][C]</p> <p>[C]</p> =>",
+        ],
+        "chosen": [
+            "<candidate>[C][C][O]</candidate>",
+            "<candidate>[C][N]</candidate>",
+            "<candidate>[C][F]</candidate>",
+            "<candidate>[O][C][C]</candidate>",
+        ],
+        "rejected": [
+            "<candidate>[N]</candidate>",
+            "<candidate>[O][O]</candidate>",
+            "<candidate>[F][F][F]</candidate>",
+            "<candidate>[C]</candidate>",
+        ],
+    }
+    ds = datasets.Dataset.from_dict(rows)
+    cfg = DPORoundConfig(
+        beta=0.1,
+        label_smoothing=0.1,
+        learning_rate=1e-3,
+        per_device_train_batch_size=4,
+        max_length=64,
+    )
+    expected = np.mean(
+        [
+            dpo_loss_closed_form(
+                _seq_logprob(pol, tok, p, w),
+                _seq_logprob(pol, tok, p, r),
+                _seq_logprob(ref, tok, p, w),
+                _seq_logprob(ref, tok, p, r),
+                0.1,
+                0.1,
+            )
+            for p, w, r in zip(rows["prompt"], rows["chosen"], rows["rejected"])
+        ]
+    )
+    before = copy.deepcopy(pol.state_dict())
+    log = run_dpo_round(pol, ref, tok, ds, cfg)
+    assert log["dpo/loss_first"] == pytest.approx(expected, abs=1e-4)
+    assert any(not torch.equal(before[k], v) for k, v in pol.state_dict().items())
+    # policy == reference: the loss is log 2 for any epsilon
+    same = copy.deepcopy(pol)
+    log2 = run_dpo_round(
+        same,
+        copy.deepcopy(pol),
+        tok,
+        ds,
+        DPORoundConfig(label_smoothing=0.3, per_device_train_batch_size=4, max_length=64),
+    )
+    assert log2["dpo/loss_first"] == pytest.approx(math.log(2), abs=1e-5)
+    assert run_dpo_round(pol, ref, tok, ds.select([0]), cfg) == {"dpo/skipped": 1.0}
+
+
+# -------------------------------------------------------------------- optimizer / resume
+def _explorer_chat(seed: int):
+    from common.llm import ScriptedChat
+
+    return ScriptedChat(SelfiesExplorer(seed=seed))
+
+
+def test_resume_after_kill_loses_nothing(tmp_path):
+    prob = toy_problem()
+    prob_calls: list[str] = []
+    orig = prob.evaluate
+
+    def counting(values):
+        prob_calls.extend(values)
+        return orig(values)
+
+    prob.evaluate = counting  # type: ignore[method-assign]
+    cfg = MCCEConfig(
+        mode="coevolve_frozen",
+        pop_size=8,
+        budget=70,
+        experience_prob=0.0,
+        prompt_style="compact",
+        response_sep="",
+    )
+
+    class Dying:
+        def __init__(self, inner, after):
+            self.inner, self.after, self.n = inner, after, 0
+
+        def chat_batch(self, batch, **kw):
+            self.n += 1
+            if self.n > self.after:
+                raise RuntimeError("killed")
+            return self.inner.chat_batch(batch)
+
+        def chat(self, m, **kw):
+            return self.chat_batch([m])[0]
+
+    opt = MCCEOptimizer(
+        prob,
+        Dying(_explorer_chat(1), 2),
+        _explorer_chat(2),
+        cfg,
+        load_seed_smiles()[:12],
+        checkpoint_dir=str(tmp_path),
+    )
+    with pytest.raises(Exception, match="killed"):
+        opt.run()
+    saved = [c.value for c in opt.archive.items]
+    assert 12 < len(saved) < 70 and len(prob_calls) == len(saved)
+    opt2 = MCCEOptimizer(
+        prob,
+        _explorer_chat(3),
+        _explorer_chat(4),
+        cfg,
+        load_seed_smiles()[:12],
+        checkpoint_dir=str(tmp_path),
+    )
+    res = opt2.run()
+    vals = [c.value for c in res.archive.items]
+    assert vals[: len(saved)] == saved  # nothing lost
+    assert len(vals) == 70 == len(set(vals))
+    assert len(prob_calls) == 70  # every molecule evaluated exactly once across both processes
+    assert res.history[0]["model"] == "init" and len(res.history) > len(opt.history)
+
+
+def test_coevolve_dpo_trains_local_model(tiny_selfies_lm):
+    tok, seeds = tiny_selfies_lm
+    model = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=256, seed=0)
+    local = TinyLMChat(model, tok, max_new_tokens=24, seed=0)
+    cfg = MCCEConfig(
+        mode="coevolve_dpo",
+        pop_size=4,
+        budget=60,
+        experience_prob=0.0,
+        prompt_style="compact",
+        response_sep="",
+        conversational=False,
+        min_archive_for_training=4,
+        dpo=DPORoundConfig(learning_rate=1e-3, per_device_train_batch_size=2, max_length=256),
+    )
+    res = MCCEOptimizer(toy_problem(), _explorer_chat(0), local, cfg, seeds[:20]).run(
+        max_generations=2
+    )
+    assert len(res.train_log) == 1 and res.train_log[0]["dpo/steps"] >= 1
+    assert {h["model"] for h in res.history} == {"init", "local", "api"}
+    assert res.history[1]["model"] == "local"  # the local model starts (official order)
+
+
+# ----------------------------------------------------------------- oracles / bad input
+def test_paper_problem_oracle_path(tmp_path):
+    class StandIn:
+        def __init__(self, v):
+            self.v, self.n = v, 0
+
+        def __call__(self, smiles):
+            self.n += 1
+            return self.v
+
+    ors = {"drd2": StandIn(0.1), "gsk3b": StandIn(0.2), "jnk3": StandIn(0.9)}
+    prob = paper_problem(oracles=ors)
+    arc = Archive(prob)
+    new = arc.add(["CCO", "c1ccccc1O"])
+    assert ors["jnk3"].n == 2
+    t = new[0].t
+    assert t[1] == pytest.approx(0.1) and t[3] == pytest.approx(0.2) and t[4] == pytest.approx(0.1)
+    with pytest.raises(FileNotFoundError, match="drd2_current.pkl"):
+        load_tdc_oracle("drd2", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="drd2_current.pkl"):
+        paper_problem(oracle_dir=str(tmp_path)).evaluate(["CCO"])
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="same length"):
+        MoleculeProblem(goals=["qed", "sa"], directions=["max"])
+    with pytest.raises(ValueError, match="directions"):
+        MoleculeProblem(goals=["qed"], directions=["up"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unknown objective"):
+        MoleculeProblem(goals=["potency"], directions=["max"])
+    with pytest.raises(ValueError, match="outside"):
+        MoleculeProblem(goals=["logp"], directions=["max"], strict=True).normalize(
+            np.array([[3.0]])
+        )
+    with pytest.raises(ValueError, match="pop_size"):
+        MCCEConfig(pop_size=1)
+    with pytest.raises(ValueError, match="n_off"):
+        MCCEConfig(n_off=0)
+    with pytest.raises(ValueError, match="mode"):
+        MCCEConfig(mode="solo")
+    prob = toy_problem()
+    cfg = MCCEConfig(mode="coevolve_frozen", pop_size=4, budget=5, prompt_style="compact")
+    with pytest.raises(ValueError, match="budget"):
+        MCCEOptimizer(prob, _explorer_chat(0), _explorer_chat(1), cfg, load_seed_smiles()[:8]).run()
+    from common.llm import ScriptedChat
+
+    silent = ScriptedChat(lambda m: "I cannot help with that.")
+    cfg = MCCEConfig(mode="coevolve_frozen", pop_size=4, budget=50, prompt_style="compact")
+    with pytest.raises(ValueError, match="initial population"):
+        MCCEOptimizer(prob, silent, silent, cfg, ["xx", "not a molecule"]).run()
+    with pytest.raises(ValueError, match="local"):
+        MCCEOptimizer(prob, _explorer_chat(0), None, MCCEConfig(mode="coevolve_frozen"), ["CCO"])
