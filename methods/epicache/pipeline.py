@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import torch
@@ -65,13 +64,13 @@ class EpiCacheConfig:
     instruction: str | None = DEFAULT_INSTRUCTION
     budget: int = 8192
     block_size: int = 2048
-    level: Literal["uniform", "headwise"] = "headwise"
+    level: str = "headwise"  # "uniform" | "headwise"
     alpha: float = 2.0
-    alloc_mode: Literal["paper", "repo"] = "paper"
+    alloc_mode: str = "paper"  # "paper" | "repo"
     floor_frac: float = 0.25
     protect_prefix: bool = False
     max_new_tokens: int = 50
-    match_metric: Literal["cosine", "dot"] = "cosine"
+    match_metric: str = "cosine"  # "cosine" | "dot"
     seed: int = 42
     n_init: int = 10
     chat_frame: bool = True
