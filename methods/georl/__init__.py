@@ -13,11 +13,38 @@ from methods.georl.dpp import (
     loo_gains,
     loo_gains_bruteforce,
 )
+from methods.georl.embed import BagOfFactsEmbedder, MiniLMEmbedder, TextEmbedder, split_sentences
+from methods.georl.grounding import (
+    ClipSentenceGrounding,
+    FactPrecision,
+    KeywordGrounding,
+    repetition_rate,
+)
+from methods.georl.reward import GeoRLConfig, GeoRLGroupReward, regroup_by_prompt, score_groups
+from methods.georl.toy import FactSlotToy, ToyConfig, synthetic_scenes
+from methods.georl.trainer import GeoRLTrainer, completion_text
 
 __all__ = [
+    "BagOfFactsEmbedder",
+    "ClipSentenceGrounding",
+    "FactPrecision",
+    "FactSlotToy",
+    "GeoRLConfig",
+    "GeoRLGroupReward",
+    "GeoRLTrainer",
+    "KeywordGrounding",
+    "MiniLMEmbedder",
+    "TextEmbedder",
+    "ToyConfig",
+    "completion_text",
     "l_ensemble",
     "log_volume",
     "loo_advantages",
     "loo_gains",
     "loo_gains_bruteforce",
+    "regroup_by_prompt",
+    "repetition_rate",
+    "score_groups",
+    "split_sentences",
+    "synthetic_scenes",
 ]

@@ -20,7 +20,7 @@ from methods.georl.embed import split_sentences
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FactPrecision", "ClipSentenceGrounding", "repetition_rate"]
+__all__ = ["FactPrecision", "ClipSentenceGrounding", "KeywordGrounding", "repetition_rate"]
 
 
 def repetition_rate(text: str, n: int = 3) -> float:
@@ -116,4 +116,32 @@ class ClipSentenceGrounding:
             cos = torch.nn.functional.normalize(txt.float(), dim=-1) @ img[0]  # [S]
             q = torch.sigmoid((cos - self.tau) / self.temperature).mean().item()
             out[i] = max(q, self.q_min)
+        return out
+
+
+class KeywordGrounding:
+    """Text-only grounding stand-in for the tiny-LM trainer run (not in the paper).
+
+    ``q`` = share of a completion's words (3+ letters) that occur in the row's ``facts`` texts,
+    floored at ``q_min``; a TRL reward function ``(prompts, completions, facts, **kw) -> list``.
+
+    Args:
+        q_min: Floor (and the value for a completion with no words).
+    """
+
+    __name__ = "georl_keyword_grounding"
+
+    def __init__(self, q_min: float = 0.05) -> None:
+        self.q_min = q_min
+
+    def __call__(self, prompts: list, completions: list, facts: list, **kwargs: Any) -> list[float]:
+        from methods.georl.trainer import completion_text
+
+        out = []
+        for comp, row_facts in zip(completions, facts):
+            vocab = {w for f in row_facts for w in f.lower().split() if len(w) >= 3}
+            words = [w.strip(".,;:!?") for w in completion_text(comp).lower().split()]
+            words = [w for w in words if len(w) >= 3]
+            prec = sum(w in vocab for w in words) / len(words) if words else 0.0
+            out.append(max(prec, self.q_min))
         return out

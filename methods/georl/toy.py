@@ -25,7 +25,7 @@ from methods.georl.reward import GeoRLConfig, score_groups
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FactSlotToy", "ToyConfig", "FACT_PHRASES", "GENERIC_PHRASE"]
+__all__ = ["FactSlotToy", "ToyConfig", "FACT_PHRASES", "GENERIC_PHRASE", "synthetic_scenes"]
 
 # English renderings for the MiniLM variant (30 facts; each one a distinct visual concept).
 FACT_PHRASES = [
@@ -245,3 +245,21 @@ class FactSlotToy:
             "generic_rate": generic.item(),
             "log_volume": scores["logvol"].mean().item(),
         }
+
+
+def synthetic_scenes(n: int, seed: int = 0, facts_per_scene: int = 4):
+    """Text stand-in data for the trainer path: ``prompt`` (chat) + ``facts`` (list of phrases).
+
+    Each row asks for an exhaustive description of a scene given as a list of facts; the keyword
+    grounding scores a completion by how much of it is about those facts.
+    """
+    from datasets import Dataset
+
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(n):
+        idx = torch.randperm(len(FACT_PHRASES), generator=gen)[:facts_per_scene].tolist()
+        facts = [FACT_PHRASES[i] for i in idx]
+        text = "Describe everything in this scene: " + ", ".join(facts) + "."
+        rows.append({"prompt": [{"role": "user", "content": text}], "facts": facts})
+    return Dataset.from_list(rows)
