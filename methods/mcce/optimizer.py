@@ -17,7 +17,7 @@ import os
 import pickle
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -66,9 +66,7 @@ class MCCEConfig:
     mutation_prob: float = 0.2  # repo config
     explore_prob: float = 0.0  # repo config
     experience_prob: float = 0.5  # repo config
-    first_model: Literal["local", "api"] = (
-        "local"  # repo: the first generation uses the local model
-    )
+    first_model: str = "local"  # "local" | "api"; repo: the first generation uses the local model
     train_every: int = 1  # rounds of each model between preference rounds (repo: 1)
     n_pairs_max: int = 128  # repo: latest 128 trajectory records
     alpha_top: float = 0.3  # repo makerldata_dpov3
@@ -78,7 +76,7 @@ class MCCEConfig:
     s_max: float = 0.8
     min_archive_for_training: int = 10  # spec §8
     conversational: bool = True  # spec §9.4; False = repo_compat raw strings
-    prompt_style: Literal["chat", "compact"] = "chat"
+    prompt_style: str = "chat"
     response_sep: str = "\n"
     hv_ref: float = 1.1
     hv_top: int = 100
