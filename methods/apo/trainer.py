@@ -8,7 +8,8 @@ What changes compared with GRPO (``common.rl.GroupAdvantageGRPOTrainer``, TRL 1.
    per completion position (:func:`methods.apo.reference_topk`), then calls
    :func:`methods.apo.apo_policy_loss` on the policy's full-vocabulary log-probs.
 3. Optional baselines in the same trainer: ``apo_lambda=1, apo_beta=0`` is GRPO (with APO's
-   clipping/aggregation), ``beta > 0`` adds TRL-style k3 KL on all tokens (GRPO+KL), and
+   clipping/aggregation), ``apo_kl_coef > 0`` (or TRL's ``beta``) adds TRL-style k3 KL on all
+   tokens (GRPO+KL), and
    ``apo_kl_on_wrong > 0`` adds it only on negative-advantage tokens (KL-on-Wrong).
 
 Advantages are TRL's group-normalised GRPO advantages (the default hook).
@@ -42,7 +43,7 @@ __all__ = ["APOConfig", "APOTrainer"]
 
 @dataclass
 class APOConfig(GRPOConfig):
-    """``GRPOConfig`` plus APO's loss settings (prefix ``apo_``; ``beta`` stays TRL's KL coefficient).
+    """``GRPOConfig`` plus APO's loss settings (prefix ``apo_``; TRL's ``beta`` becomes ``apo_kl_coef``).
 
     Parameters:
         apo_k: safe-manifold size K, the reference Top-K (paper: 8).
@@ -52,6 +53,9 @@ class APOConfig(GRPOConfig):
         apo_anchor_form: ``paper_linear`` (paper) or the non-paper diagnostics ``log``/``ref_xent``.
         apo_dual_clip: dual-clip constant c for negative tokens (verl: 3.0); None disables.
         apo_agg: ``token_mean`` (verl default) or ``seq_mean_token_mean`` (TRL ``grpo``).
+        apo_kl_coef: coefficient of the GRPO+KL baseline penalty on all tokens (0: off). A
+            non-zero TRL ``beta`` is moved here: APO's own reference serves the KL too, so TRL
+            does not load a second reference (which it cannot for in-memory models).
         apo_kl_on_wrong: coefficient of the KL-on-Wrong baseline penalty (0: off).
         apo_topk_chunk_size: positions per chunk of the reference log-softmax/top-k.
     """
@@ -69,6 +73,9 @@ class APOConfig(GRPOConfig):
     apo_agg: str = field(
         default="token_mean", metadata={"help": "token_mean | seq_mean_token_mean"}
     )
+    apo_kl_coef: float = field(
+        default=0.0, metadata={"help": "GRPO+KL baseline coefficient (k3 on all tokens)."}
+    )
     apo_kl_on_wrong: float = field(
         default=0.0, metadata={"help": "KL-on-Wrong baseline coefficient (k3 on A<0 tokens)."}
     )
@@ -76,6 +83,13 @@ class APOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.beta != 0.0:
+            logger.info(
+                "APOConfig: moving beta=%s to apo_kl_coef (one shared reference)", self.beta
+            )
+            self.apo_kl_coef, self.beta = self.apo_kl_coef or self.beta, 0.0
+        if self.apo_kl_coef < 0:
+            raise ValueError(f"apo_kl_coef must be >= 0, got {self.apo_kl_coef}")
         if self.apo_k < 1:
             raise ValueError(f"apo_k must be >= 1, got {self.apo_k}")
         if self.apo_lambda < 0 or self.apo_beta < 0:
@@ -122,7 +136,7 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
         reward_funcs: reward function(s), as in ``trl.GRPOTrainer``.
         args: an :class:`APOConfig`.
         ref_model: optional frozen reference (default: a copy of the initial policy, or the
-            disabled adapter under PEFT, or TRL's reference when ``beta > 0``). It must share the
+            disabled adapter under PEFT). It must share the
             policy's tokenizer and vocabulary.
         **kwargs: passed to ``trl.GRPOTrainer`` (train_dataset, processing_class, peft_config...).
 
@@ -148,7 +162,7 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
         own_ref = ref_model
         will_be_peft = _is_peft(model) if not isinstance(model, str) else False
         will_be_peft = will_be_peft or kwargs.get("peft_config") is not None
-        if own_ref is None and args.beta == 0.0 and not will_be_peft:
+        if own_ref is None and not will_be_peft:
             # Copy the initial policy *before* TRL patches its forward (the patch closes over the
             # original module, so a later deepcopy would call the live policy).
             if isinstance(model, str):
@@ -161,9 +175,7 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
                 own_ref = copy.deepcopy(model)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self._apo_ref: torch.nn.Module | None = None
-        if self.ref_model is not None:
-            self._apo_ref = self.ref_model  # TRL's reference (beta > 0), already prepared
-        elif own_ref is not None:
+        if own_ref is not None:
             own_ref.eval().requires_grad_(False)
             if self.is_deepspeed_enabled:
                 from trl.models import prepare_deepspeed
@@ -258,11 +270,12 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
             anchor_form=args.apo_anchor_form,
         )
         maskf = mask.to(logp.dtype)
-        if self.beta != 0.0:  # GRPO+KL baseline: k3 on every token, as TRL
+        if args.apo_kl_coef > 0:  # GRPO+KL baseline: k3 on every token, as TRL's beta term
             kl_all = kl_on_wrong_penalty(
-                logp_sampled, ref_lp_sampled, -torch.ones_like(advantages), mask, self.beta
+                logp_sampled, ref_lp_sampled, -torch.ones_like(advantages), mask, args.apo_kl_coef
             )
             loss = loss + aggregate_tokens(kl_all, maskf, args.apo_agg)
+            stats["kl"] = float(aggregate_tokens(kl_all.detach(), maskf, args.apo_agg))
         if args.apo_kl_on_wrong > 0:
             kl_wrong = kl_on_wrong_penalty(
                 logp_sampled, ref_lp_sampled, advantages, mask, args.apo_kl_on_wrong
