@@ -144,6 +144,8 @@ def solve_problem(
         objective=result.objective,
         n_iters=len(trace.rounds),
         n_debug=dbg.n_repairs,
+        n_static_reject=trace.n_static_reject,
+        n_judge_unparsed=getattr(verifier, "n_unparsed", 0),
         n_llm_calls=trace.n_llm_calls + dbg.n_repairs,
         trace=trace.rounds,
         stage="done",

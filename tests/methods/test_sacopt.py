@@ -620,7 +620,7 @@ def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
     from methods.sacopt.run import DEMO_OVERRIDES, HEADLINE, run
 
     cfg = compose(
-        ["experiment=sacopt_toy", *DEMO_OVERRIDES, "method.n_problems=4"], run_dir=str(tmp_path)
+        ["experiment=sacopt_toy", *DEMO_OVERRIDES, "method.n_problems=3"], run_dir=str(tmp_path)
     )
     out = run(cfg)
     assert set(HEADLINE) <= set(out)
