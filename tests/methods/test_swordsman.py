@@ -455,3 +455,36 @@ def test_model_that_predicts_mask_still_finishes():
         ad, torch.tensor([[2, 3]]), SwordsmanConfig(gen_length=10, max_block_len=4)
     )
     assert (r.generated != 1).all() and r.nfe <= 10
+
+
+def test_generate_text_stops_and_counts_tokens():
+    from common.tiny import tiny_tokenizer
+    from methods.swordsman.eval_harness import _coerce, generate_text, summarize
+
+    tok = tiny_tokenizer()
+    vocab = len(tok) + 1
+    ctx_ids = tok.encode("Question: two plus two", add_special_tokens=False)
+    ans_ids = tok.encode(" four\nQuestion: more", add_special_tokens=False)
+    eos = tok.eos_token_id
+    gen = 16
+    tail = (ans_ids + [eos] * gen)[:gen]
+    target = torch.tensor(ctx_ids + tail)
+    ad = HFMaskedLMAdapter(OracleModel(target, vocab=vocab), mask_id=len(tok), eos_ids={eos})
+    cfg = SwordsmanConfig(gen_length=gen, max_block_len=4)
+    r = generate_text(ad, tok, "Question: two plus two", cfg, until=["\nQuestion:"])
+    assert r["text"] == " four"
+    assert r["tokens"] == len(tok.encode(" four", add_special_tokens=False))
+    assert r["nfe"] >= 4
+    rb = generate_text(ad, tok, "Question: two plus two", cfg, ["\nQuestion:"], baseline="fixed")
+    assert rb["text"] == " four"
+    s = summarize(
+        [{"tokens": 4, "nfe": 2, "seconds": 2.0}, {"tokens": 2, "nfe": 4, "seconds": 1.0}]
+    )
+    assert s == pytest.approx({"tps": 2.0, "latency_s": 1.5, "nfe": 3.0})
+    assert _coerce({"tau_min": "0.5", "cache": "dual", "dream_first_token_greedy": "true"}) == {
+        "tau_min": 0.5,
+        "cache": "dual",
+        "dream_first_token_greedy": True,
+    }
+    with pytest.raises(ValueError, match="unknown decoder argument"):
+        _coerce({"block": "3"})
