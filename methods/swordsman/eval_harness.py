@@ -100,9 +100,19 @@ def register_lm_eval():
             **decoder_kwargs,
         ):
             super().__init__()
+            import os
+
             family = _family(model_path) if family == "auto" else family
             cls = DreamAdapter if family == "dream" else LLaDAAdapter
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            # Data parallel under `accelerate launch`: one replica per GPU, lm-eval shards by rank.
+            self._rank = int(os.environ.get("RANK", 0))
+            self._world_size = int(os.environ.get("WORLD_SIZE", 1))
+            if self._world_size > 1:
+                from accelerate import Accelerator
+
+                self.accelerator = Accelerator()
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
             self.adapter, self.tok = cls.from_pretrained(model_path, dtype=dtype, device=device)
             self.cfg = SwordsmanConfig(**_coerce(decoder_kwargs))
             self.chat = "instruct" in model_path.lower()  # repo: template only for instruct models
@@ -192,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         limit=a.limit,
         confirm_run_unsafe_code=True,
     )
+    if res is None:  # non-zero ranks get no results under data parallel
+        return
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     payload = {"results": res["results"], "throughput": summarize(lm.stats), "args": vars(a)}
