@@ -96,6 +96,7 @@ class MCCERunConfig:
     initial_population: str | None = None  # SMILES file (ZINC250K 'random1' in the repo)
     oracle_dir: str = "oracle"
     checkpoint_dir: str | None = None
+    use_vllm: bool = True  # paper scale: vLLM generation, engine rebuilt after each DPO round
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARM_MODES]
@@ -291,16 +292,24 @@ def _plot(
 
 def build_paper(rc: MCCERunConfig) -> MCCEOptimizer:  # pragma: no cover - needs GPUs and an API key
     """The paper's setting (spec §7): GPT-4o + Qwen2.5-7B-Instruct, 5 objectives, TDC oracles."""
-    from common.llm import HFChat, OpenAIChat
+    from common.llm import OpenAIChat
     from common.models import load_model, load_tokenizer
+
+    from .local import TrainableChat
 
     api = OpenAIChat(rc.api_model, base_url=rc.api_base_url, api_key_env=rc.api_key_env)
     tok = load_tokenizer(rc.local_model)
     if getattr(tok, "chat_template", None) is None:
         raise ValueError(f"local_model {rc.local_model!r} has no chat template")
     model = load_model(rc.local_model, dtype="bfloat16")
-    local = HFChat(model, tok, max_new_tokens=128, temperature=0.7)
-    local.model, local.tokenizer = model, tok
+    local = TrainableChat(
+        model,
+        tok,
+        temperature=rc.local_temperature,
+        top_p=rc.local_top_p,
+        max_new_tokens=rc.local_max_new_tokens,
+        use_vllm=rc.use_vllm,
+    )
     if rc.initial_population is None:
         raise ValueError(
             "initial_population must be a SMILES file (ZINC250K 'random1', 100 molecules)"

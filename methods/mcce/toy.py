@@ -226,14 +226,7 @@ def warmup_pairs(
         a, b = rng.sample(pool, 2)
         op = "[XO]" if rng.random() < 0.8 else "[MUT]"
         prompt = f"{op} <p>{a}</p> <p>{b}</p> =>"
-        pairs.append(
-            (
-                prompt,
-                explorer(
-                    {"role": "user", "content": prompt} and [{"role": "user", "content": prompt}]
-                ),
-            )
-        )
+        pairs.append((prompt, explorer([{"role": "user", "content": prompt}])))
     return pairs
 
 
@@ -272,9 +265,9 @@ def pretrain_tiny_lm(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if progress is not None:
-            progress(step, float(loss))
+            progress(step, losses[-1])
     model.eval()
     return losses
 

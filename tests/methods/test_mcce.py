@@ -483,3 +483,34 @@ def test_bad_inputs_raise():
         MCCEOptimizer(prob, silent, silent, cfg, ["xx", "not a molecule"]).run()
     with pytest.raises(ValueError, match="local"):
         MCCEOptimizer(prob, _explorer_chat(0), None, MCCEConfig(mode="coevolve_frozen"), ["CCO"])
+
+
+def test_paper_config_and_chat_template_path(tiny_qwen2):
+    """The paper path on tiny stand-ins: composed config, chat prompts, conversational DPO pairs."""
+    from common.llm import ScriptedChat
+    from common.registry import compose
+    from methods.mcce.local import TrainableChat
+    from methods.mcce.run import to_config
+
+    rc = to_config(compose(["experiment=mcce_paper"]).method)
+    assert rc.task == "paper" and rc.search.budget == 5000 and rc.search.dpo.beta == 0.1
+    assert rc.search.dpo.label_smoothing == 0.1 and rc.local_model == "Qwen/Qwen2.5-7B-Instruct"
+    model, tok = tiny_qwen2
+    import copy
+
+    local = TrainableChat(copy.deepcopy(model), tok, max_new_tokens=4)
+    prob = paper_problem(oracles={k: (lambda s: 0.3) for k in ("drd2", "gsk3b", "jnk3")})
+    api = ScriptedChat(
+        lambda m: "<candidate>CCOc1ccccc1</candidate>\n<candidate>CCN(C)C</candidate>"
+    )
+    cfg = MCCEConfig(
+        mode="coevolve_dpo",
+        pop_size=2,
+        budget=40,
+        min_archive_for_training=4,
+        experience_prob=0.0,
+        dpo=DPORoundConfig(per_device_train_batch_size=2, max_length=1024),
+    )
+    res = MCCEOptimizer(prob, api, local, cfg, load_seed_smiles()[:12]).run(max_generations=2)
+    assert "<candidate>" in api.calls[0][0]["content"] and "total:" in api.calls[0][0]["content"]
+    assert len(res.train_log) == 1 and res.train_log[0]["dpo/steps"] >= 1
