@@ -457,3 +457,51 @@ def test_apo_config_rejects_bad_values(tmp_path):
                        ({"apo_clip_mode": "x"}, "apo_clip_mode")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             APOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path), **bad))
+
+
+# ---------------------------------------------------------------- run.py: toy and paper code paths
+def test_bandit_toy_shows_collapse_and_identity_arm(tmp_path):
+    from methods.apo.toy import BanditArm, BanditConfig, base_metrics, make_bandit, run_bandit_arm
+
+    torch.set_num_threads(1)  # tiny tensors: threading only adds overhead
+    cfg = BanditConfig(steps=40, eval_every=40)
+    prob = make_bandit(cfg, seed=0)
+    assert prob.valid[prob.hard].sum(-1).eq(1).all() and prob.valid[~prob.hard].sum(-1).eq(2).all()
+    base = base_metrics(prob, cfg)
+    grpo, _ = run_bandit_arm(prob, cfg, BanditArm("grpo"), seed=0)
+    # RSC: sharpening raises easy Pass@1 and lowers hard Pass@64 (spec §6)
+    assert grpo["easy/pass@1"] > base["easy/pass@1"] and grpo["hard/pass@64"] < base["hard/pass@64"]
+    # APO with λ = 1, β = 0 is GRPO exactly (same sampling stream)
+    same, _ = run_bandit_arm(prob, cfg, BanditArm("apo0", lam=1.0, beta=0.0, k=8), seed=0)
+    assert same == grpo
+
+
+def test_demo_run_writes_results_with_headline(tmp_path):
+    from common.registry import compose
+    from methods.apo.run import DEMO_OVERRIDES, HEADLINE, run
+
+    out = run(compose(["experiment=apo_toy", *DEMO_OVERRIDES, "method.toy.steps=10"], tmp_path))
+    assert all(isinstance(v, float) for v in out.values())
+    assert set(HEADLINE) <= set(out)
+    assert (tmp_path / "results.json").exists() and (tmp_path / "curves.png").exists()
+
+
+def test_paper_preset_code_path_on_tiny_model(tmp_path):
+    # the apo_paper preset with tiny sizes: math task from local files, boxed rewards, pass@k eval
+    from common.registry import compose
+    from common.tasks import FIXTURES
+    from methods.apo.run import run
+
+    math = str(FIXTURES / "math500_mini.jsonl")
+    overrides = [
+        "experiment=apo_paper", "model.name=tiny-qwen2", "model.dtype=float32",
+        f"method.train.train_path={math}", f"method.train.eval_paths=[{math}]",
+        "method.train.max_steps=1", "method.train.per_device_train_batch_size=4",
+        "method.train.gradient_accumulation_steps=1", "method.train.num_generations=2",
+        "method.train.max_completion_length=4", "method.train.use_vllm=false",
+        "method.train.bf16=false", "method.train.gradient_checkpointing=false",
+        "method.train.eval_n=2", "method.train.eval_ks=[1,2]", "method.train.n_eval=2",
+        "method.train.eval_max_new_tokens=4", "method.train.extra={}",
+    ]  # fmt: skip
+    out = run(compose(overrides, tmp_path))
+    assert {"base/avg/pass@1", "apo/avg/pass@2", "apo/safe_manifold_mass_last"} <= set(out)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# APO paper-scale reproduction (spec §7). GPUs, vLLM (pip install -e .[vllm]) and network for hub
+# checkpoints and data. One launch per arm, same seed and settings (configs/experiment/apo_paper.yaml).
+# Usage: bash scripts/reproduce/apo.sh [model] [num_gpus]
+set -euo pipefail
+MODEL=${1:-Qwen/Qwen2.5-Math-7B}
+NGPU=${2:-8}
+export APO_DATA=${APO_DATA:-data/apo}
+export APO_TRAIN=${APO_TRAIN:-$APO_DATA/dapo_math_17k.jsonl}
+mkdir -p "$APO_DATA"
+unset HF_HUB_OFFLINE
+
+# 1. Data -> local jsonl with columns problem / answer (load_math_dataset layout). The hub ids are
+#    common public copies, not checked against the paper (spec §5: benchmarks inferred).
+python - <<'PY'
+import json, os
+from pathlib import Path
+from datasets import load_dataset
+out = Path(os.environ["APO_DATA"])
+sets = {
+    "dapo_math_17k": ("BytedTsinghua-SIA/DAPO-Math-17k", "train"),
+    "aime24": ("HuggingFaceH4/aime_2024", "train"),
+    "aime25": ("math-ai/aime25", "test"),
+    "amc23": ("math-ai/amc23", "test"),
+    "math500": ("HuggingFaceH4/MATH-500", "test"),
+    "minerva": ("math-ai/minervamath", "test"),
+}
+def pick(row, names):
+    for n in names:
+        v = row
+        for part in n.split("."):
+            v = v.get(part) if isinstance(v, dict) else None
+        if v:
+            return v[-1]["content"] if isinstance(v, list) else str(v)
+    raise KeyError(f"none of {names} in {list(row)}")
+for name, (hub, split) in sets.items():
+    path = out / f"{name}.jsonl"
+    if path.exists():
+        continue
+    ds = load_dataset(hub, split=split)
+    seen = set()
+    with path.open("w") as f:
+        for row in ds:
+            problem = pick(row, ["problem", "question", "prompt"])
+            answer = pick(row, ["answer", "solution", "reward_model.ground_truth"])
+            if problem in seen:  # DAPO-Math-17k repeats prompts; the paper used a dedup copy
+                continue
+            seen.add(problem)
+            f.write(json.dumps({"problem": problem, "answer": answer}) + "\n")
+PY
+
+# 2. One arm per launch: APO, GRPO, GRPO+KL, KL-on-Wrong (each also evaluates the base model).
+for ARM in apo grpo grpo_kl kl_on_wrong; do
+  accelerate launch --config_file configs/accelerate/multi_gpu_fsdp.yaml --num_processes "$NGPU" \
+    -m scripts.run experiment=apo_paper model.name="$MODEL" "method.train.arms=[$ARM]" \
+    run_dir="outputs/apo/paper/$ARM"
+done
+# Results: outputs/apo/paper/<arm>/results.md (Avg Pass@1 ... Pass@64 per benchmark).
