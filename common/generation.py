@@ -203,23 +203,28 @@ class HFGenerator:
         if not prompts:
             return []
         texts = render_prompts(self.tokenizer, prompts)
+        # Plain strings get the tokenizer's special tokens (e.g. BOS); a chat template already
+        # wrote its own, so rendered conversations are tokenized without adding more.
+        special = [isinstance(p, str) for p in prompts]
         if params.seed is not None:
             torch.manual_seed(params.seed)
         per_call = max(1, self.batch_size // n)
         out: list[list[Completion]] = []
         for start in range(0, len(texts), per_call):
-            out.extend(self._generate_chunk(texts[start : start + per_call], n, params))
+            sl = slice(start, start + per_call)
+            out.extend(self._generate_chunk(texts[sl], special[sl], n, params))
         return out
 
     @torch.no_grad()
     def _generate_chunk(
-        self, texts: list[str], n: int, params: SamplingParams
+        self, texts: list[str], special: list[bool], n: int, params: SamplingParams
     ) -> list[list[Completion]]:
         tok = self.tokenizer
+        ids = [tok(t, add_special_tokens=sp)["input_ids"] for t, sp in zip(texts, special)]
         old_side = tok.padding_side
         tok.padding_side = "left"
         try:
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
         finally:
             tok.padding_side = old_side
         device = next(self.model.parameters()).device

@@ -33,7 +33,7 @@ def model_tok(tiny_tok):
 
 def _teacher_forced_logits(model, tok, prompt_text: str, gen_ids: list[int]) -> torch.Tensor:
     """Logits predicting each generated token, from one unpadded forward pass. (T, V)"""
-    p_ids = tok(prompt_text, add_special_tokens=False)["input_ids"]
+    p_ids = tok(prompt_text)["input_ids"]  # plain prompts get the tokenizer's special tokens
     ids = torch.tensor([p_ids + gen_ids])
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float()  # (L, V)
