@@ -154,59 +154,114 @@ class GeoRLTrainer(GroupAdvantageGRPOTrainer):
         return adv.view(-1, n).to(rewards.dtype)  # [B, N]
 
 
+class _ClipQualityReward:
+    """TRL reward function wrapping ``ClipSentenceGrounding``: ``q`` of each completion vs its image."""
+
+    __name__ = "georl_clip_grounding"
+
+    def __init__(self, grounding: Any) -> None:
+        self.grounding = grounding
+
+    def __call__(self, prompts: list, completions: list, image: list, **kwargs: Any) -> list[float]:
+        return [
+            float(self.grounding([completion_text(c)], img)[0])
+            for c, img in zip(completions, image)
+        ]
+
+
+INSTRUCTION = (
+    "Describe this image in detail. Cover every object, attribute, relation and any visible text."
+)
+
+
+def _image_dataset(name: str, split: str = "train"):
+    """An image dataset (hub id or local path) with the spec §3.7 chat prompt added."""
+    from datasets import load_dataset
+
+    ds = load_dataset(name, split=split)
+    if "image" not in ds.column_names:
+        raise ValueError(f"dataset {name!r} must have an 'image' column, got {ds.column_names}")
+    prompt = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": INSTRUCTION}]}
+    ]
+    return ds.map(lambda _: {"prompt": prompt})
+
+
 def run_training(mcfg: Any, cfg: Any) -> dict[str, dict[str, float]]:
     """``mode: train`` of ``run.py``: GeoRLTrainer on ``cfg.model.name`` (spec §3.5 P3, §7).
 
-    Text models train on :func:`~methods.georl.toy.synthetic_scenes` with keyword grounding; the
-    paper setting (a VLM with CLIP grounding over an image dataset) needs a GPU, a dataset with
-    ``image`` and ``prompt`` columns and ``mcfg.train.clip_model`` (see ``georl_paper.yaml``).
+    ``train.dataset = synthetic_scenes`` trains a text model on generated scenes with keyword
+    grounding (the CPU check); any other value is an image dataset (hub id or local path with an
+    ``image`` column) for a vision-language model, graded by ``ClipSentenceGrounding`` on the
+    transformers CLIP checkpoint ``train.clip_model`` (the paper-scale path, spec §7).
 
     Returns:
-        ``{"georl": {metric: value}}`` with the last logged Geo-RL metrics.
+        ``{"georl": {metric: value}}`` with the last logged Geo-RL and reward metrics.
     """
     from trl import GRPOConfig
 
-    from common.models import load_model, load_tokenizer
+    from common.models import load_model, load_processor, load_tokenizer
     from common.rl import cpu_grpo_kwargs
     from methods.georl.embed import MiniLMEmbedder
-    from methods.georl.grounding import KeywordGrounding
+    from methods.georl.grounding import ClipSentenceGrounding, KeywordGrounding
     from methods.georl.toy import synthetic_scenes
 
     tc = mcfg.train
-    if tc.dataset != "synthetic_scenes" or mcfg.grounding == "clip":
-        raise NotImplementedError(
-            "mode=train runs on CPU with dataset=synthetic_scenes and grounding=keyword; the image "
-            "setting is launched by scripts/reproduce/georl.sh (see docs/methods/georl.md)"
+    seed = int(cfg.seed)
+    if tc.dataset == "synthetic_scenes":
+        model = load_model(cfg.model.name, dtype=cfg.model.get("dtype", "auto"), seed=seed)
+        processing = load_tokenizer(cfg.model.name)
+        dataset = synthetic_scenes(tc.n_prompts, seed=seed)
+        quality: Any = KeywordGrounding(q_min=mcfg.q_min)
+    else:
+        if not tc.clip_model:
+            raise ValueError("train.clip_model must name a transformers CLIP checkpoint for images")
+        from transformers import CLIPModel, CLIPProcessor
+
+        model = load_model(
+            cfg.model.name, dtype=cfg.model.get("dtype", "auto"), kind="vision_language", seed=seed
         )
-    model = load_model(cfg.model.name, seed=int(cfg.seed))
-    tok = load_tokenizer(cfg.model.name)
-    out_dir = tc.output_dir or f"{cfg.run_dir}/trainer"
-    args = GRPOConfig(
-        **cpu_grpo_kwargs(
-            output_dir=out_dir,
-            per_device_train_batch_size=tc.per_device_train_batch_size,
-            gradient_accumulation_steps=tc.gradient_accumulation_steps,
-            num_generations=mcfg.n,
-            max_completion_length=tc.max_completion_length,
-            max_steps=tc.max_steps,
-            learning_rate=tc.learning_rate,
-            temperature=tc.temperature,
-            seed=int(cfg.seed),
-            use_cpu=not torch.cuda.is_available(),
-            bf16=tc.bf16,
+        processing = load_processor(cfg.model.name)
+        dataset = _image_dataset(tc.dataset)
+        clip = CLIPModel.from_pretrained(tc.clip_model).to(model.device).eval()
+        grounding = ClipSentenceGrounding(
+            clip, CLIPProcessor.from_pretrained(tc.clip_model), tau=tc.clip_tau, q_min=mcfg.q_min
         )
+        quality = _ClipQualityReward(grounding)
+    if tc.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model, LoraConfig(r=tc.lora_r, lora_alpha=2 * tc.lora_r, target_modules="all-linear")
+        )
+    on_gpu = torch.cuda.is_available()
+    kwargs = cpu_grpo_kwargs(
+        output_dir=tc.output_dir or f"{cfg.run_dir}/trainer",
+        per_device_train_batch_size=tc.per_device_train_batch_size,
+        gradient_accumulation_steps=tc.gradient_accumulation_steps,
+        num_generations=mcfg.n,
+        max_completion_length=tc.max_completion_length,
+        max_steps=tc.max_steps,
+        learning_rate=tc.learning_rate,
+        temperature=tc.temperature,
+        seed=seed,
+        use_cpu=not on_gpu,
+        bf16=tc.bf16 and on_gpu,
+        disable_tqdm=not on_gpu,
     )
+    if tc.use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode=tc.vllm_mode)
     trainer = GeoRLTrainer(
         model=model,
-        reward_funcs=[KeywordGrounding(q_min=mcfg.q_min)],
-        args=args,
-        train_dataset=synthetic_scenes(tc.n_prompts, seed=int(cfg.seed)),
-        processing_class=tok,
-        embedder=MiniLMEmbedder(mcfg.embedder),
+        reward_funcs=[quality],
+        args=GRPOConfig(**kwargs),
+        train_dataset=dataset,
+        processing_class=processing,
+        embedder=MiniLMEmbedder(mcfg.embedder, device="cuda" if on_gpu else "cpu"),
         georl_config=mcfg.reward_config(),
     )
     trainer.train()
-    last = {}
+    last: dict[str, float] = {}
     for row in trainer.state.log_history:
         last.update({k: float(v) for k, v in row.items() if k.startswith(("georl/", "reward"))})
     return {"georl": {k.replace("/", "_"): v for k, v in last.items()}}
