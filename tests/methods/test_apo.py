@@ -463,17 +463,26 @@ def test_apo_config_rejects_bad_values(tmp_path):
 def test_bandit_toy_shows_collapse_and_identity_arm(tmp_path):
     from methods.apo.toy import BanditArm, BanditConfig, base_metrics, make_bandit, run_bandit_arm
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: threading only adds overhead
-    cfg = BanditConfig(steps=40, eval_every=40)
-    prob = make_bandit(cfg, seed=0)
-    assert prob.valid[prob.hard].sum(-1).eq(1).all() and prob.valid[~prob.hard].sum(-1).eq(2).all()
-    base = base_metrics(prob, cfg)
-    grpo, _ = run_bandit_arm(prob, cfg, BanditArm("grpo"), seed=0)
-    # RSC: sharpening raises easy Pass@1 and lowers hard Pass@64 (spec §6)
-    assert grpo["easy/pass@1"] > base["easy/pass@1"] and grpo["hard/pass@64"] < base["hard/pass@64"]
-    # APO with λ = 1, β = 0 is GRPO exactly (same sampling stream)
-    same, _ = run_bandit_arm(prob, cfg, BanditArm("apo0", lam=1.0, beta=0.0, k=8), seed=0)
-    assert same == grpo
+    try:
+        cfg = BanditConfig(steps=40, eval_every=40)
+        prob = make_bandit(cfg, seed=0)
+        assert (
+            prob.valid[prob.hard].sum(-1).eq(1).all() and prob.valid[~prob.hard].sum(-1).eq(2).all()
+        )
+        base = base_metrics(prob, cfg)
+        grpo, _ = run_bandit_arm(prob, cfg, BanditArm("grpo"), seed=0)
+        # RSC: sharpening raises easy Pass@1 and lowers hard Pass@64 (spec §6)
+        assert (
+            grpo["easy/pass@1"] > base["easy/pass@1"]
+            and grpo["hard/pass@64"] < base["hard/pass@64"]
+        )
+        # APO with λ = 1, β = 0 is GRPO exactly (same sampling stream)
+        same, _ = run_bandit_arm(prob, cfg, BanditArm("apo0", lam=1.0, beta=0.0, k=8), seed=0)
+        assert same == grpo
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_demo_run_writes_results_with_headline(tmp_path):
