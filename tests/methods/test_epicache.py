@@ -371,3 +371,48 @@ def test_bad_input_errors(lm):
         sess.build(Conversation([]))
     with pytest.raises(ValueError, match="question"):
         sess.answer("  ")
+
+
+def test_paper_path_on_tiny_model_with_locomo_file(tmp_path):
+    import json
+
+    from common.llm import ScriptedChat
+    from common.registry import compose
+    from methods.epicache.data import load_locomo
+    from methods.epicache.run import run_paper, to_config
+
+    conv = {"speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1 May 2023"}
+    conv["session_1"] = [
+        {"speaker": "Ann" if i % 2 else "Bob", "text": f"I like topic {i}"} for i in range(8)
+    ]
+    qa = [
+        {"question": "What does Ann like?", "answer": "topic 1; topic 3", "category": 3},
+        {"question": "adversarial", "answer": "x", "category": 5},
+    ]
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps([{"sample_id": "c0", "conversation": conv, "qa": qa}]))
+    convs = load_locomo(path)
+    assert len(convs[0].qa) == 1 and convs[0].qa[0].answer == "topic 1"  # cat 5 dropped, ';' cut
+    assert convs[0].render().splitlines()[1] == "DATE: 1 May 2023"
+    cfg = compose(["experiment=epicache_paper"], run_dir=str(tmp_path / "run"))
+    over = {
+        "model_name": "tiny-qwen2",
+        "data_path": str(path),
+        "benchmark": "locomo",
+        "judge_model": None,
+        "sensitivity_path": None,
+        "budget": 16,
+        "block_size": 64,
+        "n_episodes": 2,
+        "n_init": 1,
+        "max_new_tokens": 2,
+        "w_embed": 2,
+    }
+    mcfg = to_config({**cfg.method, **over})
+    judge = ScriptedChat(['{"score": 0.5}'])
+    out = run_paper(cfg, mcfg, judge=judge, embedder=_BagEmbedder())
+    assert out["epicache/judge"] == 0.5 and out["epicache/judge_unparsed"] == 0.0
+    assert 0.0 <= out["epicache/f1_open_domain"] <= 1.0
+    # headwise (paper default): a head may hold up to M·Hk slots (padded layout), plus block + prompt
+    assert out["epicache/peak_tokens_per_head"] <= 16 * 2 + 64 + 100
+    assert (tmp_path / "run" / "results.json").exists()
