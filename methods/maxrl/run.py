@@ -23,6 +23,8 @@ from .classification import (
     make_gaussian_classes,
     train_classifier,
 )
+from .maze import MazeToyConfig, run_maze_toy
+from .paper import PaperConfig
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class MaxRLRunConfig:
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     n_rollouts: list[int] = field(default_factory=lambda: [16, 128, 1024])
     t1: ClassificationToyConfig = field(default_factory=ClassificationToyConfig)
+    t2: MazeToyConfig = field(default_factory=MazeToyConfig)
+    paper: PaperConfig = field(default_factory=PaperConfig)  # GPU scale, see paper.py
 
 
 def _to_config(method_cfg: DictConfig) -> MaxRLRunConfig:
@@ -62,8 +66,8 @@ def _to_config(method_cfg: DictConfig) -> MaxRLRunConfig:
     bad = [m for m in cfg.methods if m not in METHODS]
     if bad:
         raise ValueError(f"method.methods has unknown names {bad}; valid: {list(METHODS)}")
-    if cfg.toy != "classification":
-        raise ValueError(f"method.toy must be 'classification', got {cfg.toy!r}")
+    if cfg.toy not in ("classification", "maze"):
+        raise ValueError(f"method.toy must be 'classification' or 'maze', got {cfg.toy!r}")
     return cfg
 
 
@@ -91,6 +95,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     seed = int(cfg.seed)
     run_dir = Path(cfg.run_dir)
     start = time.perf_counter()
+    if mcfg.toy == "maze":
+        return _run_maze(mcfg, cfg, seed, run_dir, start)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: threading only adds overhead
     try:
@@ -125,4 +131,24 @@ def run(cfg: DictConfig) -> dict[str, float]:
         extra={"curves": curves},
         wall_time_s=time.perf_counter() - start,
         notes=notes,
+    )
+
+
+def _run_maze(mcfg: MaxRLRunConfig, cfg: DictConfig, seed: int, run_dir: Path, start: float):
+    """Toy T2: SFT warm start, then GRPO vs MaxRL through MaxRLTrainer (TRL) on 7x7 mazes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        metrics = run_maze_toy(mcfg.t2, ("grpo", "maxrl"), seed=seed, output_dir=str(run_dir))
+    finally:
+        torch.set_num_threads(threads)
+    t2 = mcfg.t2
+    notes = (
+        f"Toy T2: {t2.size}x{t2.size} Prim mazes, tiny Qwen2 (hidden {t2.hidden_size}); SFT on BFS "
+        f"paths until held-out pass@1 >= {t2.sft_band[0]}, then {t2.rl_steps} RL steps of "
+        f"{t2.rl_prompts} prompts x N={t2.num_generations} (lr {t2.rl_lr}) with MaxRLTrainer. "
+        f"Eval: {t2.eval_mazes} held-out mazes, {t2.eval_samples} samples each, T=1."
+    )
+    return write_results(
+        run_dir, "maxrl", metrics, cfg=cfg, wall_time_s=time.perf_counter() - start, notes=notes
     )

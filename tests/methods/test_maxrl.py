@@ -289,3 +289,51 @@ def test_toy_t1_ordering_small():
     }
     assert res["maxrl"] > 0.8 * res["ce"]
     assert res["maxrl"] > 3 * res["grpo"] and res["grpo"] >= res["reinforce"] * 0.9
+
+
+# ---- toy T2 pieces: mazes, BFS, reward --------------------------------------------------------
+def test_maze_generation_and_reward():
+    import random
+
+    from methods.maxrl.maze import (
+        generate_maze,
+        maze_prompt,
+        maze_reward,
+        maze_tokenizer,
+        shortest_path,
+    )
+
+    rng = random.Random(0)
+    for _ in range(20):
+        m = generate_maze(7, rng)
+        assert len(m) == 7 and all(len(row) == 7 for row in m)
+        assert all(ch == "#" for ch in m[0] + m[-1])  # closed border
+        # Prim on odd cells: a spanning tree over the 3x3 cell lattice -> 9 cells + 8 passages
+        assert sum(row.count(".") for row in m) == 17
+        path = shortest_path(m)
+        joined = "/".join(m)
+        assert maze_reward([" ".join([*path, "DONE"])], [joined]) == [1.0]
+        assert maze_reward([" ".join(path[:-1] + ["DONE"])], [joined]) == [0.0]  # stops short
+        assert maze_reward(["UP DONE"], [joined]) == [0.0]  # into the wall
+        assert maze_reward(["GOAL " + " ".join(path)], [joined]) == [0.0]  # invalid token
+    tok = maze_tokenizer()
+    ids = tok(maze_prompt(m))["input_ids"]
+    assert tok.unk_token_id not in ids[1:] or tok.unk_token_id == tok.pad_token_id
+    assert len(ids) == 2 + 7 * 7 + 6 + 2
+    assert tok.decode(tok(" ".join(path))["input_ids"]) == " ".join(path)
+
+
+@pytest.mark.slow
+def test_maze_toy_end_to_end(tmp_path):
+    """T2 wiring: SFT, then GRPO and MaxRL through MaxRLTrainer, evaluation (tiny sizes)."""
+    from methods.maxrl.maze import MazeToyConfig, run_maze_toy
+
+    cfg = MazeToyConfig(
+        size=5, sft_max_steps=20, sft_check_every=20, rl_steps=2, rl_prompts=2,
+        num_generations=4, eval_mazes=4, eval_samples=4, eval_k=2, max_completion_length=8,
+        hidden_size=32,
+    )  # fmt: skip
+    res = run_maze_toy(cfg, seed=0, output_dir=str(tmp_path))
+    assert set(res) == {"sft", "grpo", "maxrl"}
+    for arm in res.values():
+        assert 0.0 <= arm["pass@1"] <= arm["pass@2"] <= 1.0
