@@ -1,0 +1,330 @@
+"""Client-side fork/join orchestrator over any completion engine (§3.2, Fig. 3).
+
+The model writes ``<Outlines>`` sequentially; when a request stops on ``</Outlines>`` the orchestrator
+reads the outline numbers and issues one request per thread whose prompt is the context plus
+``"\\n<Thread>\\nN:"``; the thread answers (ending at ``</Thread>``) are concatenated in order, the join
+suffix is appended and sequential decoding resumes. Everything works on token ids, so the engine can be
+HF ``generate``, vLLM or an OpenAI-compatible completions server with prefix caching; no attention or
+position tricks are needed at inference.
+
+Deviation: the official loop is ``async`` per trajectory; here :meth:`ParallelOrchestrator.run_many`
+advances many trajectories in lock-step and batches all requests of one phase into one engine call
+(the same requests, issued concurrently).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+from .format import JOIN_SUFFIX, OUTLINE_NUM_RE, TAGS, thread_header
+from .metrics import Stats, parallel_stats
+from .trie import Unit
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CompletionEngine",
+    "EngineCompletion",
+    "HFGenerateEngine",
+    "OrchestratorConfig",
+    "ParallelOrchestrator",
+    "Rollout",
+    "tag_ids",
+]
+
+
+@dataclass
+class EngineCompletion:
+    """One engine answer: ``ids`` (the stop token kept if it stopped on one) and why it ended."""
+
+    ids: list[int]
+    finish_reason: Literal["stop", "length"]
+    stop_id: int | None = None
+
+
+@runtime_checkable
+class CompletionEngine(Protocol):
+    """Token-in/token-out completion API (the only thing the orchestrator needs)."""
+
+    def complete(
+        self,
+        prompts: list[list[int]],
+        stop_ids: list[int],
+        max_tokens: list[int],
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> list[EngineCompletion]: ...
+
+
+def _cut_at_stop(ids: list[int], stop_ids: Sequence[int], max_tokens: int) -> EngineCompletion:
+    stops = set(stop_ids)
+    for j, t in enumerate(ids[:max_tokens]):
+        if t in stops:
+            return EngineCompletion(ids[: j + 1], "stop", t)
+    return EngineCompletion(ids[:max_tokens], "length")
+
+
+class HFGenerateEngine:
+    """:class:`CompletionEngine` on ``transformers`` ``generate`` (left padding, batched).
+
+    Stop ids are passed as ``eos_token_id`` so each row stops at its first stop token.
+    ``temperature == 0`` means greedy decoding.
+    """
+
+    def __init__(self, model, pad_token_id: int, batch_size: int = 64, seed: int | None = None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model, self.pad, self.batch_size, self.seed = (
+            model,
+            int(pad_token_id),
+            batch_size,
+            seed,
+        )
+
+    @torch.no_grad()
+    def complete(self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0):
+        if len(prompts) != len(max_tokens):
+            raise ValueError(f"got {len(prompts)} prompts but {len(max_tokens)} max_tokens")
+        if self.seed is not None:
+            torch.manual_seed(self.seed)
+        out: list[EngineCompletion] = []
+        dev = next(self.model.parameters()).device
+        for s in range(0, len(prompts), self.batch_size):
+            chunk, mt = prompts[s : s + self.batch_size], max_tokens[s : s + self.batch_size]
+            budget = max(mt)
+            if budget <= 0:
+                out += [EngineCompletion([], "length") for _ in chunk]
+                continue
+            n = max(len(p) for p in chunk)
+            ids = torch.full((len(chunk), n), self.pad, dtype=torch.long)
+            att = torch.zeros((len(chunk), n), dtype=torch.long)
+            for i, p in enumerate(chunk):
+                ids[i, n - len(p) :], att[i, n - len(p) :] = torch.tensor(p), 1
+            kw = (
+                {"do_sample": False}
+                if temperature == 0
+                else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+            )
+            gen = self.model.generate(
+                input_ids=ids.to(dev),
+                attention_mask=att.to(dev),
+                max_new_tokens=budget,
+                eos_token_id=list(stop_ids),
+                pad_token_id=self.pad,
+                **kw,
+            )[:, n:]
+            for i, row in enumerate(gen.tolist()):
+                out.append(_cut_at_stop(row, stop_ids, mt[i]))
+        return out
+
+
+@dataclass
+class OrchestratorConfig:
+    """Orchestrator settings (§3.2, App. B)."""
+
+    budget_total: int = 40000  # total generated tokens over all branches, App. B
+    max_model_len: int = 40960  # context limit of one request, App. B
+    max_iters: int = 32  # official code's loop guard
+    join_suffix: str = JOIN_SUFFIX  # "\n</Parallel>" (paper); "\n" for official-code parity
+    temperature: float = 1.0  # App. B (rollout and eval)
+    top_p: float = 1.0
+    parallel: bool = True  # False = hybrid AR mode: one request per trajectory, tags are text
+
+    def __post_init__(self):
+        for name in ("budget_total", "max_model_len", "max_iters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class Rollout:
+    """One orchestrated trajectory: the joined response and every request issued (units)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    units: list[Unit]
+    finish_reason: str
+    stats: Stats
+    malformed: Counter = field(default_factory=Counter)
+
+
+def tag_ids(tokenizer) -> dict[str, int]:
+    """Map each tag of :data:`TAGS` (and ``"eos"``) to its single token id.
+
+    Raises:
+        ValueError: a tag that does not encode to exactly one id, or no EOS token.
+    """
+    ids = {}
+    for tag in TAGS:
+        enc = tokenizer(tag, add_special_tokens=False)["input_ids"]
+        if len(enc) != 1:
+            raise ValueError(
+                f"tag {tag!r} encodes to {len(enc)} ids {enc}; call add_threadweaver_tokens first"
+            )
+        ids[tag] = enc[0]
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has no eos_token_id; the orchestrator needs one to stop")
+    ids["eos"] = int(tokenizer.eos_token_id)
+    return ids
+
+
+@dataclass
+class _State:
+    prompt: list[int]
+    ctx: list[int]
+    gen: list[int] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
+    phase: str = "SEQ"
+    nums: list[str] = field(default_factory=list)
+    iters: int = 0
+    finish: str = ""
+    malformed: Counter = field(default_factory=Counter)
+
+
+class ParallelOrchestrator:
+    """Run the fork/join state machine of §3.2 on a :class:`CompletionEngine`.
+
+    Example::
+
+        orch = ParallelOrchestrator(HFGenerateEngine(model, tok.pad_token_id), tok, cfg)
+        rollout = orch.run(prompt_ids)  # rollout.response_ids, rollout.units, rollout.stats.longest
+    """
+
+    def __init__(self, engine: CompletionEngine, tokenizer, cfg: OrchestratorConfig | None = None):
+        if not hasattr(engine, "complete"):
+            raise TypeError(f"engine must implement complete(...), got {type(engine).__name__}")
+        self.engine, self.tok = engine, tokenizer
+        self.cfg = cfg or OrchestratorConfig()
+        self.ids = tag_ids(tokenizer)
+        self._enc_cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        if text not in self._enc_cache:
+            self._enc_cache[text] = list(self.tok(text, add_special_tokens=False)["input_ids"])
+        return self._enc_cache[text]
+
+    def run(self, prompt_ids: Sequence[int]) -> Rollout:
+        return self.run_many([prompt_ids])[0]
+
+    def _remaining(self, st: _State, extra: int = 0) -> int:
+        return min(
+            self.cfg.budget_total - len(st.gen), self.cfg.max_model_len - len(st.ctx) - extra
+        )
+
+    def _guard(self, st: _State) -> bool:
+        """Mark a state DONE if a guard fires; return whether it is still active."""
+        if st.iters >= self.cfg.max_iters:
+            st.finish = "max_iters"
+        elif len(st.gen) >= self.cfg.budget_total:
+            st.finish = "length"
+        elif len(st.ctx) >= self.cfg.max_model_len:
+            st.finish = "max_model_len"
+        else:
+            return True
+        st.phase = "DONE"
+        return False
+
+    def _seq_step(self, states: list[_State]) -> None:
+        eos, close = self.ids["eos"], self.ids["</Outlines>"]
+        stops = [close, eos] if self.cfg.parallel else [eos]
+        outs = self.engine.complete(
+            [s.ctx for s in states], stops, [self._remaining(s) for s in states],
+            self.cfg.temperature, self.cfg.top_p,
+        )  # fmt: skip
+        for st, out in zip(states, outs):
+            st.units.append(Unit(st.ctx + out.ids, len(st.ctx), "seq"))
+            st.ctx += out.ids
+            st.gen += out.ids
+            if out.ids and out.ids[-1] == close and self.cfg.parallel:
+                start = max(i for i, t in enumerate(st.ctx) if t == self.ids["<Outlines>"]) if (
+                    self.ids["<Outlines>"] in st.ctx) else 0  # fmt: skip
+                text = self.tok.decode(st.ctx[start:], skip_special_tokens=False)
+                nums = list(dict.fromkeys(OUTLINE_NUM_RE.findall(text)))
+                if nums:
+                    st.phase, st.nums = "PAR", nums
+                else:
+                    st.malformed["outlines_without_numbers"] += 1
+            if not out.ids or out.finish_reason == "length" or out.ids[-1] == eos:
+                st.phase, st.finish = "DONE", "stop" if out.ids and out.ids[-1] == eos else "length"
+
+    def _par_step(self, states: list[_State]) -> None:
+        eos, t_close = self.ids["eos"], self.ids["</Thread>"]
+        reqs, owners = [], []
+        for st in states:
+            for i, n in enumerate(st.nums):
+                hdr = self.encode(thread_header(n, first=True))
+                reqs.append((st.ctx + hdr, self._remaining(st, len(hdr))))
+                owners.append((st, i, n, hdr))
+        outs = self.engine.complete(
+            [r[0] for r in reqs], [t_close, eos], [r[1] for r in reqs],
+            self.cfg.temperature, self.cfg.top_p,
+        )  # fmt: skip
+        joined: dict[int, list[int]] = {id(st): [] for st in states}
+        ended: dict[int, bool] = {id(st): False for st in states}
+        for (st, i, n, hdr), out, (prompt, _) in zip(owners, outs, reqs):
+            st.units.append(Unit(prompt + out.ids, len(prompt), "thread"))
+            body = list(out.ids)
+            if body and body[-1] == eos:
+                body = body[:-1]
+                ended[id(st)] = True
+            if not body or body[-1] != t_close:
+                st.malformed["unclosed_thread"] += 1
+                body += self.encode("\n</Thread>")
+                ended[id(st)] = ended[id(st)] or out.finish_reason == "length" or not out.ids
+            hdr_join = hdr if i == 0 else self.encode(thread_header(n, first=False))
+            joined[id(st)] += hdr_join + body
+        for st in states:
+            st.ctx += joined[id(st)]
+            st.gen += joined[id(st)]
+            st.nums = []
+            if ended[id(st)] or len(st.gen) >= self.cfg.budget_total:
+                close = self.encode("\n</Parallel>")
+                st.ctx += close
+                st.gen += close
+                st.phase = "DONE"
+                st.finish = "length" if len(st.gen) >= self.cfg.budget_total else "thread_eos"
+            else:
+                st.ctx += self.encode(self.cfg.join_suffix)
+                st.gen += self.encode(self.cfg.join_suffix)
+                st.phase = "SEQ"
+
+    def run_many(self, prompts: Sequence[Sequence[int]]) -> list[Rollout]:
+        """Orchestrate many prompts; requests of the same phase go to the engine together.
+
+        Returns:
+            One :class:`Rollout` per prompt; ``response_ids`` never exceeds ``budget_total``
+            (``finish_reason="length"`` when cut). Malformed output is counted in
+            ``Rollout.malformed`` (``outlines_without_numbers``, ``unclosed_thread``).
+        """
+        states = [_State(list(p), list(p)) for p in prompts]
+        while True:
+            active = [s for s in states if s.phase != "DONE" and self._guard(s)]
+            if not active:
+                break
+            for s in active:
+                s.iters += 1
+            seq = [s for s in active if s.phase == "SEQ"]
+            par = [s for s in active if s.phase == "PAR"]
+            if seq:
+                self._seq_step(seq)
+            if par:
+                self._par_step(par)
+        rollouts = []
+        for st in states:
+            gen = st.gen
+            if len(gen) > self.cfg.budget_total:
+                gen, st.finish = gen[: self.cfg.budget_total], "length"
+            stats = parallel_stats(gen, self.ids)
+            rollouts.append(Rollout(st.prompt, gen, st.units, st.finish, stats, st.malformed))
+        bad = sum((r.malformed for r in rollouts), Counter())
+        if bad:
+            logger.warning(
+                "orchestrator: malformed output over %d rollouts: %s", len(rollouts), dict(bad)
+            )
+        return rollouts

@@ -1,0 +1,139 @@
+"""P-GRPO: rewards, mean-centred group advantages and the unit-broadcast loss (§5, Alg. 1, App. A).
+
+* Reward (Eq. 5-8): ``r = 1{correct} + 1{correct}·min(ρ·η, ρ_clip)`` with ρ = 0.5, ρ_clip = 0.2.
+* Advantage (Eq. 9): ``A_{p,i} = r_{p,i} − mean_j r_{p,j}`` (no division by the group std).
+* Loss (Eq. 4): the trajectory advantage is broadcast to every completion token of every unit,
+  normalised by the number of completion tokens in the batch. Because
+  ``log π(τ) = Σ_m log π(comp_m | cont_m)``, this is REINFORCE-with-baseline on the whole trajectory
+  (App. A.2-A.3).
+
+Shape letters: G prompt groups, k rollouts per prompt, R unit rows, T completion tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["extract_last_boxed", "group_advantages", "is_correct", "pgrpo_loss", "pgrpo_reward"]
+
+
+def extract_last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (balanced braces) in ``text``, or None (§6.1 fn. 4)."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+def is_correct(response: str, gold: str | Sequence[str]) -> bool:
+    """Grade the *last* ``\\boxed{}`` of ``response`` against ``gold`` with math-verify.
+
+    A response without ``\\boxed`` or that fails to parse is incorrect (never an exception).
+
+    Raises:
+        ValueError: if ``gold`` is empty.
+    """
+    golds = [gold] if isinstance(gold, str) else list(gold)
+    if not golds or any(not str(g).strip() for g in golds):
+        raise ValueError(f"gold must be a non-empty answer, got {gold!r}")
+    pred = extract_last_boxed(response)
+    if pred is None:
+        return False
+    try:
+        from math_verify import parse, verify
+
+        p = parse(f"\\boxed{{{pred}}}")
+        return any(verify(parse(f"\\boxed{{{g}}}"), p) for g in golds)
+    except Exception:  # noqa: BLE001 - grader failures count as incorrect (spec §8)
+        norm = lambda s: re.sub(r"\s+", "", str(s))  # noqa: E731
+        return any(norm(pred) == norm(g) for g in golds)
+
+
+def pgrpo_reward(
+    correct: bool,
+    eta: float,
+    rho: float = 0.5,
+    rho_clip: float = 0.2,
+    variant: Literal["paper", "repo"] = "paper",
+) -> float:
+    """Correctness plus clipped acceleration reward (Eq. 5-7).
+
+    ``paper``: ``1{c} + 1{c}·min(ρ·η, ρ_clip)`` (bonus ≤ 0.2, saturating at η = 0.4).
+    ``repo`` (official code defaults): ``+1 + ρ·min(η, ρ_clip)`` if correct, −1 otherwise.
+    A NaN ``η`` (empty response) counts as 0.
+
+    Raises:
+        ValueError: ``rho <= 0``, ``rho_clip < 0`` or an unknown variant.
+    """
+    if rho <= 0:
+        raise ValueError(f"rho must be > 0, got {rho}")
+    if rho_clip < 0:
+        raise ValueError(f"rho_clip must be >= 0, got {rho_clip}")
+    eta = 0.0 if eta != eta else float(eta)
+    variants = {
+        "paper": lambda: (1.0 + min(rho * eta, rho_clip)) if correct else 0.0,
+        "repo": lambda: (1.0 + rho * min(eta, rho_clip)) if correct else -1.0,
+    }
+    if variant not in variants:
+        raise ValueError(f"variant must be one of {sorted(variants)}, got {variant!r}")
+    return variants[variant]()
+
+
+def group_advantages(
+    rewards: torch.Tensor, norm: Literal["mean", "std"] = "mean", eps: float = 1e-6
+) -> torch.Tensor:
+    """Group-relative advantages (Eq. 9; ``norm="std"`` is standard GRPO, Eq. 1, for ablation).
+
+    Args:
+        rewards: ``[G, k]`` rewards of k rollouts for each of G prompts.
+        norm: ``"mean"`` -> ``r − μ``; ``"std"`` -> ``(r − μ) / (σ + eps)`` with the population σ.
+
+    Raises:
+        ValueError: not 2-D, ``k < 2`` (the centred advantage would be identically 0), bad ``norm``.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be 2-D [G, k], got shape {tuple(rewards.shape)}")
+    if rewards.shape[1] < 2:
+        raise ValueError(
+            f"need k >= 2 rollouts per prompt for group advantages, got {rewards.shape[1]}"
+        )
+    centred = rewards - rewards.mean(dim=1, keepdim=True)  # [G, k]
+    if norm == "mean":
+        return centred
+    if norm == "std":
+        return centred / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps)  # [G, k]
+    raise ValueError(f"norm must be 'mean' or 'std', got {norm!r}")
+
+
+def pgrpo_loss(logp: torch.Tensor, adv: torch.Tensor, comp_mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 4 with one optimisation step per batch (importance ratio 1, clipping inactive).
+
+    ``L = −(1 / Σ_R T_r) Σ_r A_r Σ_t mask[r, t] · log π[r, t]`` where each row is one unit and
+    ``A_r`` its trajectory's advantage.
+
+    Args:
+        logp: ``[R, T]`` log-probabilities of the completion tokens of each unit row.
+        adv: ``[R]`` broadcast trajectory advantages.
+        comp_mask: ``[R, T]`` 1 on completion tokens.
+    """
+    if logp.shape != comp_mask.shape or logp.dim() != 2:
+        raise ValueError(
+            f"logp {tuple(logp.shape)} and comp_mask {tuple(comp_mask.shape)} must be equal [R, T]"
+        )
+    if adv.shape != logp.shape[:1]:
+        raise ValueError(f"adv must be [R]={logp.shape[0]}, got shape {tuple(adv.shape)}")
+    mask = comp_mask.to(logp.dtype)
+    n_tok = mask.sum().clamp(min=1)
+    return -(adv.to(logp.dtype).unsqueeze(1) * logp * mask).sum() / n_tok

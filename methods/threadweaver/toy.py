@@ -1,0 +1,307 @@
+"""CPU toy: "parallel codebook spelling" learned in sequential and in parallel form (spec §6).
+
+A seeded codebook spells each start symbol ``s`` as a chain of ``T`` distinct code tokens. A prompt
+``Q: s_1 … s_K`` asks for ``A: c(s_1,T) … c(s_K,T)`` (the last code of each chain). The sequential
+trace spells the K chains one after the other; the parallel trace (canonical serializer) puts them in
+one ``<Parallel>`` block with one outline and one thread per chain. Arms, trained from the same
+initialisation on the same problems with the same hyper-parameters:
+
+* ``seq``  - sequential traces, plain causal LM loss (the sequential baseline);
+* ``tw``   - parallel traces, trie packing + parent-gather loss (ThreadWeaver, §3.3);
+* ``flat`` - parallel traces, plain causal loss on the joined text (no trie; co-design ablation).
+
+All arms are evaluated through :class:`ParallelOrchestrator` on HF ``generate`` (greedy), which
+reports accuracy and token latency (critical path, §3.3); ``tw_ar`` runs the TW model without the
+orchestrator (hybrid AR mode, §3.2).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections import defaultdict
+
+import torch
+
+from common.tracking import progress
+
+from .config import ThreadWeaverConfig
+from .format import ParallelBlock, Trajectory, parse, serialize, validate
+from .metrics import parallel_stats, speedup_report
+from .orchestrator import HFGenerateEngine, OrchestratorConfig, ParallelOrchestrator, tag_ids
+from .trie import TrieCollator, build_packed, extract_units, packed_forward, parent_gather_loss
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["make_codebook", "run_toy", "toy_tokenizer", "toy_trajectory"]
+
+_SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def _words(n_symbols: int, chain_len: int) -> list[str]:
+    return (
+        ["Q", "A", ";"]
+        + [str(i) for i in range(1, n_symbols + 1)]
+        + [f"s{i}" for i in range(n_symbols)]
+        + [f"c{i}" for i in range(n_symbols * chain_len)]
+    )
+
+
+def toy_tokenizer(n_symbols: int = 16, chain_len: int = 16):
+    """Word-level tokenizer: every tag, word, ``:`` and ``\\n`` is one token; decoding is exact.
+
+    Words carry their leading space (``" s3"``), so ``decode(encode(x)) == x`` on canonical text and
+    the orchestrator's headers tokenize exactly as the serialized training text.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from .format import TAGS
+
+    words = _words(n_symbols, chain_len)
+    vocab_list = _SPECIAL + list(TAGS) + ["\n", ":", " "] + words + [" " + w for w in words]
+    vocab = {w: i for i, w in enumerate(vocab_list)}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n|:| ?[^\s:<]+| "), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+        extra_special_tokens=list(TAGS),
+    )
+    return tok
+
+
+def make_codebook(n_symbols: int, chain_len: int, seed: int) -> list[list[str]]:
+    """A random assignment of ``n_symbols × chain_len`` distinct code tokens (seeded)."""
+    codes = [f"c{i}" for i in range(n_symbols * chain_len)]
+    random.Random(seed).shuffle(codes)
+    return [codes[a * chain_len : (a + 1) * chain_len] for a in range(n_symbols)]
+
+
+def toy_trajectory(symbols: list[int], codebook: list[list[str]], form: str) -> Trajectory:
+    """The sequential (``form="seq"``) or parallel (``"par"``) trace for a problem."""
+    chains = [f"s{s} " + " ".join(codebook[s]) for s in symbols]
+    final = "A: " + " ".join(codebook[s][-1] for s in symbols)
+    if form == "seq":
+        return Trajectory([" ; ".join(chains) + " ;"], final)
+    if form == "par":
+        nums = [str(i + 1) for i in range(len(symbols))]
+        block = ParallelBlock(
+            outlines=[(n, f"s{s}") for n, s in zip(nums, symbols)],
+            threads=list(zip(nums, chains)),
+        )
+        return Trajectory([block], final)
+    raise ValueError(f"form must be 'seq' or 'par', got {form!r}")
+
+
+def _problems(n: int, cfg: ThreadWeaverConfig, rng: random.Random) -> list[list[int]]:
+    return [rng.sample(range(cfg.n_symbols), rng.choice(cfg.k_values)) for _ in range(n)]
+
+
+def _prompt_ids(tok, symbols: list[int]) -> list[int]:
+    text = "Q: " + " ".join(f"s{s}" for s in symbols) + "\n"
+    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _toy_model(cfg: ThreadWeaverConfig, vocab_size: int, seed: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    mcfg = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.hidden_size // cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
+    return Qwen3ForCausalLM(mcfg)
+
+
+def _train(model, packs, cfg: ThreadWeaverConfig, pad_id: int, seed: int, desc: str) -> list[float]:
+    """AdamW + warm-up/cosine on packed tries with the parent-gather loss (one loop for all arms)."""
+    coll = TrieCollator(pad_id)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.sft_lr, betas=(0.9, 0.95), weight_decay=cfg.sft_weight_decay
+    )
+    steps = cfg.sft_steps or math.ceil(cfg.sft_epochs * len(packs) / cfg.sft_batch_size)
+    warm = max(1, int(cfg.sft_warmup_ratio * steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            (s + 1) / warm
+            if s < warm
+            else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+        ),
+    )
+    rng = random.Random(seed)
+    losses = []
+    model.train()
+    for _ in progress(range(steps), desc=f"threadweaver sft {desc}", unit="step"):
+        batch = coll(rng.sample(packs, min(cfg.sft_batch_size, len(packs))))
+        logits = packed_forward(model, batch)
+        loss = parent_gather_loss(logits, batch["input_ids"], batch["parent"], batch["loss_mask"])
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def _answer(text: str) -> list[str] | None:
+    tail = text.rsplit("</think>\n", 1)
+    if len(tail) != 2 or not tail[1].startswith("A:"):
+        return None
+    return tail[1][2:].replace("<eos>", "").split()
+
+
+def _evaluate(model, tok, problems, codebook, cfg: ThreadWeaverConfig, parallel: bool) -> dict:
+    ocfg = OrchestratorConfig(
+        budget_total=cfg.budget_total,
+        max_model_len=cfg.max_model_len,
+        max_iters=cfg.max_iters,
+        join_suffix=cfg.join_suffix,
+        temperature=0.0,
+        top_p=1.0,
+        parallel=parallel,
+    )
+    engine = HFGenerateEngine(model, tok.pad_token_id, batch_size=cfg.eval_batch_size)
+    orch = ParallelOrchestrator(engine, tok, ocfg)
+    rollouts = orch.run_many([_prompt_ids(tok, p) for p in problems])
+    rows = []
+    for p, r in zip(problems, rollouts):
+        text = tok.decode(r.response_ids, skip_special_tokens=False)
+        gold = [codebook[s][-1] for s in p]
+        ok = _answer(text) == gold
+        rows.append(
+            {
+                "k": len(p),
+                "correct": ok,
+                "format_ok": validate(text.replace("<eos>", ""), strict=True).ok,
+                "total": r.stats.total,
+                "longest": r.stats.longest,
+                "eta": r.stats.eta,
+                "parallel": r.stats.has_parallel,
+                "malformed": sum(r.malformed.values()),
+            }
+        )
+    return {"rows": rows}
+
+
+def _summary(rows: list[dict], seq_rows: list[dict] | None) -> dict[str, float]:
+    n = len(rows)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    out = {
+        "accuracy": mean([r["correct"] for r in rows]),
+        "format_ok": mean([r["format_ok"] for r in rows]),
+        "activation_ratio": mean([r["parallel"] for r in rows]),
+        "token_latency": mean([r["longest"] for r in rows]),
+        "total_tokens": mean([r["total"] for r in rows]),
+        "eta": mean([r["eta"] for r in rows]),
+        "malformed": float(sum(r["malformed"] for r in rows)),
+        "n": float(n),
+    }
+    if seq_rows is not None:
+        rep = speedup_report(
+            [[r["longest"]] for r in seq_rows],
+            [[r["longest"]] for r in rows],
+            [[r["correct"]] for r in seq_rows],
+            [[r["correct"]] for r in rows],
+        )
+        out.update(rep)
+        for k in sorted({r["k"] for r in rows}):
+            idx = [i for i, r in enumerate(rows) if r["k"] == k]
+            both = [i for i in idx if rows[i]["correct"] and seq_rows[i]["correct"]]
+            out[f"speedup_correct_k{k}"] = (
+                mean([seq_rows[i]["longest"] / rows[i]["longest"] for i in both])
+                if both
+                else float("nan")
+            )
+    return out
+
+
+def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str, float]], dict]:
+    """Train the arms and evaluate them through the orchestrator.
+
+    Returns:
+        ``(metrics, extra)``: ``metrics[arm][name]`` for arms ``seq``, ``tw``, ``flat``, ``tw_ar``,
+        ``closed_form`` (the serializer's own traces, i.e. a perfect model), and run details.
+    """
+    t0 = time.time()
+    tok = toy_tokenizer(cfg.n_symbols, cfg.chain_len)
+    ids = tag_ids(tok)
+    codebook = make_codebook(cfg.n_symbols, cfg.chain_len, seed)
+    rng = random.Random(seed)
+    train = _problems(cfg.n_train, cfg, rng)
+    evalp = _problems(cfg.n_eval, cfg, random.Random(seed + 10_000))
+
+    def enc(s: str) -> list[int]:
+        return tok(s, add_special_tokens=False)["input_ids"]
+
+    def units_for(p: list[int], form: str, trie: bool):
+        traj = toy_trajectory(p, codebook, form)
+        _, units = extract_units(_prompt_ids(tok, p), traj, enc, tok.eos_token_id, cfg.join_suffix)
+        return units if trie else units[:1]
+
+    # Closed form: stats of the canonical traces (what a perfect model would emit).
+    closed = {}
+    for form, arm in (("seq", "seq"), ("par", "tw")):
+        resp = [units_for(p, form, False)[0].completion for p in evalp]
+        closed[arm] = [parallel_stats(r, ids) for r in resp]
+    closed_rows = {
+        arm: [
+            {"k": len(p), "correct": True, "format_ok": True, "total": s.total,
+             "longest": s.longest, "eta": s.eta, "parallel": s.has_parallel, "malformed": 0}
+            for p, s in zip(evalp, st)
+        ]
+        for arm, st in closed.items()
+    }  # fmt: skip
+    # Round trip of the serializer on the toy's traces (cheap sanity check in every run).
+    for p in evalp[:20]:
+        for form in ("seq", "par"):
+            t = toy_trajectory(p, codebook, form)
+            text = serialize(t, cfg.join_suffix)
+            if parse(text, cfg.join_suffix) != t or tok.decode(enc(text)) != text:
+                raise RuntimeError("toy serializer round trip failed")
+
+    specs = {"seq": ("seq", False), "tw": ("par", True), "flat": ("par", False)}
+    results: dict[str, dict] = {}
+    extra: dict = {"train_loss_last": {}, "packed_len_mean": {}, "train_time_s": {}}
+    for arm in cfg.arms:
+        form, trie = specs[arm]
+        packs = [build_packed(units_for(p, form, trie)) for p in train]
+        model = _toy_model(cfg, len(tok), seed)
+        t1 = time.time()
+        losses = _train(model, packs, cfg, tok.pad_token_id, seed, arm)
+        extra["train_time_s"][arm] = round(time.time() - t1, 1)
+        extra["train_loss_last"][arm] = sum(losses[-10:]) / len(losses[-10:])
+        extra["packed_len_mean"][arm] = sum(len(p) for p in packs) / len(packs)
+        results[arm] = _evaluate(model, tok, evalp, codebook, cfg, parallel=True)
+        if arm == "tw" and cfg.hybrid_eval:
+            results["tw_ar"] = _evaluate(model, tok, evalp, codebook, cfg, parallel=False)
+        logger.info("threadweaver toy: arm %s done (%.1fs)", arm, time.time() - t1)
+    seq_rows = results["seq"]["rows"]
+    metrics = {arm: _summary(r["rows"], seq_rows) for arm, r in results.items()}
+    metrics["closed_form"] = _summary(closed_rows["tw"], closed_rows["seq"])
+    by_k = defaultdict(dict)
+    for arm, r in results.items():
+        for k in cfg.k_values:
+            rows = [x for x in r["rows"] if x["k"] == k]
+            by_k[arm][f"acc_k{k}"] = sum(x["correct"] for x in rows) / max(1, len(rows))
+    extra["accuracy_by_k"] = dict(by_k)
+    extra["wall_time_s"] = round(time.time() - t0, 1)
+    return metrics, extra

@@ -1,0 +1,492 @@
+"""ThreadWeaver: format round trip, trie packing identity, orchestrator, latency stats, P-GRPO math."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from methods.threadweaver import (
+    FormatError,
+    HFGenerateEngine,
+    OrchestratorConfig,
+    ParallelBlock,
+    ParallelOrchestrator,
+    ThreadWeaverConfig,
+    Trajectory,
+    TrieCollator,
+    Unit,
+    add_threadweaver_tokens,
+    ancestor_mask,
+    build_packed,
+    extract_units,
+    group_advantages,
+    is_correct,
+    packed_forward,
+    parallel_stats,
+    parent_gather_loss,
+    parse,
+    pgrpo_loss,
+    pgrpo_reward,
+    response_pieces,
+    serialize,
+    speedup_report,
+    tag_ids,
+    validate,
+)
+from methods.threadweaver.orchestrator import EngineCompletion
+from methods.threadweaver.toy import make_codebook, toy_tokenizer, toy_trajectory
+
+WORDS = ["alpha", "beta", "x = 2", "so 3+4 = 7", "check", "y", "done."]
+
+
+def _random_traj(rng: random.Random) -> Trajectory:
+    segs: list = []
+    for _ in range(rng.randint(0, 3)):
+        if rng.random() < 0.5:
+            if segs and isinstance(segs[-1], str):  # canonical form: no two adjacent texts
+                continue
+            segs.append(" ".join(rng.choices(WORDS, k=rng.randint(1, 4))) + "\n")
+        else:
+            k = rng.randint(1, 3)
+            nums = [f"{i + 1}" if rng.random() < 0.7 else f"{i + 1}.{i}" for i in range(k)]
+            segs.append(
+                ParallelBlock(
+                    outlines=[(n, rng.choice(WORDS)) for n in nums],
+                    threads=[(n, " ".join(rng.choices(WORDS, k=3))) for n in nums],
+                )
+            )
+    return Trajectory(segs, "The answer is \\boxed{7}.")
+
+
+@pytest.fixture(scope="module")
+def toy_tok():
+    return toy_tokenizer(n_symbols=4, chain_len=4)
+
+
+@pytest.fixture(scope="module")
+def toy_setup(toy_tok):
+    """A 2-block word-level trajectory, its prompt and units (block 2 has 3 threads)."""
+    cb = make_codebook(4, 4, seed=0)
+    t1 = toy_trajectory([0, 2], cb, "par")
+    t2 = toy_trajectory([1, 3, 0], cb, "par")
+    traj = Trajectory([t1.segments[0], " ; ", t2.segments[0]], t2.final)
+
+    def enc(s):
+        return toy_tok(s, add_special_tokens=False)["input_ids"]
+
+    prompt = [toy_tok.bos_token_id, *enc("Q: s0 s2\n")]
+    resp, units = extract_units(prompt, traj, enc, toy_tok.eos_token_id)
+    return traj, prompt, resp, units, enc
+
+
+def _small_model(vocab: int, arch: str = "qwen3", seed: int = 0, dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    cls, ccls = {
+        "qwen3": (Qwen3ForCausalLM, Qwen3Config),
+        "llama": (LlamaForCausalLM, LlamaConfig),
+    }[arch]
+    torch.manual_seed(seed)
+    cfg = ccls(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, head_dim=8, max_position_embeddings=256,
+    )  # fmt: skip
+    return cls(cfg).to(dtype).eval()
+
+
+# --------------------------------------------------------------------------- format
+
+
+def test_round_trip_on_random_traces():
+    rng = random.Random(0)
+    for _ in range(200):
+        t = _random_traj(rng)
+        s = serialize(t)
+        assert parse(s) == t
+        assert serialize(parse(s)) == s
+        assert validate(s).ok, validate(s).errors
+
+
+def test_serializer_layout_is_canonical():
+    t = Trajectory(["a\n", ParallelBlock([("1", "p"), ("2", "q")], [("1", "u"), ("2", "v")])], "F")
+    assert serialize(t) == (
+        "<think>\na\n<Parallel>\n<Outlines>\n<Outline>1: p</Outline>\n<Outline>2: q</Outline>\n"
+        "</Outlines>\n<Thread>\n1: u\n</Thread><Thread>\n2: v\n</Thread>\n</Parallel>\n</think>\nF"
+    )
+    assert "".join(x for _, x in response_pieces(t)) == serialize(t)
+
+
+GOOD = serialize(
+    Trajectory([ParallelBlock([("1", "p"), ("2", "q")], [("1", "u"), ("2", "v")])], "F")
+)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (GOOD.replace("\n</think>\n", "\n"), "</think>"),
+        (GOOD.replace("<Thread>\n2: v\n</Thread>", ""), "2 outlines but 1 threads"),
+        (GOOD.replace("1: u", "1: <Parallel> u"), "nested <Parallel>"),
+        (GOOD.replace("\n</Parallel>", ""), "unclosed <Parallel>"),
+        (GOOD.replace("2: v", "2: "), "empty thread"),
+        (GOOD.replace("1: u", "1: <think> u"), "foreign tag"),
+        (GOOD.replace("<Outline>1: p</Outline>\n", "<Thread>1: p</Thread>\n"), "outlines but"),
+        ("<think>\nhi <Thread>x</Thread>\n</think>\n", "outside a parallel block"),
+    ],
+)
+def test_validate_reports_malformed(bad, error):
+    rep = validate(bad)
+    assert not rep.ok
+    assert any(error in e for e in rep.errors), rep.errors
+    with pytest.raises(FormatError):
+        parse(bad)
+
+
+def test_parse_errors_name_the_problem():
+    with pytest.raises(FormatError, match="must start with"):
+        parse("hello")
+    with pytest.raises(FormatError, match="no '\\\\n</think>"):
+        parse("<think>\nabc")
+    with pytest.raises(TypeError, match="text must be a str"):
+        parse(b"<think>")
+    strict_only = GOOD.replace("<Thread>\n2: v", "<Thread>\n3: v")
+    assert validate(strict_only, strict=False).ok
+    assert not validate(strict_only, strict=True).ok
+
+
+# --------------------------------------------------------------------------- trie
+
+
+def test_extract_units_matches_orchestrator_layout(toy_tok, toy_setup):
+    traj, prompt, resp, units, enc = toy_setup
+    full = units[0]
+    assert full.ids == prompt + resp and full.n_context == len(prompt)
+    assert toy_tok.decode(resp[:-1]) == serialize(traj)
+    assert len(units) == 1 + 2 + 3
+    for u in units[1:]:
+        # each thread request ends with the first-thread header "\n<Thread>\nN:"
+        hdr = toy_tok.decode(u.context[-5:])
+        assert hdr.startswith("\n<Thread>\n") and hdr.endswith(":")
+        assert u.completion[-1] == toy_tok.convert_tokens_to_ids("</Thread>")
+
+
+def test_mask_positions_and_size_by_brute_force(toy_setup):
+    _, _, _, units, _ = toy_setup
+    p = build_packed(units)
+    n = len(p)
+    # N = number of distinct prefixes of all units (trie size) and <= sum of unit lengths
+    prefixes = {tuple(u.ids[: d + 1]) for u in units for d in range(len(u.ids))}
+    assert n == len(prefixes) < sum(len(u.ids) for u in units)
+    # full trajectory = contiguous prefix 0..|full|-1 with positions 0..|full|-1
+    assert p.input_ids[: len(units[0].ids)].tolist() == units[0].ids
+    assert p.position_ids[: len(units[0].ids)].tolist() == list(range(len(units[0].ids)))
+    anc = ancestor_mask(p.tin, p.tout)
+    for q in range(n):
+        chain, v = set(), q
+        while v >= 0:
+            chain.add(v)
+            v = int(p.parent[v])
+        assert p.position_ids[q] == len(chain) - 1  # pos == depth
+        assert {k for k in range(n) if anc[q, k]} == chain
+    # loss only on completions: never on the prompt, never on branch request headers
+    assert not p.loss_mask[: units[0].n_context].any()
+    trained = int(p.loss_mask.sum())
+    assert trained == len(
+        {tuple(u.ids[: d + 1]) for u in units for d in range(u.n_context, len(u.ids))}
+    )
+
+
+def test_build_packed_errors_and_truncation(toy_setup):
+    _, _, _, units, _ = toy_setup
+    with pytest.raises(ValueError, match="units\\[0\\] must be the full"):
+        build_packed([units[1], units[0]])
+    with pytest.raises(ValueError, match="max_length"):
+        build_packed(units, max_length=len(units[0].ids) - 1)
+    with pytest.raises(ValueError, match="at least the full"):
+        build_packed([])
+    full_only = build_packed(units[:1])
+    p = build_packed(units, max_length=len(full_only) + 3)  # too small for any whole branch
+    # units[1] (thread 1 of block 1) lies on the full path and adds no node; units[2:] are dropped
+    assert len(p) == len(full_only) and p.n_dropped_units == len(units) - 2
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_packed_forward_equals_separate_unit_forwards(toy_tok, toy_setup, arch):
+    _, _, _, units, _ = toy_setup
+    model = _small_model(len(toy_tok), arch)
+    p = build_packed(units)
+    batch = TrieCollator(toy_tok.pad_token_id)([p, build_packed(units[:2])])
+    with torch.no_grad():
+        logits = packed_forward(model, batch)[0]  # [N, V], padded second row in the batch
+        index = {}
+        for i in range(len(p)):  # (parent flat idx, token) -> flat idx
+            index[(int(p.parent[i]), int(p.input_ids[i]))] = i
+        for u in units:
+            ref = model(torch.tensor([u.ids])).logits[0]
+            node, flat = -1, []
+            for t in u.ids:
+                node = index[(node, t)]
+                flat.append(node)
+            torch.testing.assert_close(logits[flat], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_parent_gather_loss_equals_unique_unit_losses(toy_tok, toy_setup):
+    _, _, _, units, _ = toy_setup
+    model = _small_model(len(toy_tok), "qwen3", dtype=torch.float64)
+    batch = TrieCollator(toy_tok.pad_token_id, dtype=torch.float64)([build_packed(units)])
+    with torch.no_grad():
+        packed = parent_gather_loss(
+            packed_forward(model, batch), batch["input_ids"], batch["parent"], batch["loss_mask"],
+            reduction="sum",
+        )  # fmt: skip
+        per_pair = {}
+        for u in units:
+            lp = torch.log_softmax(model(torch.tensor([u.ids])).logits[0], -1)
+            for d in range(u.n_context, len(u.ids)):
+                per_pair[tuple(u.ids[: d + 1])] = -lp[d - 1, u.ids[d]]
+    torch.testing.assert_close(packed, sum(per_pair.values()), atol=1e-9, rtol=1e-9)
+
+
+def test_tags_register_as_single_tokens(tmp_path):
+    from common.tiny import save_tiny, tiny_causal_lm, tiny_tokenizer
+
+    model, tok = tiny_causal_lm("qwen3", hidden_size=32, tokenizer=tiny_tokenizer())
+    with pytest.raises(ValueError, match="add_threadweaver_tokens"):
+        tag_ids(tok)
+    sub = tok("Parallel", add_special_tokens=False)["input_ids"]
+    ids = add_threadweaver_tokens(model, tok)
+    emb = model.get_input_embeddings().weight
+    assert emb.shape[0] % 64 == 0 and emb.shape[0] >= len(tok)
+    torch.testing.assert_close(emb[ids["<Parallel>"]], emb[sub].mean(0))
+    assert all(len(tok(t, add_special_tokens=False)["input_ids"]) == 1 for t in ids)
+    from transformers import AutoTokenizer
+
+    save_tiny(model, tok, tmp_path / "m")
+    tok2 = AutoTokenizer.from_pretrained(tmp_path / "m")
+    assert {t: tok2.convert_tokens_to_ids(t) for t in ids} == ids
+
+
+# --------------------------------------------------------------------------- orchestrator
+
+
+class OracleEngine:
+    """Scripted engine that replays a canonical trajectory (continuations of the full sequence,
+    thread units for the other thread requests); records every call."""
+
+    def __init__(self, units: list[Unit]):
+        self.full = units[0].ids
+        self.threads = {tuple(u.context): u.completion for u in units[1:]}
+        self.calls: list[tuple[list[list[int]], list[int]]] = []
+
+    def complete(self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0):
+        self.calls.append((prompts, list(stop_ids)))
+        outs = []
+        for p, m in zip(prompts, max_tokens):
+            if self.full[: len(p)] == p:
+                cont = self.full[len(p) :]
+            else:
+                cont = self.threads.get(tuple(p), [])
+            cut = next((j + 1 for j, t in enumerate(cont) if t in stop_ids), len(cont))
+            cont = cont[:cut]
+            stop = cont and cont[-1] in stop_ids
+            outs.append(EngineCompletion(cont[:m], "stop" if stop and len(cont) <= m else "length"))
+        return outs
+
+
+def test_orchestrator_forks_joins_and_matches_serializer(toy_tok, toy_setup):
+    _, prompt, resp, units, _ = toy_setup
+    eng = OracleEngine(units)
+    r = ParallelOrchestrator(eng, toy_tok, OrchestratorConfig(temperature=0.0)).run(prompt)
+    assert r.response_ids == resp  # token for token what the serializer produced
+    assert r.finish_reason == "stop" and not r.malformed
+    ids = tag_ids(toy_tok)
+    # SEQ -> PAR(2) -> SEQ -> PAR(3) -> SEQ -> DONE
+    assert [len(c[0]) for c in eng.calls] == [1, 2, 1, 3, 1]
+    assert eng.calls[1][1] == [ids["</Thread>"], ids["eos"]]
+    for k, call in ((1, eng.calls[1]), (3, eng.calls[3])):
+        for i, pr in enumerate(call[0]):
+            assert toy_tok.decode(pr[-5:]) == f"\n<Thread>\n{i + 1}:", k
+    assert r.stats.n_blocks == 2 and r.stats.threads_per_block == [2, 3]
+    assert r.stats == parallel_stats(resp, ids)
+
+
+def _fixed_engine(script):
+    class E:
+        calls = []
+
+        def complete(self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0):
+            self.calls.append(prompts)
+            return [script(p, stop_ids, m) for p, m in zip(prompts, max_tokens)]
+
+    return E()
+
+
+def test_orchestrator_guards(toy_tok):
+    enc = lambda s: toy_tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    ids = tag_ids(toy_tok)
+    prompt = [toy_tok.bos_token_id]
+    # 1. </Outlines> without parseable outlines stays sequential; max_iters terminates
+    eng = _fixed_engine(lambda p, s, m: EngineCompletion(enc(" A<Outlines></Outlines>"), "stop"))
+    r = ParallelOrchestrator(eng, toy_tok, OrchestratorConfig(max_iters=4)).run(prompt)
+    assert r.finish_reason == "max_iters" and len(eng.calls) == 4
+    assert r.malformed["outlines_without_numbers"] == 4
+    # 2. duplicated outline numbers are deduped; a thread hitting EOS closes thread + block, ends
+    head = enc(
+        "<think>\n<Parallel>\n<Outlines>\n<Outline>1: s0</Outline>\n<Outline>1: s1</Outline>\n"
+    )
+    head += enc("<Outline>2: s1</Outline>\n</Outlines>")
+
+    def script(p, s, m):
+        if ids["</Outlines>"] in s:
+            return EngineCompletion(head, "stop")
+        return EngineCompletion(enc(" s1 s2") + [ids["eos"]], "stop")
+
+    eng = _fixed_engine(script)
+    r = ParallelOrchestrator(eng, toy_tok).run(prompt)
+    assert len(eng.calls) == 2 and len(eng.calls[1]) == 2
+    assert r.finish_reason == "thread_eos"
+    text = toy_tok.decode(r.response_ids)
+    assert text.endswith("2: s1 s2\n</Thread>\n</Parallel>") and r.malformed["unclosed_thread"] == 2
+
+    # 3. budget: a long-winded engine is cut at budget_total, threads included
+    def filler(p, s, m):
+        return EngineCompletion(
+            (head if ids["</Outlines>"] in s else []) + enc(" s1") * 50, "length"
+        )
+
+    for budget in (5, 30):
+        r = ParallelOrchestrator(_fixed_engine(filler), toy_tok,
+                                 OrchestratorConfig(budget_total=budget)).run(prompt)  # fmt: skip
+        assert len(r.response_ids) <= budget and r.finish_reason == "length"
+    # 4. engine returning nothing ends the rollout
+    r = ParallelOrchestrator(
+        _fixed_engine(lambda p, s, m: EngineCompletion([], "stop")), toy_tok
+    ).run(prompt)
+    assert r.response_ids == [] and r.stats.eta == 0.0
+
+
+def test_hf_engine_batched_equals_single_and_stops(toy_tok):
+    model = _small_model(len(toy_tok), "qwen3")
+    eng = HFGenerateEngine(model, toy_tok.pad_token_id, batch_size=8)
+    prompts = [[1, 20, 21, 22, 23], [1, 30], [1, 25, 26]]
+    out = eng.complete(prompts, [2], [6, 6, 6], temperature=0.0)
+    for p, o in zip(prompts, out):
+        assert eng.complete([p], [2], [6], temperature=0.0)[0].ids == o.ids
+    first = out[0].ids[2]
+    cut = eng.complete(prompts[:1], [first], [6], temperature=0.0)[0]
+    assert cut.ids == out[0].ids[:3] and cut.finish_reason == "stop"
+
+
+# --------------------------------------------------------------------------- stats / rewards
+
+
+def test_parallel_stats_hand_computed():
+    ids = {"<Parallel>": 1, "</Parallel>": 2, "<Thread>": 3, "</Thread>": 4}
+    a, o, x = 7, 8, 9
+    # 3 seq + <Parallel> + 2 outline + [<Thread> 5 </Thread>] [<Thread> 3 </Thread>] + </Parallel> + 2 seq
+    resp = [a] * 3 + [1, o, o, 3, *[x] * 5, 4, 3, *[x] * 3, 4, 2] + [a] * 2
+    s = parallel_stats(resp, ids)
+    # total 21; longest = seq (3 + 1 + 1 + 2) + S_b (2 outlines + 4 wrappers) + max(5, 3) = 18
+    assert (s.total, s.longest, s.n_blocks, s.threads_per_block) == (21, 18, 1, [2])
+    assert s.eta == pytest.approx(1 - 18 / 21) and s.total == len(resp)
+    assert parallel_stats([a] * 10, ids).eta == 0.0
+    assert parallel_stats([], ids).eta == 0.0
+    # unterminated block and thread at the end are flushed: seq 1, S_b 3, threads (3, 1)
+    s = parallel_stats([1, 3, x, x, x, 4, 3, x], ids)
+    assert (s.total, s.longest) == (8, 7)
+    with pytest.raises(ValueError, match="missing tag ids"):
+        parallel_stats([1], {"<Parallel>": 1})
+
+
+def test_speedup_report():
+    rep = speedup_report([[10, 20], [30]], [[5, 5], [30]], [[1, 0], [1]], [[1, 1], [0]])
+    assert rep["speedup"] == pytest.approx((15 / 5 + 1) / 2)
+    assert rep["speedup_correct"] == pytest.approx(10 / 5) == rep["max_speedup_correct"]
+
+
+def test_pgrpo_reward_variants():
+    for eta in (0.0, 0.1, 0.9):
+        assert pgrpo_reward(False, eta) == 0.0
+        assert pgrpo_reward(False, eta, variant="repo") == -1.0
+    assert pgrpo_reward(True, 0.1) == pytest.approx(1.05)
+    assert pgrpo_reward(True, 0.9) == pytest.approx(1.2)  # clipped at rho_clip
+    assert pgrpo_reward(True, 0.9, variant="repo") == pytest.approx(1.1)
+    assert pgrpo_reward(True, float("nan")) == 1.0
+    with pytest.raises(ValueError, match="rho"):
+        pgrpo_reward(True, 0.1, rho=0.0)
+    with pytest.raises(ValueError, match="rho_clip"):
+        pgrpo_reward(True, 0.1, rho_clip=-1)
+    with pytest.raises(ValueError, match="variant"):
+        pgrpo_reward(True, 0.1, variant="x")
+
+
+def test_group_advantages_mean_vs_std():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.2, 1.19, 1.2, 1.18]])
+    a = group_advantages(r)
+    torch.testing.assert_close(a.sum(1), torch.zeros(2), atol=1e-6, rtol=0)
+    torch.testing.assert_close(a[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
+    assert a[1].abs().max() <= 0.2  # all-correct group: only the small acceleration spread
+    s = group_advantages(r, norm="std")
+    torch.testing.assert_close(s.pow(2).mean(1), torch.ones(2), atol=1e-3, rtol=0)  # amplified
+    with pytest.raises(ValueError, match="k >= 2"):
+        group_advantages(torch.ones(3, 1))
+    with pytest.raises(ValueError, match="2-D"):
+        group_advantages(torch.ones(3))
+    with pytest.raises(ValueError, match="norm"):
+        group_advantages(r, norm="max")
+
+
+def test_is_correct_uses_last_boxed():
+    assert is_correct("first \\boxed{3} then \\boxed{\\frac{1}{2}}", "0.5")
+    assert not is_correct("\\boxed{1/2} then \\boxed{3}", "1/2")
+    assert not is_correct("no box here 7", "7")
+    with pytest.raises(ValueError, match="gold"):
+        is_correct("\\boxed{1}", "")
+
+
+def test_broadcast_loss_equals_trajectory_reinforce(toy_tok, toy_setup):
+    """Eq. 4 over the orchestrator's units == A · log π(τ) / T on the trie (App. A.3), fp64."""
+    _, prompt, _, units, _ = toy_setup
+    roll = ParallelOrchestrator(OracleEngine(units), toy_tok, OrchestratorConfig()).run(prompt)
+    model = _small_model(len(toy_tok), "qwen3", dtype=torch.float64)
+    adv = 0.7
+    # (a) one row per unit, padded, Eq. 4
+    rows = roll.units
+    t = max(len(u.ids) for u in rows)
+    logp = torch.zeros(len(rows), t, dtype=torch.float64)
+    mask = torch.zeros(len(rows), t)
+    for i, u in enumerate(rows):
+        lp = torch.log_softmax(model(torch.tensor([u.ids])).logits[0], -1)
+        tok_lp = lp[:-1].gather(1, torch.tensor(u.ids[1:])[:, None])[:, 0]
+        logp[i, : len(u.ids) - 1] = tok_lp
+        mask[i, u.n_context - 1 : len(u.ids) - 1] = 1
+    loss_a = pgrpo_loss(logp, torch.full((len(rows),), adv, dtype=torch.float64), mask)
+    ga = torch.autograd.grad(loss_a, list(model.parameters()))
+    # (b) the whole trajectory as one trie with the completion tokens trained once
+    order = sorted(rows, key=lambda u: -len(u.ids))
+    batch = TrieCollator(toy_tok.pad_token_id, dtype=torch.float64)([build_packed(order)])
+    nll = parent_gather_loss(packed_forward(model, batch), batch["input_ids"], batch["parent"],
+                             batch["loss_mask"], reduction="sum")  # fmt: skip
+    n_tok = int(batch["loss_mask"].sum())
+    assert (
+        n_tok == int(mask.sum()) == len(roll.response_ids) - 26
+    )  # inserted: per block 5 + 4(K-1) + 2, K = 2, 3
+    gb = torch.autograd.grad(adv * nll / n_tok, list(model.parameters()))
+    # Values agree to ~1e-12; gradients to ~1e-8 of their scale (RoPE cos/sin are float32 in HF,
+    # and their rounding depends on the sequence shape).
+    torch.testing.assert_close(loss_a, adv * nll / n_tok, atol=1e-10, rtol=1e-10)
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="rho"):
+        ThreadWeaverConfig(rho=0)
+    with pytest.raises(ValueError, match="rl_k"):
+        ThreadWeaverConfig(rl_k=1)
+    with pytest.raises(ValueError, match="arms"):
+        ThreadWeaverConfig(arms=["tw"])
+    with pytest.raises(ValueError, match="adv_norm"):
+        ThreadWeaverConfig(adv_norm="z")
