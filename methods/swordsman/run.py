@@ -109,14 +109,15 @@ def _arms(cfg: SwordsmanRunConfig) -> dict[str, SwordsmanConfig]:
     }
 
 
-def _score(grammar: PhraseGrammar, res: DecodeResult, c0: int) -> tuple[float, float]:
-    """(valid, alignment) of one decode; alignment over interior boundaries before the <eos> tail."""
+def _score(grammar: PhraseGrammar, res: DecodeResult, c0: int) -> tuple[float, float, float]:
+    """(valid, phrase accuracy, alignment) of one decode; alignment over boundaries before <eos>."""
     out = res.generated.tolist()
     valid, _ = grammar.parse(out, c0)
+    phrase_acc = grammar.phrase_accuracy(out, c0)
     eos_at = out.index(EOS) if EOS in out else len(out)
     gold = [s for s in grammar.gold_starts(c0) if s <= eos_at] + [eos_at]
     cuts = [b - res.prompt_len for b in res.boundaries[:-1] if b - res.prompt_len < eos_at]
-    return float(valid), boundary_alignment(cuts, gold) if cuts else float("nan")
+    return float(valid), phrase_acc, boundary_alignment(cuts, gold) if cuts else float("nan")
 
 
 def _erh(grammar: PhraseGrammar, model, prompts) -> dict[str, float]:
@@ -145,9 +146,9 @@ def _plot(metrics: dict[str, dict[str, float]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, row in metrics.items():
         if "tokens_per_nfe" in row:
-            ax.scatter(row["tokens_per_nfe"], row["validity"], label=arm)
+            ax.scatter(row["tokens_per_nfe"], row["phrase_acc"], label=arm)
     ax.set_xlabel("tokens per model call (higher = faster)")
-    ax.set_ylabel("validity (fraction of grammatical responses)")
+    ax.set_ylabel("phrase accuracy (fraction of well-formed phrases)")
     ax.set_title("Swordsman toy: phrase grammar, tiny masked-diffusion LM")
     ax.legend(fontsize=7)
     save_plot(fig, path)
@@ -176,11 +177,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
         adapter = HFMaskedLMAdapter(model, mask_id=MASK, eos_ids={EOS})
         metrics: dict[str, dict[str, float]] = {}
         for arm, dcfg in progress(list(_arms(rcfg).items()), desc="swordsman toy", unit="arm"):
-            valid, align, nfe, wall = [], [], [], []
+            valid, phrase, align, nfe, wall = [], [], [], [], []
             for prompt, _, c0 in data:
                 res = swordsman_generate(adapter, torch.tensor([prompt]), dcfg)
-                v, a = _score(grammar, res, c0)
+                v, pa, a = _score(grammar, res, c0)
                 valid.append(v)
+                if pa == pa:  # nan when the response is all <eos>
+                    phrase.append(pa)
                 nfe.append(res.nfe)
                 wall.append(res.wall_time)
                 if a == a:  # skip nan (no interior boundary before <eos>)
@@ -188,6 +191,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
             n = len(data)
             metrics[arm] = {
                 "validity": sum(valid) / n,
+                "phrase_acc": sum(phrase) / max(len(phrase), 1),
                 "nfe": sum(nfe) / n,
                 "tokens_per_nfe": t.gen_length * n / sum(nfe),
                 "alignment": sum(align) / max(len(align), 1),

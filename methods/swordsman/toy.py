@@ -111,6 +111,19 @@ class PhraseGrammar:
             i += 1
         return all(t == EOS for t in resp[pos:]) and i >= 1, pos
 
+    def phrase_accuracy(self, resp: list[int], c0: int) -> float:
+        """Fraction of well-formed phrases before the first ``<eos>`` (cycle segmentation)."""
+        eos_at = resp.index(EOS) if EOS in resp else len(resp)
+        pos, i, ok, total = 0, 0, 0, 0
+        while pos < eos_at:
+            c = (c0 + 1 + i) % 4
+            ph = resp[pos : pos + LENGTHS[c]]
+            ok += len(ph) == LENGTHS[c] and EOS not in ph and self._phrase_ok(ph, c)
+            total += 1
+            pos += LENGTHS[c]
+            i += 1
+        return ok / total if total else float("nan")
+
     def _phrase_ok(self, ph: list[int], c: int) -> bool:
         if ph[0] not in {self.head(c, h) for h in range(N_HEADS)}:
             return False

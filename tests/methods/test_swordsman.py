@@ -498,3 +498,15 @@ def test_generate_text_stops_and_counts_tokens():
     }
     with pytest.raises(ValueError, match="unknown decoder argument"):
         _coerce({"block": "3"})
+
+
+def test_phrase_accuracy_hand_worked():
+    g = PhraseGrammar()
+    rng = random.Random(1)
+    _, resp, c0 = g.sample(rng)
+    assert g.phrase_accuracy(resp, c0) == 1.0
+    bad = list(resp)
+    bad[0] = g.head((c0 + 2) % 4, 0)  # first phrase broken, the others intact
+    n = sum(1 for s in g.gold_starts(c0) if s < resp.index(EOS))
+    assert g.phrase_accuracy(bad, c0) == pytest.approx((n - 1) / n)
+    assert math.isnan(g.phrase_accuracy([EOS] * g.gen_length, c0))
