@@ -264,4 +264,4 @@ def run_training(mcfg: Any, cfg: Any) -> dict[str, dict[str, float]]:
     last: dict[str, float] = {}
     for row in trainer.state.log_history:
         last.update({k: float(v) for k, v in row.items() if k.startswith(("georl/", "reward"))})
-    return {"georl": {k.replace("/", "_"): v for k, v in last.items()}}
+    return {"georl": {k.removeprefix("georl/").replace("/", "_"): v for k, v in last.items()}}

@@ -471,3 +471,91 @@ def test_run_demo_writes_results(tmp_path):
     assert out["georl/group_coverage"] > out["sft/group_coverage"] + 0.05  # escapes it
     with pytest.raises(ValueError, match="method.mode"):
         to_config({"mode": "bogus"})
+
+
+class _TinyClipProcessor:
+    """Duck-typed CLIPProcessor: PIL CLIP image processor + the tiny tokenizer (eos appended,
+    since CLIP pools the text at the eos token)."""
+
+    def __init__(self) -> None:
+        from transformers import CLIPImageProcessorPil
+
+        from common.tiny import tiny_tokenizer
+
+        self.tok = tiny_tokenizer()
+        self.tok.padding_side = "right"  # as CLIP's tokenizer (positions must not shift)
+        self.img = CLIPImageProcessorPil(
+            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+        )
+
+    def __call__(self, text=None, images=None, **kw):
+        if images is not None:
+            return self.img(images=images, return_tensors="pt")
+        kw.pop("return_tensors", None)
+        return self.tok([t + self.tok.eos_token for t in text], return_tensors="pt", **kw)
+
+
+def test_clip_sentence_grounding_is_sentence_mean():
+    import numpy as np
+    from PIL import Image
+    from transformers import CLIPConfig, CLIPModel
+
+    from methods.georl import ClipSentenceGrounding
+
+    proc = _TinyClipProcessor()
+    tok = proc.tok
+    cfg = CLIPConfig(
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=64,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        projection_dim=16,
+    )
+    torch.manual_seed(0)
+    clip = CLIPModel(cfg).eval()
+    grounding = ClipSentenceGrounding(clip, proc, tau=0.0, temperature=1.0, q_min=0.05)
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
+    q = grounding(["A red car. A black dog.", "A red car.", "A black dog.", "  "], img)
+    assert_close(q[0], (q[1] + q[2]) / 2, atol=1e-6, rtol=0)  # mean over sentences
+    assert q[1] != q[2] and q[3] == 0.05  # empty text -> q_min
+    assert ((q > 0) & (q <= 1)).all()
+    with pytest.raises(ValueError, match="image"):
+        grounding(["A car."], None)
+
+
+def test_run_train_mode_tiny_lm(tmp_path):
+    from common.registry import compose
+    from methods.georl.run import run
+
+    cfg = compose(
+        [
+            "experiment=georl_toy",
+            "method.mode=train",
+            "model=tiny-qwen2",
+            "method.n=4",
+            "method.train.max_steps=1",
+            "method.train.max_completion_length=8",
+            "method.train.per_device_train_batch_size=8",
+            "method.train.n_prompts=4",
+            "method.train.learning_rate=1e-2",
+        ],
+        run_dir=str(tmp_path),
+    )
+    out = run(cfg)
+    assert "georl/log_volume" in out and math.isfinite(out["georl/log_volume"])
+    assert (tmp_path / "results.json").exists()
