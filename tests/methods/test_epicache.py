@@ -407,6 +407,8 @@ def test_paper_path_on_tiny_model_with_locomo_file(tmp_path):
         "n_init": 1,
         "max_new_tokens": 2,
         "w_embed": 2,
+        "instruction": None,
+        "n_medoid": 1,
     }
     mcfg = to_config({**cfg.method, **over})
     judge = ScriptedChat(['{"score": 0.5}'])
