@@ -29,11 +29,12 @@ from .paper import PaperConfig
 logger = logging.getLogger(__name__)
 
 DEMO_OVERRIDES: list[str] = [
-    "method.n_rollouts=[16,128]",
+    "method.n_rollouts=[16,64]",
     "method.t1.num_classes=100",
     "method.t1.n_train=5000",
     "method.t1.n_val=1000",
-    "method.t1.steps=150",
+    "method.t1.steps=120",
+    "method.t1.eval_every=40",
 ]
 HEADLINE: tuple[str, str] = ("maxrl/pass@1", "grpo/pass@1")
 
