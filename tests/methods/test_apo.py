@@ -387,7 +387,7 @@ def _distinct_chars(completions, **kwargs):
     return [len(set(c if isinstance(c, str) else c[0]["content"])) / 10.0 for c in completions]
 
 
-def _apo_trainer(tiny_lm, tmp_path, steps=2, trainer_cls=None, **apo):
+def _apo_trainer(tiny_lm, tmp_path, steps=2, trainer_cls=None, peft_config=None, **apo):
     import copy
 
     from common.rl import cpu_grpo_kwargs
@@ -406,6 +406,7 @@ def _apo_trainer(tiny_lm, tmp_path, steps=2, trainer_cls=None, **apo):
         args=args,
         train_dataset=make_arithmetic_dataset(8, seed=0),
         processing_class=tok,
+        **({"peft_config": peft_config} if peft_config is not None else {}),
     )
     return trainer
 
@@ -514,3 +515,16 @@ def test_paper_preset_code_path_on_tiny_model(tmp_path):
     ]  # fmt: skip
     out = run(compose(overrides, tmp_path))
     assert {"base/avg/pass@1", "apo/avg/pass@2", "apo/safe_manifold_mass_last"} <= set(out)
+
+
+def test_apo_trainer_peft_uses_disabled_adapter_as_reference(tiny_lm, tmp_path):
+    from peft import LoraConfig
+
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = _apo_trainer(tiny_lm, tmp_path, steps=1, peft_config=lora)
+    assert trainer._apo_ref is None  # no second copy: the adapter is switched off instead
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "apo/r_anchor_neg" in h]
+    # LoRA B starts at zero, so step 0 is on-reference: r_anchor = 1
+    assert logs[0]["apo/r_anchor_neg"] == pytest.approx(1.0, abs=1e-4)
