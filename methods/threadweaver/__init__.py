@@ -7,6 +7,7 @@ one trie with an ancestor-only mask and depth positions, and P-GRPO rewards a sh
 """
 
 from .config import ThreadWeaverConfig
+from .data_pipeline import PipelineReport, convert_trace
 from .format import (
     JOIN_SUFFIX,
     TAGS,
@@ -27,6 +28,7 @@ from .orchestrator import (
     OrchestratorConfig,
     ParallelOrchestrator,
     Rollout,
+    VLLMEngine,
     tag_ids,
 )
 from .pgrpo import extract_last_boxed, group_advantages, is_correct, pgrpo_loss, pgrpo_reward
@@ -45,26 +47,29 @@ from .trie import (
 )
 
 __all__ = [
-    "JOIN_SUFFIX",
-    "TAGS",
     "CompletionEngine",
     "EngineCompletion",
     "FormatError",
     "FormatReport",
     "HFGenerateEngine",
+    "JOIN_SUFFIX",
     "OrchestratorConfig",
     "Packed",
     "ParallelBlock",
     "ParallelOrchestrator",
+    "PipelineReport",
     "Rollout",
     "Stats",
+    "TAGS",
     "ThreadWeaverConfig",
     "Trajectory",
     "TrieCollator",
     "Unit",
+    "VLLMEngine",
     "add_threadweaver_tokens",
     "ancestor_mask",
     "build_packed",
+    "convert_trace",
     "extract_last_boxed",
     "extract_units",
     "flex_block_mask",

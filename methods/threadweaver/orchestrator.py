@@ -35,6 +35,7 @@ __all__ = [
     "OrchestratorConfig",
     "ParallelOrchestrator",
     "Rollout",
+    "VLLMEngine",
     "tag_ids",
 ]
 
@@ -328,3 +329,39 @@ class ParallelOrchestrator:
                 "orchestrator: malformed output over %d rollouts: %s", len(rollouts), dict(bad)
             )
         return rollouts
+
+
+class VLLMEngine:
+    """:class:`CompletionEngine` on vLLM (``pip install -e ".[vllm]"``; GPU only, imported lazily).
+
+    Uses token prompts, ``stop_token_ids`` and prefix caching (the orchestrator re-sends the shared
+    context of every thread). Untested on CPU: vLLM cannot be installed here.
+    """
+
+    def __init__(self, model: str, **engine_kwargs):
+        try:
+            from vllm import LLM
+        except ImportError as e:  # pragma: no cover - GPU extra
+            raise ImportError('VLLMEngine needs vllm: pip install -e ".[vllm]"') from e
+        engine_kwargs.setdefault("enable_prefix_caching", True)
+        self.llm = LLM(model=model, **engine_kwargs)
+
+    def complete(
+        self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0
+    ):  # pragma: no cover
+        from vllm import SamplingParams, TokensPrompt
+
+        params = [
+            SamplingParams(max_tokens=max(1, m), temperature=temperature, top_p=top_p,
+                           stop_token_ids=list(stop_ids), skip_special_tokens=False)
+            for m in max_tokens
+        ]  # fmt: skip
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+        res = []
+        for o, m in zip(outs, max_tokens):
+            c = o.outputs[0]
+            ids = list(c.token_ids)[: max(0, m)]
+            if isinstance(c.stop_reason, int) and (not ids or ids[-1] != c.stop_reason):
+                ids.append(c.stop_reason)  # keep the stop token, as the protocol requires
+            res.append(_cut_at_stop(ids, stop_ids, len(ids)))
+        return res

@@ -490,3 +490,50 @@ def test_config_rejects_bad_values():
         ThreadWeaverConfig(arms=["tw"])
     with pytest.raises(ValueError, match="adv_norm"):
         ThreadWeaverConfig(adv_norm="z")
+
+
+# --------------------------------------------------------------------------- data pipeline
+
+
+def _scripted_llm(steps_reply: str, rewrite_reply: str = "[]"):
+    from common.llm import ScriptedChat
+
+    def reply(msgs):
+        last = msgs[-1]["content"]
+        if "top-level steps" in last:
+            return steps_reply
+        if "ADJACENT" in last:
+            return '{"parallel": [{"steps": [2, 3], "reason": "independent products"}]}'
+        if "Sibling threads" in last:
+            return rewrite_reply if "5*6" in last.split("Thread:")[-1] else "[]"
+        return "<Outlines>\n<Outline>1: multiply 3 by 4</Outline>\n<Outline>2: multiply 5 by 6</Outline>\n</Outlines>"
+
+    return ScriptedChat(reply)
+
+
+def test_data_pipeline_end_to_end_with_scripted_llm():
+    from methods.threadweaver.data_pipeline import PipelineReport, apply_replacements, convert_trace
+
+    trace = "We need 3*4 + 5*6.\nFirst 3*4 = 12.\nAs above, 5*6 = 30.\nTotal 12 + 30 = 42."
+    final = "The answer is \\boxed{42}."
+    rep = PipelineReport()
+    llm = _scripted_llm('{"steps": [[1, 1], [2, 2], [3, 3], [4, 4]]}', '[["As above, ", ""]]')
+    text = convert_trace(trace, final, "42", llm, rep)
+    assert text is not None and validate(text).ok and rep.kept == 1
+    block = parse(text).blocks[0]
+    assert block.threads == [("1", "First 3*4 = 12."), ("2", "5*6 = 30.")]
+    assert block.outlines[1] == ("2", "multiply 5 by 6")
+    assert len(llm.calls) == 2 + 2 + 1  # annotate (2 turns), one rewrite per thread, one outline
+    # malformed replies are counted, not raised: a gap in the step ranges, a wrong answer
+    assert (
+        convert_trace(trace, final, "42", _scripted_llm('{"steps": [[1, 2], [4, 4]]}'), rep) is None
+    )
+    assert (
+        convert_trace(
+            trace, final, "41", _scripted_llm('{"steps": [[1, 1], [2, 2], [3, 3], [4, 4]]}'), rep
+        )
+        is None
+    )
+    assert rep.dropped == 2 and sum(rep.failures.values()) == 2
+    with pytest.raises(ValueError, match="occurs 2 times"):
+        apply_replacements("a a", [["a", "b"]])
