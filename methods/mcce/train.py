@@ -137,8 +137,11 @@ def run_dpo_round(
     cfg = cfg or DPORoundConfig()
     if ref is None:
         raise ValueError("ref must be the frozen reference model (the original base model)")
-    if len(dataset) < cfg.min_pairs:
-        logger.warning("DPO round skipped: %d pairs < min_pairs=%d", len(dataset), cfg.min_pairs)
+    need = max(cfg.min_pairs, cfg.per_device_train_batch_size)  # drop_last needs one full batch
+    if len(dataset) < need:
+        logger.warning(
+            "DPO round skipped: %d pairs < %d (min_pairs / batch size)", len(dataset), need
+        )
         return {"dpo/skipped": 1.0}
     out_dir = out_dir or tempfile.mkdtemp(prefix="mcce_dpo_")
     args = DPOConfig(
@@ -171,8 +174,8 @@ def run_sft_round(
     from trl import SFTConfig, SFTTrainer
 
     cfg = cfg or DPORoundConfig()
-    if len(dataset) < cfg.min_pairs:
-        logger.warning("SFT round skipped: %d pairs < min_pairs=%d", len(dataset), cfg.min_pairs)
+    if len(dataset) < max(cfg.min_pairs, cfg.per_device_train_batch_size):
+        logger.warning("SFT round skipped: %d pairs < min_pairs / batch size", len(dataset))
         return {"sft/skipped": 1.0}
     ds = dataset.select_columns(["prompt", "chosen"]).rename_column("chosen", "completion")
     out_dir = out_dir or tempfile.mkdtemp(prefix="mcce_sft_")

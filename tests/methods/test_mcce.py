@@ -509,7 +509,7 @@ def test_paper_config_and_chat_template_path(tiny_qwen2):
         budget=40,
         min_archive_for_training=4,
         experience_prob=0.0,
-        dpo=DPORoundConfig(per_device_train_batch_size=2, max_length=1024),
+        dpo=DPORoundConfig(per_device_train_batch_size=2, max_length=4096),
     )
     res = MCCEOptimizer(prob, api, local, cfg, load_seed_smiles()[:12]).run(max_generations=2)
     assert "<candidate>" in api.calls[0][0]["content"] and "total:" in api.calls[0][0]["content"]
