@@ -242,3 +242,57 @@ def test_bad_input():
         check_optimizer(opt)
     with pytest.raises(ValueError, match="already"):
         apply_slicefine(sm.model, ["0"], r=1)
+
+
+def test_glue_path_on_a_tiny_local_bert(tmp_path):
+    """The paper-scale code path (HF Trainer + callback + merge) on a tiny local model and data."""
+    from datasets import Dataset, DatasetDict
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
+
+    from common.embeddings import default_model_path
+    from methods.slicefine.glue import GlueConfig, train_glue
+
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=2,
+    )
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_config(cfg).save_pretrained(tmp_path / "bert")
+    tok.save_pretrained(tmp_path / "bert")
+    rows = {
+        "sentence1": ["a cat sat", "a dog ran", "the car is red", "bread is warm"] * 4,
+        "sentence2": ["a cat sat", "nothing", "the car is red", "cold soup"] * 4,
+        "label": [0, 1, 0, 1] * 4,
+    }
+    DatasetDict(
+        {"train": Dataset.from_dict(rows), "validation": Dataset.from_dict(rows)}
+    ).save_to_disk(tmp_path / "rte")
+    gc = GlueConfig(
+        model=str(tmp_path / "bert"),
+        task="rte",
+        data_path=str(tmp_path / "rte"),
+        r=2,
+        switch_every=2,
+        targets=["query", "value"],
+        batch_size=4,
+        max_steps=4,
+        bf16=False,
+    )
+    res = train_glue(gc, tmp_path / "out")
+    assert res["switches"] == 2.0 and 0.0 <= res["accuracy"] <= 1.0
+    # Row slices of query/value (2 x 32 each, 2 layers) + the classifier head (trainable).
+    head = sum(
+        p.numel()
+        for n, p in AutoModelForSequenceClassification.from_config(cfg).named_parameters()
+        if n.startswith("classifier")
+    )
+    assert res["trainable_params"] == 2 * 2 * (2 * 32) + head
+    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "merged")
+    assert type(merged.bert.encoder.layer[0].attention.self.query) is nn.Linear
+    with pytest.raises(ValueError, match="task"):
+        GlueConfig(task="imagenet")

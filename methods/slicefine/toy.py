@@ -1,0 +1,246 @@
+"""The CPU toy (spec §6): order-sensitive sentence classification on the offline MiniLM.
+
+Sentences name two nouns of different categories ("the {n1} sat beside the {n2}"); the label is the
+category of the *second* noun. Mean-pooled frozen features hold both nouns symmetrically, so a
+head-only probe is weak and the encoder must adapt. Arms, all with one shared learning rate, batch,
+step count and seed: head only, PEFT LoRA, a static slice, SliceFine (row sweep), SliceFine
+(row/column alternation), and SliceFine on a randomly re-initialised copy of the same architecture.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from common.tracking import progress
+from methods.slicefine.diagnostics import local_ticket_test, spectral_balance, task_energy
+from methods.slicefine.model import (
+    apply_slicefine,
+    check_optimizer,
+    reset_slice_optimizer_state,
+)
+
+logger = logging.getLogger(__name__)
+
+CATEGORIES = {
+    "animal": "cat dog horse cow sheep goat tiger lion mouse rabbit fox wolf bear deer duck".split(),
+    "food": "bread apple cheese rice soup cake pizza salad pasta honey grape lemon melon bean corn".split(),
+    "vehicle": "car bus truck bicycle train plane boat taxi tractor scooter van tram ship jet cart".split(),
+    "tool": "hammer wrench saw drill shovel rake knife axe chisel pliers ladder rope brush file clamp".split(),
+}
+TEMPLATES = [
+    "the {a} sat beside the {b}",
+    "a {a} was found near a {b}",
+    "next to the {a} there is a {b}",
+    "after the {a} came the {b}",
+    "she saw a {a} and then a {b}",
+]
+ARMS = ("head", "lora", "static", "slicefine", "slicefine_alt", "slicefine_random_init")
+
+
+@dataclass
+class ToyConfig:
+    """The toy's shared setting (spec §6; one setting for every arm)."""
+
+    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    r: int = 4  # slice width = LoRA rank (spec §6)
+    switch_every: int = 25  # N (spec §6)
+    targets: list[str] = field(default_factory=lambda: ["query", "value"])
+    steps: int = 150
+    batch_size: int = 16
+    lr: float = 2e-3
+    n_train: int = 1600
+    n_test: int = 800
+    seeds: list[int] = field(default_factory=lambda: [0])
+    diagnostics: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [a for a in self.arms if a not in ARMS]
+        if bad or not self.arms:
+            raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {self.arms}")
+        if self.steps < 1 or self.batch_size < 1 or self.r < 1:
+            raise ValueError("steps, batch_size and r must be >= 1")
+
+
+def make_data(n: int, seed: int) -> tuple[list[str], list[int]]:
+    """``n`` sentences and labels (the second noun's category index)."""
+    rng = random.Random(seed)
+    names = list(CATEGORIES)
+    texts, labels = [], []
+    for _ in range(n):
+        c1, c2 = rng.sample(range(len(names)), 2)
+        a, b = rng.choice(CATEGORIES[names[c1]]), rng.choice(CATEGORIES[names[c2]])
+        texts.append(rng.choice(TEMPLATES).format(a=a, b=b))
+        labels.append(c2)
+    return texts, labels
+
+
+class Classifier(nn.Module):
+    """Encoder + mean pooling + linear head."""
+
+    def __init__(self, encoder: nn.Module, n_classes: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.config.hidden_size, n_classes)
+
+    def features(self, input_ids, attention_mask):
+        h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        m = attention_mask.unsqueeze(-1).to(h.dtype)  # [B, T, 1]
+        return (h * m).sum(1) / m.sum(1)  # [B, D]
+
+    def forward(self, input_ids, attention_mask):
+        return self.head(self.features(input_ids, attention_mask))
+
+
+def load_minilm():
+    """The offline MiniLM (6-layer BERT, hidden 384) as a transformers ``BertModel`` + tokenizer."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from common.embeddings import default_model_path
+
+    path = default_model_path()
+    return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def _build_arm(arm: str, encoder, cfg: ToyConfig, seed: int):
+    """Returns (model, slicefine wrapper or None, encoder-side trainable count)."""
+    torch.manual_seed(seed)
+    enc = copy.deepcopy(encoder)
+    if arm == "slicefine_random_init":
+        from transformers import AutoModel
+
+        enc = AutoModel.from_config(enc.config)
+    model = Classifier(enc, len(CATEGORIES))
+    sf = None
+    if arm == "head":
+        for p in model.encoder.parameters():
+            p.requires_grad_(False)
+    elif arm == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=cfg.r, lora_alpha=2 * cfg.r, target_modules=cfg.targets, lora_dropout=0.0
+        )
+        model.encoder = get_peft_model(model.encoder, lora)
+    else:
+        mode = "alternate" if arm == "slicefine_alt" else "row"
+        sf = apply_slicefine(
+            model,
+            cfg.targets,
+            r=cfg.r,
+            mode=mode,
+            switch_every=None if arm == "static" else cfg.switch_every,
+            seed=seed,
+            modules_to_save=["head"],
+        )
+    n_enc = sum(
+        p.numel() for n, p in model.named_parameters() if p.requires_grad and "head" not in n
+    )
+    return model, sf, n_enc
+
+
+def _evaluate(model, enc_test, y_test, batch: int = 200) -> float:
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(y_test), batch):
+            logits = model(
+                enc_test["input_ids"][i : i + batch], enc_test["attention_mask"][i : i + batch]
+            )
+            correct += int((logits.argmax(-1) == y_test[i : i + batch]).sum())
+    return correct / len(y_test)
+
+
+def train_arm(arm: str, encoder, tok, cfg: ToyConfig, seed: int, data) -> dict[str, float]:
+    """Trains one arm and returns its accuracy, parameter count, step time and state memory."""
+    (x_tr, y_tr), (x_te, y_te) = data
+    enc_tr = tok(x_tr, padding="max_length", truncation=True, max_length=16, return_tensors="pt")
+    enc_te = tok(x_te, padding="max_length", truncation=True, max_length=16, return_tensors="pt")
+    y_tr, y_te = torch.tensor(y_tr), torch.tensor(y_te)
+    model, sf, n_enc = _build_arm(arm, encoder, cfg, seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    check_optimizer(opt)
+    gen = torch.Generator().manual_seed(seed)
+    times, losses = [], []
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    model.train()
+    for step in progress(range(cfg.steps), desc=f"slicefine toy [{arm}]", unit="step"):
+        idx = torch.randint(0, len(y_tr), (cfg.batch_size,), generator=gen)
+        t0 = time.perf_counter()
+        loss = nn.functional.cross_entropy(
+            model(enc_tr["input_ids"][idx], enc_tr["attention_mask"][idx]), y_tr[idx]
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if sf is not None and sf.config.switch_every and (step + 1) % sf.config.switch_every == 0:
+            sf.switch()
+            reset_slice_optimizer_state(opt, sf)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+    trainable = sum(p.numel() for p in params)
+    # Bytes of training state that scale with the method: parameters' grads + 2 AdamW moments (fp32).
+    state_bytes = 3 * 4 * trainable
+    out = {
+        "accuracy": _evaluate(model, enc_te, y_te),
+        "trainable_params": float(n_enc),
+        "trainable_params_with_head": float(trainable),
+        "step_ms": 1000 * statistics.median(times),
+        "train_state_kib": state_bytes / 1024,
+        "final_loss": statistics.mean(losses[-10:]),
+    }
+    if torch.cuda.is_available():
+        out["peak_mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    out["_losses"] = losses  # type: ignore[assignment]
+    return out
+
+
+def run_diagnostics(encoder, tok, seed: int = 0) -> dict[str, float]:
+    """Spectral balance (pretrained vs re-initialised), local-winning rate and task energy."""
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)
+    rand = AutoModel.from_config(encoder.config)
+    pre_cv = [
+        spectral_balance(lyr.attention.self.query.weight, k=12)["cv_energy"]
+        for lyr in encoder.encoder.layer
+    ]
+    rnd_cv = [
+        spectral_balance(lyr.attention.self.query.weight, k=12)["cv_energy"]
+        for lyr in rand.encoder.layer
+    ]
+    texts, labels = make_data(256, seed + 99)
+    enc = tok(texts, padding=True, return_tensors="pt")
+    y = torch.tensor(labels)
+    clf = Classifier(copy.deepcopy(encoder), len(CATEGORIES))
+    lin = clf.encoder.encoder.layer[3].attention.self.query
+
+    def loss_fn():
+        return nn.functional.cross_entropy(
+            clf(enc["input_ids"][:64], enc["attention_mask"][:64]), y[:64]
+        )
+
+    ticket = local_ticket_test(lin, loss_fn, r=4, n_slices=20, lr=1e-2, seed=seed)
+    with torch.no_grad():
+        feats = Classifier(encoder, len(CATEGORIES)).features(
+            enc["input_ids"], enc["attention_mask"]
+        )
+        feats_rand = Classifier(rand, len(CATEGORIES)).features(
+            enc["input_ids"], enc["attention_mask"]
+        )
+    return {
+        "cv_energy_pretrained": statistics.mean(pre_cv),
+        "cv_energy_random": statistics.mean(rnd_cv),
+        "local_win_rate": ticket["win_rate"],
+        "task_energy_pretrained": task_energy(feats, y, k=32),
+        "task_energy_random": task_energy(feats_rand, y, k=32),
+    }
