@@ -22,7 +22,17 @@ from methods.georl.grounding import (
 )
 from methods.georl.reward import GeoRLConfig, GeoRLGroupReward, regroup_by_prompt, score_groups
 from methods.georl.toy import FactSlotToy, ToyConfig, synthetic_scenes
-from methods.georl.trainer import GeoRLTrainer, completion_text
+
+_LAZY = {"GeoRLTrainer", "completion_text"}  # methods.georl.trainer imports trl (seconds)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from methods.georl import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'methods.georl' has no attribute {name!r}")
+
 
 __all__ = [
     "BagOfFactsEmbedder",

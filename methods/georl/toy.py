@@ -93,6 +93,16 @@ def _sgd_step(params: dict[str, Tensor], loss: Tensor, lr: float) -> None:
             p -= lr * g
 
 
+def _sweep_gamma(arm: str) -> float | None:
+    """``georl_g<gamma>`` arms: Geo-RL (bag of facts) with that quality exponent."""
+    if not arm.startswith("georl_g"):
+        return None
+    try:
+        return float(arm.removeprefix("georl_g"))
+    except ValueError:
+        return None
+
+
 ARM_NAMES = ("sft", "grounding", "georl", "georl_noq", "georl_minilm")
 
 
@@ -104,9 +114,11 @@ class FactSlotToy:
             raise ValueError(
                 f"facts_per_image ({cfg.facts_per_image}) must be <= n_facts ({cfg.n_facts})"
             )
-        unknown = set(cfg.arms) - set(ARM_NAMES)
+        unknown = [a for a in cfg.arms if a not in ARM_NAMES and _sweep_gamma(a) is None]
         if unknown:
-            raise ValueError(f"arms must be among {ARM_NAMES}, got unknown {sorted(unknown)}")
+            raise ValueError(
+                f"arms must be among {ARM_NAMES} or georl_g<gamma> (e.g. georl_g4), got {unknown}"
+            )
         self.cfg, self.reward_cfg, self.seed = cfg, reward_cfg, seed
         self.generic = cfg.n_facts  # token id of GENERIC
         gen = torch.Generator().manual_seed(seed)
@@ -177,6 +189,8 @@ class FactSlotToy:
                 self.precision(ids, true[img][:, None, :]).float(), mode
             )
         gamma = 0.0 if arm == "georl_noq" else self.reward_cfg.gamma
+        if _sweep_gamma(arm) is not None:
+            gamma = _sweep_gamma(arm)
         rcfg = GeoRLConfig(
             n=self.cfg.eval_samples,
             gamma=gamma,

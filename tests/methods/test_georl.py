@@ -317,6 +317,19 @@ def test_split_sentences_and_completion_text():
 def test_toy_bad_arms():
     with pytest.raises(ValueError, match="arms"):
         FactSlotToy(ToyConfig(arms=["bogus"]), GeoRLConfig())
+    with pytest.raises(ValueError, match="arms"):
+        FactSlotToy(ToyConfig(arms=["georl_gx"]), GeoRLConfig())
+    FactSlotToy(ToyConfig(n_images=5, arms=["georl_g4", "sft"]), GeoRLConfig())  # a gamma sweep arm
+
+
+def test_cholesky_escalation_on_singular_kernel(caplog):
+    # Exact duplicates without jitter: S is PSD but singular; loo_gains retries with extra jitter.
+    v = torch.tensor([[0.6, 0.8], [0.6, 0.8], [1.0, 0.0]], dtype=torch.float64)
+    S = v @ v.T
+    with caplog.at_level("WARNING"):
+        r = loo_gains(S)
+    assert torch.isfinite(r).all() and r[0] < -10  # duplicates: almost no volume of their own
+    assert "extra jitter" in caplog.text
 
 
 # ---------------------------------------------------------------- trainer (tiny LM, tiny LLaVA)
