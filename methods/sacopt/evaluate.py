@@ -61,6 +61,7 @@ class SACOptConfig:
     freeze_verified: bool = True
     recon_reference: str = "anchor"  # anchor | all
     backend: str = "highspy"
+    solver_fallback: bool = True  # gurobipy missing or licence-limited -> rerun on HiGHS
     timeout_s: float = 120.0
     mem_mb: int = 4096
     rtol: float = 1e-4
@@ -132,14 +133,28 @@ def solve_problem(
     )
     state, trace = loop.run(state)
     code = assemble_program(state, cfg.backend)
-    code, result, dbg = debug_loop(
-        llm,
-        description,
-        code,
-        tries=cfg.debug_tries,
-        run=lambda c: run_sandboxed(c, timeout_s=cfg.timeout_s, mem_mb=cfg.mem_mb),
-    )
+
+    def run(c: str):
+        return run_sandboxed(c, timeout_s=cfg.timeout_s, mem_mb=cfg.mem_mb)
+
+    backend = cfg.backend
+    if backend == "gurobipy":
+        first = run(code)
+        if first.status == "error" and _gurobi_unavailable(first.stderr):
+            if not cfg.solver_fallback:
+                rec.update(
+                    stage="solver",
+                    error="gurobipy is not installed or its licence is too small for this model; "
+                    "set solver_fallback=true (HiGHS) or install a full licence",
+                    runtime_s=time.monotonic() - t0,
+                )
+                return rec
+            logger.warning("gurobipy unavailable or licence-limited; falling back to HiGHS")
+            backend = "highspy"
+            code = assemble_program(state, backend)
+    code, result, dbg = debug_loop(llm, description, code, tries=cfg.debug_tries, run=run)
     rec.update(
+        backend=backend,
         status=result.status,
         objective=result.objective,
         n_iters=len(trace.rounds),
@@ -154,6 +169,12 @@ def solve_problem(
         runtime_s=time.monotonic() - t0,
     )
     return rec
+
+
+def _gurobi_unavailable(stderr: str) -> bool:
+    """gurobipy missing, or the pip licence's size limit hit (error 10010)."""
+    markers = ("No module named 'gurobipy'", "size-limited license", "Model too large", "10010")
+    return any(m in stderr for m in markers)
 
 
 def load_problems(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -665,3 +665,21 @@ def test_paper_config_composes_to_the_paper_settings():
     assert len(cfg.datasets) == 7 and cfg.seeds == [0, 1, 2, 3, 4] and cfg.temperature == 0.0
     with pytest.raises(Exception, match="bogus"):
         to_config({"bogus": 1})
+
+
+def test_gurobipy_backend_falls_back_to_highs_when_unavailable():
+    pytest.importorskip("highspy")
+    try:
+        import gurobipy  # noqa: F401
+
+        pytest.skip("gurobipy is installed here")
+    except ImportError:
+        pass
+    cfg = SACOptConfig(backend="gurobipy", timeout_s=60, mem_mb=2048)
+    rec = solve_problem(_extraction_llm(), FARMER, cfg)
+    assert rec["backend"] == "highspy" and rec["objective"] == pytest.approx(30400)
+    strict = SACOptConfig(backend="gurobipy", solver_fallback=False, timeout_s=60, mem_mb=2048)
+    rec = solve_problem(_extraction_llm(), FARMER, strict)
+    assert (
+        rec["status"] == "error" and rec["stage"] == "solver" and "solver_fallback" in rec["error"]
+    )
