@@ -27,6 +27,15 @@ def _reward_distinct_chars(completions, **kwargs):
     return [len(set(c)) / 10.0 for c in completions]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread is faster, and the CI machine has two cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def base_model():
     model, tok = tiny_causal_lm("qwen2", seed=0)
