@@ -32,6 +32,7 @@ from .orchestrator import (
     tag_ids,
 )
 from .pgrpo import extract_last_boxed, group_advantages, is_correct, pgrpo_loss, pgrpo_reward
+from .sft import TrieSFTTrainer, packed_dataset, trie_sft_config
 from .special_tokens import add_threadweaver_tokens
 from .trie import (
     Packed,
@@ -64,6 +65,7 @@ __all__ = [
     "ThreadWeaverConfig",
     "Trajectory",
     "TrieCollator",
+    "TrieSFTTrainer",
     "Unit",
     "VLLMEngine",
     "add_threadweaver_tokens",
@@ -75,6 +77,7 @@ __all__ = [
     "flex_block_mask",
     "group_advantages",
     "is_correct",
+    "packed_dataset",
     "packed_forward",
     "parallel_stats",
     "parent_gather_loss",
@@ -86,5 +89,6 @@ __all__ = [
     "speedup_report",
     "tag_ids",
     "thread_header",
+    "trie_sft_config",
     "validate",
 ]

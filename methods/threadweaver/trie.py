@@ -148,6 +148,26 @@ class Packed:
     def __len__(self) -> int:
         return int(self.input_ids.numel())
 
+    def to_dict(self) -> dict:
+        """Plain lists (for a ``datasets.Dataset`` row); :meth:`from_dict` inverts it."""
+        keys = ("input_ids", "position_ids", "parent", "loss_mask", "tin", "tout")
+        out = {k: getattr(self, k).tolist() for k in keys}
+        return {**out, "n_full": self.n_full, "n_dropped_units": self.n_dropped_units}
+
+    @classmethod
+    def from_dict(cls, row: dict) -> Packed:
+        t = {
+            k: torch.tensor(row[k], dtype=torch.long)
+            for k in ("input_ids", "position_ids", "parent", "tin", "tout")
+        }
+        lm = torch.tensor(row["loss_mask"], dtype=torch.bool)
+        return cls(
+            **t,
+            loss_mask=lm,
+            n_full=int(row["n_full"]),
+            n_dropped_units=int(row["n_dropped_units"]),
+        )
+
 
 def build_packed(units: Sequence[Unit], max_length: int | None = None) -> Packed:
     """Insert units into a token trie and flatten it by DFS in insertion order (§3.3, Fig. 6).
@@ -305,7 +325,7 @@ def parent_gather_loss(
 class TrieCollator:
     """Pad packed tries into a batch for a model that honours 4-D masks and ``position_ids``.
 
-    Each example is a :class:`Packed` or a dict with ``"units"`` (list of :class:`Unit`). Output:
+    Each example is a :class:`Packed`, a ``Packed.to_dict()`` row, or a dict with ``"units"`` (list of :class:`Unit`). Output:
     ``input_ids``, ``position_ids``, ``parent``, ``loss_mask`` ``[B, N]`` and ``attention_mask``:
     an additive float ``[B, 1, N, N]`` (``mask_impl="dense"``; 0 = attend, dtype-min = blocked) or a
     FlexAttention ``BlockMask`` (``"flex"``). Padding is on the right; a padded query attends to
@@ -328,7 +348,11 @@ class TrieCollator:
 
     def __call__(self, examples: Sequence[Packed | dict]) -> dict[str, torch.Tensor]:
         packs = [
-            ex if isinstance(ex, Packed) else build_packed(ex["units"], self.max_length)
+            ex
+            if isinstance(ex, Packed)
+            else Packed.from_dict(ex)
+            if "tin" in ex
+            else build_packed(ex["units"], self.max_length)
             for ex in examples
         ]
         b, n = len(packs), max(len(p) for p in packs)

@@ -537,3 +537,27 @@ def test_data_pipeline_end_to_end_with_scripted_llm():
     assert rep.dropped == 2 and sum(rep.failures.values()) == 2
     with pytest.raises(ValueError, match="occurs 2 times"):
         apply_replacements("a a", [["a", "b"]])
+
+
+def test_trie_sft_trainer_uses_parent_gather_loss(toy_tok, toy_setup, tmp_path):
+    from methods.threadweaver import TrieSFTTrainer, packed_dataset, trie_sft_config
+
+    _, _, _, units, _ = toy_setup
+    packs = [build_packed(units), build_packed(units[:3])]
+    model = _small_model(len(toy_tok), "qwen3")
+    args = trie_sft_config(
+        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, learning_rate=1e-2,
+        use_cpu=True, bf16=False, dataloader_pin_memory=False, logging_steps=1, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = TrieSFTTrainer(
+        model=model, args=args, train_dataset=packed_dataset(packs), processing_class=toy_tok
+    )
+    batch = TrieCollator(toy_tok.pad_token_id)(packs)
+    with torch.no_grad():
+        expected = parent_gather_loss(
+            packed_forward(model, batch), batch["input_ids"], batch["parent"], batch["loss_mask"]
+        )
+        torch.testing.assert_close(trainer.compute_loss(model, batch), expected)
+    before = model.lm_head.weight.detach().clone()
+    trainer.train()
+    assert not torch.equal(before, model.lm_head.weight)
