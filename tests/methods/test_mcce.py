@@ -514,3 +514,25 @@ def test_paper_config_and_chat_template_path(tiny_qwen2):
     res = MCCEOptimizer(prob, api, local, cfg, load_seed_smiles()[:12]).run(max_generations=2)
     assert "<candidate>" in api.calls[0][0]["content"] and "total:" in api.calls[0][0]["content"]
     assert len(res.train_log) == 1 and res.train_log[0]["dpo/steps"] >= 1
+
+
+def test_sft_round_is_completion_only_nll(tiny_selfies_lm):
+    """The SFT baseline's first loss is the mean NLL of the chosen completion tokens (prompt masked)."""
+    import datasets
+
+    from methods.mcce import run_sft_round
+
+    tok, _ = tiny_selfies_lm
+    pol = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=64, seed=0)
+    p, c = "[XO] <p>[C][O]</p> <p>[N]</p> =>", "<candidate>[C][C][O]</candidate>"
+    n_tok = len(tok(c + tok.eos_token)["input_ids"])
+    expected = -_seq_logprob(pol, tok, p, c) / n_tok
+    ds = datasets.Dataset.from_dict({"prompt": [p] * 4, "chosen": [c] * 4, "rejected": ["x"] * 4})
+    log = run_sft_round(
+        pol,
+        tok,
+        ds,
+        DPORoundConfig(learning_rate=1e-3, per_device_train_batch_size=2, max_length=64),
+    )
+    assert log["sft/steps"] == 2
+    assert log["sft/loss_first"] == pytest.approx(expected, rel=1e-4)
