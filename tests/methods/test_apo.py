@@ -134,7 +134,7 @@ def test_gradient_matches_finite_differences():
                 lam=1.05, beta=0.4, clip_mode=mode,
             )[0]  # fmt: skip
 
-        assert torch.autograd.gradcheck(f, (logits.clone().requires_grad_(True),))
+        assert torch.autograd.gradcheck(f, (logits.clone().requires_grad_(True),), fast_mode=True)
 
 
 def _single_token(seed: int):
