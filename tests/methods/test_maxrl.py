@@ -337,3 +337,28 @@ def test_maze_toy_end_to_end(tmp_path):
     assert set(res) == {"sft", "grpo", "maxrl"}
     for arm in res.values():
         assert 0.0 <= arm["pass@1"] <= arm["pass@2"] <= 1.0
+
+
+# ---- paper-scale plumbing (no GPU): config composition and the TTS comparison -----------------
+def test_paper_config_and_compare(tmp_path):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from common.registry import compose
+    from methods.maxrl.paper import PaperConfig, compare
+    from methods.maxrl.run import _to_config
+
+    cfg = _to_config(compose(["experiment=maxrl_paper"]).method)
+    assert isinstance(cfg.paper, PaperConfig)
+    assert cfg.num_generations == 16 and cfg.paper.prompts_per_step == 256 and cfg.paper.lr == 1e-6
+    with pytest.raises(Exception, match="bogus"):
+        _to_config(OmegaConf.create({"name": "maxrl", "bogus": 1}))
+    ks = [1, 2, 4, 8]
+    a = {"aime25": {"k": ks, "pass@k": [0.3, 0.4, 0.5, 0.6]}}
+    b = {"aime25": {"k": ks, "pass@k": [0.1, 0.2, 0.25, 0.3]}}
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert compare(str(tmp_path / "a.json"), str(tmp_path / "b.json"))["aime25"] == pytest.approx(
+        8.0
+    )
