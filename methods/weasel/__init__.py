@@ -1,0 +1,37 @@
+"""Weasel: importance–diversity trajectory-step selection for web-agent SFT.
+
+Paper: *Weasel: Out-of-Domain Generalization for Web Agents via Importance-Diversity Data
+Selection* (Pesaran Zadeh, Choi, Lù, Reddy, Kim; ICML 2026; arXiv 2605.20291).
+
+Idea: per trajectory, keep a fixed number of steps that maximise goal relevance plus pairwise
+state/response diversity (greedy max-sum diversification), and prune each kept accessibility tree to
+a window around the gold action's target element before fine-tuning.
+"""
+
+from .scoring import (
+    JaccardSimilarity,
+    TextSimilarity,
+    TokenMatchSimilarity,
+    distance_matrix,
+    importance,
+)
+from .select import (
+    brute_force_select,
+    compute_budget,
+    greedy_select,
+    greedy_select_naive,
+    objective,
+)
+
+__all__ = [
+    "JaccardSimilarity",
+    "TextSimilarity",
+    "TokenMatchSimilarity",
+    "brute_force_select",
+    "compute_budget",
+    "distance_matrix",
+    "greedy_select",
+    "greedy_select_naive",
+    "importance",
+    "objective",
+]

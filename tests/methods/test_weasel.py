@@ -1,0 +1,198 @@
+"""Tests for Weasel (spec §6 CI list): greedy vs brute force, budgets, ties, scoring, pruning."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import numpy as np
+import pytest
+
+from methods.weasel.scoring import JaccardSimilarity, distance_matrix, importance
+from methods.weasel.select import (
+    brute_force_select,
+    compute_budget,
+    greedy_select,
+    greedy_select_naive,
+    objective,
+)
+
+
+def _metric_instance(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    pts = rng.uniform(size=(n, 2))
+    dist = np.linalg.norm(pts[:, None] - pts[None], axis=-1)  # [n, n] Euclidean: a metric
+    return rng.uniform(size=n), dist
+
+
+# ---------------------------------------------------------------- selection (spec §3.5)
+
+
+def test_greedy_edge_cases():
+    rng = np.random.default_rng(0)
+    phi, dist = _metric_instance(rng, 6)
+    assert greedy_select(np.zeros(0), np.zeros((0, 0)), budget=3) == []
+    assert greedy_select(phi[:3], dist[:3, :3], budget=3) == [0, 1, 2]
+    assert greedy_select(phi[:2], dist[:2, :2], budget=5) == [0, 1]
+    assert greedy_select(phi, dist, budget=1) == [int(np.argmax(phi))]
+    for b in range(1, 8):
+        J = greedy_select(phi, dist, budget=b)
+        assert sorted(set(J)) == J and len(J) == min(b, 6)
+
+
+def test_lambda_zero_is_top_k():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        phi, dist = _metric_instance(rng, 9)
+        J = greedy_select(phi, dist, budget=4, lam=0.0)
+        assert sorted(np.argsort(-phi)[:4].tolist()) == J
+
+
+def test_zero_importance_first_pair_is_argmax_distance():
+    rng = np.random.default_rng(2)
+    phi, dist = _metric_instance(rng, 8)
+    J = greedy_select(np.zeros(8), dist, budget=2)
+    i, j = np.unravel_index(np.argmax(np.triu(dist, 1)), dist.shape)
+    assert sorted([int(i), int(j)]) == J
+
+
+def test_first_pair_attains_max_pair_objective():
+    rng = np.random.default_rng(3)
+    phi, dist = _metric_instance(rng, 7)
+    J = greedy_select(phi, dist, budget=2, lam=0.7)
+    best = max(objective(p, phi, dist, 0.7) for p in itertools.combinations(range(7), 2))
+    assert objective(J, phi, dist, 0.7) == pytest.approx(best)
+
+
+def test_ties_are_lexicographic():
+    # All pair values equal -> first pair (0, 1); all gains equal -> lowest index 2.
+    phi = np.ones(5)
+    dist = np.ones((5, 5)) - np.eye(5)
+    assert greedy_select(phi, dist, budget=3) == [0, 1, 2]
+    # Gain tie between 3 and 4 after the forced first pair (3 ties with 4 -> 3 wins).
+    phi = np.array([5.0, 5.0, 0.0, 1.0, 1.0])
+    assert greedy_select(phi, np.zeros((5, 5)), budget=3) == [0, 1, 3]
+
+
+def test_greedy_follows_spec_steps_hand_worked():
+    # Φ = [0, 0.5, 0.4, 0.9], λ = 1, D(1,2)=1 else 0.1.
+    # Pairs: (1,2) = 0.5+0.4+1 = 1.9 beats (1,3) = 0.5+0.9+0.1 = 1.5 -> start {1,2}.
+    # Growth: k=0 -> 0+0.2 = 0.2; k=3 -> 0.9+0.2 = 1.1 -> add 3. Top-Φ alone would pick {1,3}.
+    dist = np.full((4, 4), 0.1)
+    dist[1, 2] = dist[2, 1] = 1.0
+    np.fill_diagonal(dist, 0.0)
+    phi = np.array([0.0, 0.5, 0.4, 0.9])
+    assert greedy_select(phi, dist, budget=2) == [1, 2]
+    assert greedy_select(phi, dist, budget=3) == [1, 2, 3]
+
+
+def test_vectorised_equals_naive_and_brute_force_ratio(caplog):
+    rng = np.random.default_rng(4)
+    ratios = []
+    for _ in range(300):
+        n = int(rng.integers(2, 11))
+        b = int(rng.integers(1, 5))
+        lam = float(rng.choice([0.0, 0.5, 1.0, 2.0]))
+        phi, dist = _metric_instance(rng, n)
+        J = greedy_select(phi, dist, b, lam)
+        assert greedy_select_naive(phi, dist, b, lam) == J
+        opt = objective(brute_force_select(phi, dist, b, lam), phi, dist, lam)
+        got = objective(J, phi, dist, lam)
+        assert got <= opt + 1e-12
+        ratios.append(got / opt)
+    ratios = np.array(ratios)
+    logging.getLogger(__name__).info("ratio histogram %s", np.histogram(ratios, bins=5))
+    assert ratios.min() >= 0.5
+    assert ratios.mean() >= 0.95
+
+
+def test_objective_is_explicit_double_sum():
+    rng = np.random.default_rng(5)
+    phi, dist = _metric_instance(rng, 6)
+    J = [4, 0, 2]
+    explicit = sum(phi[j] for j in J) + 2.0 * sum(dist[a, b] for a in J for b in J if a < b)
+    assert objective(J, phi, dist, 2.0) == pytest.approx(explicit)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"importance": np.ones(3), "distance": np.zeros((3, 2))}, ValueError, "square"),
+        ({"importance": np.ones(3), "distance": np.zeros((4, 4))}, ValueError, "does not match"),
+        ({"importance": np.array([1.0, np.nan]), "distance": np.zeros((2, 2))}, ValueError, "NaN"),
+        (
+            {"importance": np.ones(2), "distance": np.array([[0, np.inf], [np.inf, 0]])},
+            ValueError,
+            "distance contains",
+        ),
+        ({"importance": np.ones(2), "distance": np.zeros((2, 2)), "lam": -1.0}, ValueError, "lam"),
+        (
+            {"importance": np.ones(2), "distance": np.zeros((2, 2)), "budget": 0},
+            ValueError,
+            "budget",
+        ),
+        (
+            {"importance": np.ones(2), "distance": np.zeros((2, 2)), "budget": 1.5},
+            TypeError,
+            "budget",
+        ),
+    ],
+)
+def test_selector_bad_input(kwargs, exc, match):
+    kwargs = {"budget": 2, **kwargs}
+    with pytest.raises(exc, match=match):
+        greedy_select(**kwargs)
+
+
+def test_objective_bad_indices():
+    with pytest.raises(ValueError, match="distinct"):
+        objective([0, 0], np.ones(3), np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="range|lie in"):
+        objective([5], np.ones(3), np.zeros((3, 3)))
+
+
+def test_compute_budget():
+    assert compute_budget(10) == 3
+    assert compute_budget(2) == 2
+    assert compute_budget(0) == 0
+    assert compute_budget(10, mode="percentage", pct=0.25) == 3  # ceil(2.5)
+    assert compute_budget(1, mode="percentage", pct=0.1) == 1
+    for pct in (0.0, 1.5):
+        with pytest.raises(ValueError, match="pct"):
+            compute_budget(10, mode="percentage", pct=pct)
+    with pytest.raises(ValueError, match="mode"):
+        compute_budget(10, mode="half")
+
+
+# ---------------------------------------------------------------- scoring (spec §3.3-3.4)
+
+
+def test_distance_matrix_properties():
+    sim = JaccardSimilarity()
+    states = ["a b c", "a b d", "x y z", "a b c"]
+    resp = ["click 1", "click 2", "fill 3", "scroll"]
+    d = distance_matrix(states, resp, sim)
+    assert np.allclose(d, d.T) and np.all(np.diag(d) == 0)
+    assert d.min() >= 0 and d.max() <= 1
+    d_s = distance_matrix(states, resp, sim, combine="state")
+    d_y = distance_matrix(states, resp, sim, combine="response")
+    assert np.all(d >= d_s) and np.all(d >= d_y)
+    assert d_s[0, 3] == 0.0  # identical states
+    same = distance_matrix(["p q"] * 3, ["r"] * 3, sim)
+    assert np.all(same == 0)
+    with pytest.raises(ValueError, match="combine"):
+        distance_matrix(states, resp, sim, combine="min")
+
+
+def test_importance_normalisations():
+    sim = JaccardSimilarity()
+    goal = "buy red shoes"
+    texts = ["red shoes here", "nothing", "buy red shoes now", "shoes"]
+    r = importance(goal, texts, sim, normalize="raw")
+    mm = importance(goal, texts, sim)
+    assert mm.min() == 0.0 and mm.max() == 1.0
+    assert mm[np.argmin(r)] == 0.0 and mm[np.argmax(r)] == 1.0
+    assert np.all(importance(goal, ["x", "x"], sim) == 0.0)
+    inc = importance(goal, texts, sim, normalize="increment")
+    assert np.all(inc >= 0) and inc.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="normalize"):
+        importance(goal, texts, sim, normalize="zscore")
