@@ -1,0 +1,42 @@
+"""KORE: knowledge injection into large multimodal models via knowledge-oriented controls.
+
+Jiang et al., ICML 2026 (arXiv 2510.19316). KORE-Augmentation expands each new knowledge item into a
+dialogue plus recognition / caption / VQA tasks; KORE-Constraint initialises LoRA adapters inside the
+approximate null space of old-knowledge input covariances, freezes ``A`` and trains ``B`` only, so
+updates barely touch the outputs on old-knowledge inputs.
+"""
+
+from methods.kore.covariance import collect_input_covariances, default_llm_linear_filter
+from methods.kore.metrics import (
+    avg_score,
+    cover_exact_match,
+    hars,
+    knowledge_adaptation,
+    token_f1,
+)
+from methods.kore.model import apply_kore, effective_weights, export_standard_lora
+from methods.kore.nullspace import (
+    KoreFactors,
+    check_covariance,
+    kore_decompose,
+    retention_bound,
+    smallest_eigvecs,
+)
+
+__all__ = [
+    "KoreFactors",
+    "apply_kore",
+    "avg_score",
+    "check_covariance",
+    "collect_input_covariances",
+    "cover_exact_match",
+    "default_llm_linear_filter",
+    "effective_weights",
+    "export_standard_lora",
+    "hars",
+    "knowledge_adaptation",
+    "kore_decompose",
+    "retention_bound",
+    "smallest_eigvecs",
+    "token_f1",
+]

@@ -1,0 +1,271 @@
+import math
+
+import pytest
+import torch
+
+from methods.kore import (
+    apply_kore,
+    avg_score,
+    collect_input_covariances,
+    cover_exact_match,
+    effective_weights,
+    export_standard_lora,
+    hars,
+    kore_decompose,
+    retention_bound,
+    smallest_eigvecs,
+    token_f1,
+)
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _psd(d, rank=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(d, rank or 2 * d, generator=g, dtype=torch.float64)
+    return X @ X.T, X
+
+
+def _lm(seed=0):
+    from common.tiny import tiny_causal_lm
+
+    model, tok = tiny_causal_lm("llama", seed=seed)
+    return model.eval(), tok
+
+
+def _batches(tok, n=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(3, 200, (2, 7), generator=g)
+        mask = torch.ones_like(ids)
+        mask[1, :3] = 0  # left padding in row 1
+        out.append({"input_ids": ids, "attention_mask": mask})
+    return out
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+@pytest.mark.parametrize("r", [1, 3, 8])
+def test_zero_change_identity_and_rank(r):
+    torch.manual_seed(r)
+    W0 = torch.randn(12, 8, dtype=torch.float64)
+    C, _ = _psd(8, seed=r)
+    f = kore_decompose(W0, C, r)
+    assert torch.allclose(f.W_res + f.B @ f.A, W0, atol=1e-10)
+    assert torch.linalg.matrix_rank(f.B @ f.A) <= r
+    U, _ = smallest_eigvecs(C, r)
+    P = U @ U.T
+    assert torch.allclose(f.A, f.A @ P, atol=1e-10)  # rows of A in span(U_hat)
+    assert torch.allclose(f.W_res, W0 @ (torch.eye(8, dtype=torch.float64) - P), atol=1e-10)
+
+
+def test_nullspace_selection_matches_smallest_eigenvalues():
+    C, _ = _psd(10, seed=3)
+    U, ev = smallest_eigvecs(C, 4)
+    assert torch.allclose(U.T @ U, torch.eye(4, dtype=torch.float64), atol=1e-10)
+    all_ev = torch.linalg.eigvalsh(C)
+    assert torch.allclose(torch.linalg.eigvalsh(U.T @ C @ U), all_ev[:4], atol=1e-8)
+    assert torch.allclose(ev, all_ev[:4], atol=1e-8)
+    # A C A^T is diagonal with (singular value-weighted) small entries only in U_hat's span
+    f = kore_decompose(torch.randn(6, 10, dtype=torch.float64), C, 4)
+    Vh = f.A / f.A.norm(dim=1, keepdim=True)
+    assert torch.linalg.eigvalsh(Vh @ C @ Vh.T).max() <= all_ev[3] + 1e-8
+
+
+def test_exact_retention_on_low_rank_data():
+    torch.manual_seed(0)
+    d_in, k, r = 12, 7, 5
+    Q, _ = torch.linalg.qr(torch.randn(d_in, k, dtype=torch.float64))
+    X = Q @ torch.randn(k, 50, dtype=torch.float64)
+    W0 = torch.randn(9, d_in, dtype=torch.float64)
+    f = kore_decompose(W0, X @ X.T, r)
+    assert (f.A @ X).norm() < 1e-10
+    assert f.null_energy < 1e-12
+    B_new = torch.randn_like(f.B) * 10
+    assert torch.allclose((f.W_res + B_new @ f.A) @ X, W0 @ X, atol=1e-9)
+
+
+def test_retention_bound_holds_on_full_rank_data():
+    torch.manual_seed(1)
+    C, X = _psd(16, seed=5)
+    W0 = torch.randn(10, 16, dtype=torch.float64)
+    f = kore_decompose(W0, C, 6)
+    for s in range(5):
+        dB = torch.randn(10, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(s))
+        drift = (dB @ f.A @ X).norm().item()
+        bound = retention_bound(dB, f.A, f.null_eigvals)
+        assert drift <= bound * (1 + 1e-9)
+        # the same update placed in the top-eigenvalue directions drifts much more
+    U_top = torch.linalg.eigh(C)[1][:, -6:]
+    assert (dB @ U_top.T @ X).norm() > (dB @ (f.A / f.A.norm(dim=1, keepdim=True)) @ X).norm()
+    assert math.isclose(
+        f.null_energy, f.null_eigvals.sum().item() / torch.trace(C).item(), rel_tol=1e-9
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,msg",
+    [
+        ({"r": 9}, ValueError, "exceeds"),
+        ({"r": 0}, ValueError, ">= 1"),
+        ({"r": 2.0}, TypeError, "int"),
+        ({"C": -torch.eye(8, dtype=torch.float64) + 0.01}, ValueError, "positive semi-definite"),
+        ({"C": torch.zeros(8, 8)}, ValueError, "all zeros"),
+        ({"C": torch.full((8, 8), float("nan"))}, ValueError, "NaN"),
+        ({"C": torch.eye(7)}, ValueError, "d_in=8"),
+        ({"C": torch.triu(torch.ones(8, 8))}, ValueError, "symmetric"),
+        ({"sigma_fuse": "X"}, ValueError, "sigma_fuse"),
+    ],
+)
+def test_bad_input_decompose(kwargs, exc, msg):
+    args = {"W0": torch.randn(12, 8), "C": torch.eye(8), "r": 2, **kwargs}
+    with pytest.raises(exc, match=msg):
+        kore_decompose(**args)
+
+
+# ---------------------------------------------------------------- covariance hook
+
+
+def test_covariance_hook_matches_hand_computation_and_masks_padding():
+    torch.set_num_threads(1)
+    model, tok = _lm()
+    batches = _batches(tok, n=2)
+    name = "model.layers.0.mlp.down_proj"
+    covs = collect_input_covariances(model, batches, lambda n, m: n == name)
+    # by hand: per sample, masked tokens, divide by |max|, sum x^T x / 256
+    from common.activations import capture
+
+    want = torch.zeros(128, 128)
+    with capture(model, [name], what="input") as store:
+        for b in batches:
+            model(**b)
+    for b, x in zip(batches, store[name]):
+        for i in range(x.shape[0]):
+            xi = x[i][b["attention_mask"][i].bool()]
+            xi = xi / xi.max().abs()
+            want += xi.T @ xi / 256
+    C = covs[name]
+    assert torch.allclose(C, want, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(C, C.T, atol=1e-6)
+    ev = torch.linalg.eigvalsh(C.double())
+    assert ev.min() >= -1e-6 * ev.max()
+    # padding excluded: changing padded tokens does not change C
+    b2 = [dict(b) for b in batches]
+    for b in b2:
+        b["input_ids"] = b["input_ids"].clone()
+        b["input_ids"][1, :3] = 5
+    C2 = collect_input_covariances(model, b2, lambda n, m: n == name)[name]
+    assert torch.allclose(C, C2, atol=1e-5)
+
+
+def test_covariance_bad_input():
+    model, tok = _lm()
+    f = lambda n, m: n.endswith("q_proj")  # noqa: E731
+    with pytest.raises(ValueError, match="attention_mask"):
+        collect_input_covariances(model, [{"input_ids": torch.ones(2, 4, dtype=torch.long)}], f)
+    with pytest.raises(ValueError, match="zero tokens"):
+        collect_input_covariances(model, [], f)
+    with pytest.raises(ValueError, match="normalize"):
+        collect_input_covariances(model, [], f, normalize="l2")
+    with pytest.raises(ValueError, match="nn.Linear"):
+        collect_input_covariances(model, [], lambda n, m: n.endswith("input_layernorm"))
+
+
+# ---------------------------------------------------------------- PEFT wrapping
+
+
+@pytest.fixture(scope="module")
+def kore_setup():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model, tok = _lm(seed=2)
+    calib = _batches(tok, n=3, seed=1)
+    covs = collect_input_covariances(model, calib)
+    probe = _batches(tok, n=1, seed=7)[0]
+    with torch.no_grad():
+        ref = model(**probe).logits
+    W0 = {n: w.clone() for n, w in effective_weights(model).items()}
+    return model, tok, covs, probe, ref, W0, calib
+
+
+def test_apply_kore_identity_freeze_and_export(kore_setup):
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    from common.tiny import tiny_causal_lm
+
+    model, tok, covs, probe, ref, W0, _ = kore_setup
+    pm = apply_kore(model, covs, r=4, target_modules=TARGETS)
+    with torch.no_grad():
+        out = pm(**probe).logits
+    assert torch.allclose(out, ref, atol=1e-4)
+    trainable = {n for n, p in pm.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_B" in n for n in trainable)
+    assert len(trainable) == 2 * len(TARGETS)
+    before = {n: p.detach().clone() for n, p in pm.named_parameters()}
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
+    labels = probe["input_ids"].masked_fill(probe["attention_mask"] == 0, -100)
+    pm.train()
+    pm(**probe, labels=labels).loss.backward()
+    opt.step()
+    pm.eval()
+    for n, p in pm.named_parameters():
+        changed = not torch.equal(p, before[n])
+        assert changed == ("lora_B" in n), n
+    # standard-LoRA export: W0 + (B' - B) A == merged weight, and it reproduces the logits
+    sd = export_standard_lora(pm)
+    eff = effective_weights(pm)
+    for key, A in sd.items():
+        if not key.endswith("lora_A.weight"):
+            continue
+        n = key[len("base_model.model.") : -len(".lora_A.weight")]
+        dB = sd[key.replace("lora_A", "lora_B")]
+        assert torch.allclose(W0[n] + dB @ A, eff[n], atol=1e-5)
+    base, _ = tiny_causal_lm("llama", seed=2)
+    std = get_peft_model(base.eval(), LoraConfig(r=4, lora_alpha=4, target_modules=TARGETS))
+    set_peft_model_state_dict(std, sd)
+    with torch.no_grad():
+        assert torch.allclose(std(**probe).logits, pm(**probe).logits, atol=1e-4)
+    # already wrapped
+    with pytest.raises(ValueError, match="already wrapped"):
+        apply_kore(pm, covs, r=4, target_modules=TARGETS)
+
+
+def test_apply_kore_unfrozen_A_and_bad_input(kore_setup):
+    _, _, covs, *_ = kore_setup
+    model, _ = _lm(seed=3)
+    with pytest.raises(ValueError, match="exceeds"):
+        apply_kore(model, covs, r=65, target_modules=["q_proj"])
+    with pytest.raises(ValueError, match="no covariance"):
+        apply_kore(model, {}, r=2, target_modules=["q_proj"])
+    with pytest.raises(ValueError, match="matched no module"):
+        apply_kore(model, covs, r=2, target_modules=["nope_proj"])
+    with pytest.raises(ValueError, match="nn.Linear"):
+        apply_kore(model, covs, r=2, target_modules=["input_layernorm"])
+    pm = apply_kore(model, covs, r=2, target_modules=["q_proj"], freeze_A=False)
+    trainable = {n for n, p in pm.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable)
+    with pytest.raises(ValueError, match="trainable"):
+        export_standard_lora(pm)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_metrics_hand_cases_and_paper_rows():
+    assert cover_exact_match("", "Paris") == 0.0
+    assert cover_exact_match("It is  paris, France", "Paris") == 1.0
+    assert token_f1("", "a b") == 0.0
+    assert token_f1("a b", "a b") == 1.0
+    assert math.isclose(token_f1("a b c d", "a b"), 2 * 0.5 * 1 / 1.5)
+    assert abs(hars(35.96, 40.00, 7.12, 46.74) - 82.81) < 0.02
+    assert abs(hars(16.77, 33.47, 7.12, 46.74) - 63.83) < 0.03
+    assert abs(hars(38.68, 45.35, 7.70, 49.51) - 85.46) < 0.03  # LLaVA-13B row
+    assert abs(avg_score(35.96, 40.00) - 37.98) < 1e-9
+    with pytest.raises(ValueError, match="ka0"):
+        hars(10, 10, 0, 10)
+    with pytest.raises(ValueError, match="ka must"):
+        hars(0, 10, 1, 10)
+    with pytest.raises(ValueError, match="empty"):
+        cover_exact_match("x", " ")
