@@ -34,8 +34,8 @@ from methods.swordsman.toy import EOS, MASK, PhraseGrammar, tiny_mdm, train_mdm
 logger = logging.getLogger(__name__)
 
 DEMO_OVERRIDES: list[str] = [
-    "method.toy.train_steps=60",
-    "method.toy.n_eval=6",
+    "method.toy.train_steps=40",
+    "method.toy.n_eval=4",
     "method.toy.hidden_size=32",
 ]
 HEADLINE: tuple[str, str] = ("swordsman/alignment", "fixed/alignment")
