@@ -8,6 +8,13 @@ state/response diversity (greedy max-sum diversification), and prune each kept a
 a window around the gold action's target element before fine-tuning.
 """
 
+from .pruning import (
+    PruneStats,
+    extract_target_bid,
+    prune_axtree_centered,
+    prune_axtree_prefix,
+    prune_record,
+)
 from .scoring import (
     JaccardSimilarity,
     TextSimilarity,
@@ -24,6 +31,11 @@ from .select import (
 )
 
 __all__ = [
+    "PruneStats",
+    "extract_target_bid",
+    "prune_axtree_centered",
+    "prune_axtree_prefix",
+    "prune_record",
     "JaccardSimilarity",
     "TextSimilarity",
     "TokenMatchSimilarity",

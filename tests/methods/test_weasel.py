@@ -196,3 +196,121 @@ def test_importance_normalisations():
     assert np.all(inc >= 0) and inc.sum() == pytest.approx(1.0)
     with pytest.raises(ValueError, match="normalize"):
         importance(goal, texts, sim, normalize="zscore")
+
+
+# ---------------------------------------------------------------- pruning (spec §3.2)
+
+from methods.weasel.pruning import (  # noqa: E402
+    HISTORY_HEADER,
+    extract_target_bid,
+    prune_axtree_centered,
+    prune_axtree_prefix,
+    prune_record,
+)
+
+
+def _prompt(n_bids: int, root_bid: bool = False) -> tuple[str, str, str]:
+    head = "# Instructions\n## Goal:\nbuy shoes\n\n# Observation of current step:\n## AXTree:\n"
+    root = "[1] RootWebArea 'Shop'" if root_bid else "RootWebArea 'Shop', focused"
+    lines = [root]
+    for i in range(2, n_bids + 2):
+        lines.append(f"\t[{i}] link 'item {i}'")
+        if i % 3 == 0:
+            lines.append(f"\t\tStaticText 'note {i} [edit]'")
+    tail = f"{HISTORY_HEADER}\nstep 1\n\n# Action space:\nclick(bid)\n"
+    return head, "\n".join(lines) + "\n\n", tail
+
+
+def _bid_lines(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"^\s*\[(\d+)\]", text, flags=re.M)
+
+
+@pytest.mark.parametrize("target", ["2", "20", "41"])
+def test_centered_keeps_target_and_window(target):
+    head, body, tail = _prompt(40)
+    out = prune_axtree_centered(head + body + tail, target, window=5)
+    assert out.startswith(head) and out.endswith(tail)  # byte-identical outside the tree
+    tree = out[len(head) : len(out) - len(tail)]
+    kept = _bid_lines(tree)
+    assert target in kept and len(kept) <= 11
+    assert all(abs(int(b) - int(target)) <= 5 for b in kept)
+    assert tree.count("RootWebArea") == 1 and tree.endswith("\n")
+    assert "\n" + HISTORY_HEADER in out
+
+
+def test_root_with_bid_in_window_emitted_once():
+    head, body, tail = _prompt(10, root_bid=True)
+    out = prune_axtree_centered(head + body + tail, "3", window=2)
+    assert out.count("RootWebArea") == 1
+
+
+def test_prefix_fallback_and_absent_target():
+    head, body, tail = _prompt(40)
+    prompt = head + body + tail
+    out = prune_axtree_prefix(prompt, max_bids=7)
+    assert _bid_lines(out[len(head) : len(out) - len(tail)]) == [str(i) for i in range(2, 9)]
+    assert out.startswith(head) and out.endswith(tail)
+    assert prune_axtree_centered(prompt, "999", window=3) == prompt
+    rec = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": prompt}]}
+    rec["messages"].append(
+        {"role": "assistant", "content": "<think>x</think><action>click('999')</action>"}
+    )
+    new, stats = prune_record(rec, window=3, fallback=7)
+    assert stats.fallback_threshold == 1 and new["messages"][1]["content"] == out
+    assert rec["messages"][1]["content"] == prompt  # input untouched
+
+
+def test_prune_record_counts_and_errors():
+    head, body, tail = _prompt(40)
+    prompt = head + body + tail
+
+    def rec(action: str, user: str = prompt) -> dict:
+        return {
+            "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": f"<think>r</think><action>{action}</action>"},
+            ]
+        }
+
+    _, st = prune_record(rec("click('20')"), window=3, fallback=7)
+    assert st.centered == 1 and st.tokens_after < st.tokens_before
+    for bad in ("click 20", "launch_rocket('4')", "scroll(0, 300)"):
+        prune_record(rec(bad), window=3, fallback=7, stats=st)
+    assert st.unparseable_action == 1 and st.unknown_action == 1 and st.threshold == 3
+    prune_record(rec("click('20')", user="no tree here"), stats=st)
+    assert st.missing_axtree == 1
+    prune_record({"messages": [{"role": "system", "content": "s"}]}, stats=st)
+    assert st.missing_messages == 1
+    with pytest.raises(ValueError, match="window"):
+        prune_record(rec("click('2')"), window=-1)
+    with pytest.raises(ValueError, match="fallback"):
+        prune_record(rec("click('2')"), fallback=0)
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        ("<action>click('a51')</action>", ("click", "a51")),
+        ("fill('b12', 'garden tools')", ("fill", "b12")),
+        ("drag_and_drop('3', '12')", ("drag_and_drop", "12")),
+        ("scroll(0, 300)", ("scroll", None)),
+        ("go_back()", ("go_back", None)),
+        ("teleport('5')", ("teleport", None)),
+        ("click 5", (None, None)),
+        ("", (None, None)),
+    ],
+)
+def test_extract_target_bid(action, expected):
+    assert extract_target_bid(action) == expected
+
+
+def test_compat_repo_regex_counts_bracket_text():
+    head, body, tail = _prompt(12)
+    prompt = head + body + tail
+    strict = prune_axtree_prefix(prompt, max_bids=3)
+    compat = prune_axtree_prefix(prompt, max_bids=3, compat_repo_regex=True)
+    # '[edit]' inside StaticText counts as a bid only in compat mode, so compat keeps fewer lines.
+    assert len(compat) < len(strict)
