@@ -49,6 +49,21 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# The same layout for multimodal turns: content may be a list of {"type": "image"} / {"type": "text"}
+# parts (TRL's and transformers' convention); each image part becomes one <image> placeholder.
+VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<image>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
 Arch = Literal["qwen2", "llama", "qwen3"]
 _ARCHS: dict[str, tuple[type, type]] = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
@@ -265,6 +280,6 @@ def tiny_llava(seed: int = 0, image_size: int = 32, patch_size: int = 8, hidden_
         vision_feature_select_strategy="default",
         image_token=IMAGE_TOKEN,
         num_additional_image_tokens=1,  # CLIP's CLS, removed again by the "default" strategy
-        chat_template=CHAT_TEMPLATE,
+        chat_template=VL_CHAT_TEMPLATE,
     )
     return model.eval(), processor

@@ -80,6 +80,15 @@ def test_tiny_llava_forward_and_generate(tiny_llava_model):
     )
 
 
+def test_tiny_llava_chat_template_takes_content_parts(tiny_llava_model):
+    _, processor = tiny_llava_model
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " describe"}]}]
+    text = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>user\n<image> describe<|im_end|>\n<|im_start|>assistant\n"
+    plain = [{"role": "user", "content": "hi"}]
+    assert processor.apply_chat_template(plain, tokenize=False).startswith("<|im_start|>user\nhi")
+
+
 def test_load_model_tiny_specs():
     m = load_model("tiny-llama", device="cpu", seed=5)
     assert type(m).__name__ == "LlamaForCausalLM" and m.dtype == torch.float32
