@@ -8,6 +8,15 @@ state/response diversity (greedy max-sum diversification), and prune each kept a
 a window around the gold action's target element before fine-tuning.
 """
 
+from .data import (
+    StepRecord,
+    Trajectory,
+    build_subset,
+    parse_agentlab_prompt,
+    parse_records,
+    segment_by_goal,
+)
+from .pipeline import WeaselConfig, WeaselSelector
 from .pruning import (
     PruneStats,
     extract_target_bid,
@@ -31,6 +40,14 @@ from .select import (
 )
 
 __all__ = [
+    "StepRecord",
+    "Trajectory",
+    "WeaselConfig",
+    "WeaselSelector",
+    "build_subset",
+    "parse_agentlab_prompt",
+    "parse_records",
+    "segment_by_goal",
     "PruneStats",
     "extract_target_bid",
     "prune_axtree_centered",

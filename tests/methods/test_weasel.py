@@ -314,3 +314,57 @@ def test_compat_repo_regex_counts_bracket_text():
     compat = prune_axtree_prefix(prompt, max_bids=3, compat_repo_regex=True)
     # '[edit]' inside StaticText counts as a bid only in compat mode, so compat keeps fewer lines.
     assert len(compat) < len(strict)
+
+
+# ---------------------------------------------------------------- data and pipeline (§3.1, §3.6)
+
+from methods.weasel.data import build_subset, parse_records, segment_by_goal  # noqa: E402
+from methods.weasel.pipeline import WeaselConfig, WeaselSelector  # noqa: E402
+
+
+def _rec(goal: str | None, action: str = "click('2')", n_bids: int = 6, extra: str = "") -> dict:
+    head, body, tail = _prompt(n_bids)
+    user = head + body + tail
+    user = user.replace("buy shoes", goal) if goal else user.replace("## Goal:\nbuy shoes\n", "")
+    return {
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": user + extra},
+            {"role": "assistant", "content": f"<think>why</think><action>{action}</action>"},
+        ]
+    }
+
+
+def test_segmentation_and_missing_goal():
+    recs = [_rec("A"), _rec("A"), _rec("B"), _rec("A")]
+    steps, _ = parse_records(recs)
+    trajs = segment_by_goal(steps)
+    assert [(t.goal, t.index) for t in trajs] == [("A", [0, 1]), ("B", [2]), ("A", [3])]
+    with pytest.raises(ValueError, match="allow_missing_goal"):
+        parse_records([_rec(None)])
+    steps, counts = parse_records([_rec(None), {"messages": []}], allow_missing_goal=True)
+    assert counts == {"skipped_no_message": 1, "missing_goal": 1}
+    with pytest.raises(ValueError, match="empty"):
+        parse_records([])
+
+
+def test_build_subset():
+    recs = [_rec("A", extra="x" * (50 if i % 2 else 0)) for i in range(10)]
+    limit = len(recs[0]["messages"][1]["content"])
+    out = build_subset(recs, list(range(10)), max_user_chars=limit, max_examples=3, seed=1)
+    assert len(out) == 3 and all(len(r["messages"][1]["content"]) <= limit for r in out)
+    assert out == build_subset(recs, list(range(10)), max_user_chars=limit, max_examples=3, seed=1)
+    assert len(build_subset(recs, [0, 1], max_examples=50)) == 2
+    with pytest.raises(IndexError, match="out of range"):
+        build_subset(recs, [0, 12])
+
+
+def test_selector_budget_per_trajectory():
+    recs = [_rec("A", f"click('{i + 2}')") for i in range(5)] + [_rec("B") for _ in range(2)]
+    sel = WeaselSelector(JaccardSimilarity(), WeaselConfig(window=1, fallback=3))
+    pruned, idx = sel.select_indices(recs)
+    assert len([i for i in idx if i < 5]) == 3 and [i for i in idx if i >= 5] == [5, 6]
+    assert sel.prune_stats.centered == 7
+    assert len(sel.run(recs)) == 5
+    with pytest.raises(ValueError, match="lam"):
+        WeaselConfig(lam=-0.1)

@@ -1,0 +1,118 @@
+"""End-to-end Weasel selection (spec §3.9): prune → segment → score → greedy → subset."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from .data import build_subset, parse_records, segment_by_goal
+from .pruning import PruneStats, prune_record
+from .scoring import TextSimilarity, distance_matrix, importance
+from .select import compute_budget, greedy_select
+
+__all__ = ["WeaselConfig", "WeaselSelector"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WeaselConfig:
+    """Selection settings; defaults are the official code's (spec §3.10)."""
+
+    lam: float = 1.0  # repo default λ
+    budget_mode: Literal["fixed", "percentage"] = "fixed"
+    budget_fixed: int = 3  # repo: 3 steps per trajectory
+    budget_pct: float = 0.25
+    normalize: Literal["minmax", "raw", "increment"] = "minmax"  # repo default
+    combine: Literal["max", "mean", "state", "response"] = "max"  # paper and repo
+    importance_off: bool = False  # diversity-only ablation (Φ ≡ 0)
+    prune: bool = True
+    window: int = 60  # repo w
+    fallback: int = 120  # repo F
+    compat_repo_regex: bool = False
+    max_user_chars: int = 40000  # repo
+    max_examples: int = 10000  # repo
+    seed: int = 0
+    allow_missing_goal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.lam < 0:
+            raise ValueError(f"lam must be >= 0, got {self.lam}")
+        compute_budget(4, self.budget_mode, self.budget_fixed, self.budget_pct)  # validates
+
+
+class WeaselSelector:
+    """Runs the Weasel pipeline over AgentLab-format chat records.
+
+    Args:
+        sim: the text similarity (a BERTScore-style scorer).
+        cfg: selection settings.
+
+    Example:
+        >>> sel = WeaselSelector(JaccardSimilarity(), WeaselConfig(budget_fixed=3))
+        >>> subset = sel.run(records)  # list of pruned chat records
+    """
+
+    def __init__(self, sim: TextSimilarity, cfg: WeaselConfig | None = None) -> None:
+        self.sim = sim
+        self.cfg = cfg or WeaselConfig()
+        self.prune_stats = PruneStats()
+        self.scores: list[dict] = []
+
+    def select_indices(self, records: Sequence[dict]) -> tuple[list[dict], list[int]]:
+        """Returns ``(pruned records, selected record indices)`` in trajectory order."""
+        c = self.cfg
+        if c.prune:
+            stats = PruneStats()
+            pruned = [
+                prune_record(r, c.window, c.fallback, stats, c.compat_repo_regex)[0]
+                for r in records
+            ]
+            self.prune_stats = stats
+        else:
+            pruned = list(records)
+        steps, _ = parse_records(pruned, allow_missing_goal=c.allow_missing_goal)
+        by_index = {s.index: s for s in steps}
+        selected: list[int] = []
+        self.scores = []
+        for traj in segment_by_goal(steps):
+            tr = [by_index[i] for i in traj.index]
+            n = len(tr)
+            if c.importance_off:
+                phi = np.zeros(n)
+            else:
+                phi = importance(traj.goal, [s.obs_history for s in tr], self.sim, c.normalize)
+            dist = distance_matrix(
+                [s.axtree for s in tr], [s.assistant for s in tr], self.sim, c.combine
+            )
+            budget = compute_budget(n, c.budget_mode, c.budget_fixed, c.budget_pct)
+            J = greedy_select(phi, dist, budget, c.lam) if n else []
+            selected += [traj.index[j] for j in J]
+            self.scores.append({"index": traj.index, "importance": phi.tolist(), "selected": J})
+        return pruned, selected
+
+    def run(self, records: Sequence[dict], sidecar: str | Path | None = None) -> list[dict]:
+        """The selected, pruned, length-filtered and capped training records (spec §3.6)."""
+        pruned, selected = self.select_indices(records)
+        c = self.cfg
+        out = build_subset(pruned, selected, c.max_user_chars, c.max_examples, c.seed)
+        if sidecar is not None:
+            Path(sidecar).write_text(
+                json.dumps(
+                    {
+                        "config": asdict(c),
+                        "prune": self.prune_stats.as_dict(),
+                        "trajectories": self.scores,
+                    }
+                )
+            )
+        logger.info(
+            "weasel: %d of %d steps selected, %d kept", len(selected), len(records), len(out)
+        )
+        return out
