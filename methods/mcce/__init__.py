@@ -7,6 +7,7 @@ synthesised from the shared archive by structural similarity to each prompt's pa
 
 from .core import Archive, Candidate
 from .dpo_data import build_similarity_pairs, format_response
+from .local import TrainableChat
 from .memory import TrajectoryMemory
 from .metrics import archive_metrics, diversity, hypervolume, top_k_auc, top_k_mean
 from .optimizer import MODES, LLMUnavailableError, MCCEConfig, MCCEOptimizer, MCCEResult
@@ -27,7 +28,6 @@ from .toy import SelfiesExplorer, TinyLMChat, build_selfies_tokenizer, pretrain_
 from .train import DPORoundConfig, dpo_loss_closed_form, run_dpo_round, run_sft_round
 
 __all__ = [
-    "MODES",
     "Archive",
     "Candidate",
     "DPORoundConfig",
@@ -35,12 +35,14 @@ __all__ = [
     "MCCEConfig",
     "MCCEOptimizer",
     "MCCEResult",
+    "MODES",
     "MoleculeProblem",
     "ParseStats",
     "Problem",
     "PromptBuilder",
     "SelfiesExplorer",
     "TinyLMChat",
+    "TrainableChat",
     "TrajectoryMemory",
     "archive_metrics",
     "build_selfies_tokenizer",

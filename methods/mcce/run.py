@@ -46,9 +46,11 @@ DEMO_OVERRIDES: list[str] = [
     "method.seeds=[0]",
     "method.arms=[coevolve_frozen,coevolve_dpo]",
     "method.warmup_steps=5",
-    "method.search.budget=56",
+    "method.warmup_molecules=300",
+    "method.warmup_pairs=64",
+    "method.search.budget=48",
     "method.search.pop_size=8",
-    "method.local_max_new_tokens=40",
+    "method.local_max_new_tokens=32",
 ]
 HEADLINE: tuple[str, str] = ("coevolve_dpo/hypervolume", "coevolve_frozen/hypervolume")
 
@@ -82,6 +84,7 @@ class MCCERunConfig:
     warmup_batch: int = 16
     warmup_lr: float = 3e-3
     warmup_pairs: int = 2000
+    warmup_molecules: int = 5000  # NCI molecules used for the vocabulary and warm-up parents
     max_parent_tokens: int = 24
     n_positions: int = 256
     local_temperature: float = 0.7  # repo: T=0.7, top_p=0.95
@@ -126,7 +129,7 @@ def build_toy_models(rc: MCCERunConfig) -> tuple[Any, Any]:
     import selfies as sf
 
     problem = toy_problem()
-    smiles = load_nci_smiles() + load_seed_smiles()
+    smiles = load_nci_smiles(rc.warmup_molecules) + load_seed_smiles()
     enc = []
     for s in smiles:
         try:
