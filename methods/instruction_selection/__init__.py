@@ -1,0 +1,64 @@
+"""Targeted instruction selection: representations × selectors (arXiv 2602.14696, ICML 2026).
+
+*A Critical Look at Targeted Instruction Selection: Disentangling What Matters (and What Doesn't)*,
+Nayak, Rodriguez-Diaz, Hulkund, Beery, Alvarez-Melis. Idea: choose a fine-tuning subset of a pool for
+a target task by (1) representing queries and candidates (model hidden states RDS+, sentence
+embeddings, or LESS gradient features) and (2) selecting from the query–candidate similarity matrix
+(round-robin, doubly-greedy, unbalanced OT, KNN); each selector approximately minimises a
+subset–query distance.
+"""
+
+from .distance import candidate_side_distance, query_cover_distance, wasserstein1
+from .experiments import distance_quantiles, spearman_table
+from .representations import (
+    LESSCheckpoint,
+    LESSFeaturizer,
+    RDSPlus,
+    SentenceEmbed,
+    adam_direction,
+    less_warmup,
+    rademacher_projection,
+    tulu_format,
+)
+from .selectors import (
+    doubly_greedy,
+    kde_density,
+    knn_kde,
+    knn_kde_probs,
+    knn_uniform,
+    knn_uniform_probs,
+    random_select,
+    round_robin,
+    top_k,
+    uot,
+    uot_plan,
+)
+from .similarity import cosine_matrix
+
+__all__ = [
+    "LESSCheckpoint",
+    "LESSFeaturizer",
+    "RDSPlus",
+    "SentenceEmbed",
+    "adam_direction",
+    "candidate_side_distance",
+    "cosine_matrix",
+    "distance_quantiles",
+    "doubly_greedy",
+    "kde_density",
+    "knn_kde",
+    "knn_kde_probs",
+    "knn_uniform",
+    "knn_uniform_probs",
+    "less_warmup",
+    "query_cover_distance",
+    "rademacher_projection",
+    "random_select",
+    "round_robin",
+    "spearman_table",
+    "top_k",
+    "tulu_format",
+    "uot",
+    "uot_plan",
+    "wasserstein1",
+]

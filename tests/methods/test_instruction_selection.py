@@ -1,0 +1,366 @@
+"""Tests for targeted instruction selection (spec §6 CI list, issue 12 "Must show" 1)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from methods.instruction_selection import (
+    LESSCheckpoint,
+    LESSFeaturizer,
+    RDSPlus,
+    adam_direction,
+    candidate_side_distance,
+    cosine_matrix,
+    distance_quantiles,
+    doubly_greedy,
+    kde_density,
+    knn_kde,
+    knn_kde_probs,
+    knn_uniform,
+    knn_uniform_probs,
+    query_cover_distance,
+    rademacher_projection,
+    random_select,
+    round_robin,
+    spearman_table,
+    top_k,
+    tulu_format,
+    uot,
+    uot_plan,
+    wasserstein1,
+)
+
+torch.set_num_threads(1)
+
+
+def _sim(M=5, N=50, seed=0, D=8):
+    rng = np.random.default_rng(seed)
+    return cosine_matrix(rng.normal(size=(M, D)), rng.normal(size=(N, D)))
+
+
+def _rr_naive(S, B):
+    """The spec's literal loop: cycle queries, each takes argmax over unused columns."""
+    used, order = set(), []
+    for i in itertools.cycle(range(S.shape[0])):
+        if len(order) == B:
+            return order
+        best = max((j for j in range(S.shape[1]) if j not in used), key=lambda j: (S[i, j], -j))
+        used.add(best)
+        order.append(best)
+
+
+# ---------------------------------------------------------------- similarity
+def test_cosine_matrix_range_chunking_and_identity():
+    rng = np.random.default_rng(0)
+    Q, X = rng.normal(size=(7, 5)), rng.normal(size=(11, 5))
+    S = cosine_matrix(Q, X, chunk=3)
+    assert S.shape == (7, 11) and S.dtype == np.float32
+    assert np.all(S <= 1) and np.all(S >= -1)
+    np.testing.assert_allclose(S, cosine_matrix(Q, X, chunk=1000), atol=1e-6)
+    np.testing.assert_allclose(cosine_matrix(Q, 3.0 * Q), cosine_matrix(Q, Q), atol=1e-6)
+    np.testing.assert_allclose(np.diag(cosine_matrix(Q, Q)), 1.0, atol=1e-6)
+    with pytest.raises(ValueError, match="feature dim"):
+        cosine_matrix(Q, rng.normal(size=(3, 4)))
+    with pytest.raises(ValueError, match="non-finite"):
+        cosine_matrix(np.full((2, 5), np.nan), X)
+    with pytest.raises(ValueError, match="unit norm"):
+        cosine_matrix(Q, X, normalize=False)
+
+
+# ---------------------------------------------------------------- round robin
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("B", [1, 5, 17, 50])
+def test_round_robin_matches_brute_force(seed, B):
+    S = _sim(seed=seed)
+    order = round_robin(S, B)
+    assert order == _rr_naive(S.astype(np.float64), B)
+    assert len(order) == B and len(set(order)) == B
+
+
+def test_round_robin_first_picks_are_row_argmaxes_and_prefixes_nest():
+    S = _sim(seed=3)
+    first = round_robin(S, 5)
+    if len(set(S.argmax(1))) == 5:
+        assert first == list(S.argmax(1))
+    assert round_robin(S, 30)[:5] == first
+
+
+def test_round_robin_ties_take_smallest_index():
+    S = np.zeros((2, 4), dtype=np.float32)
+    assert round_robin(S, 4) == [0, 1, 2, 3]
+
+
+def test_round_robin_cover_distance_never_increases():
+    S = _sim(seed=1)
+    order = round_robin(S, 40)
+    d = [query_cover_distance(S, order[:b]) for b in range(1, 41)]
+    assert all(b <= a + 1e-12 for a, b in zip(d, d[1:]))
+    # after M picks every query holds its own best candidate (distinct argmaxes here or not)
+    best = (1 - S).min(axis=1).mean()
+    assert query_cover_distance(S, order[:5]) >= best - 1e-6
+
+
+# ---------------------------------------------------------------- doubly greedy
+def test_doubly_greedy_is_argsort_of_column_max():
+    S = _sim(seed=2)
+    assert doubly_greedy(S, 50) == list(np.argsort(-S.max(0), kind="stable"))
+
+
+@pytest.mark.parametrize("B", [1, 2, 3, 4])
+def test_doubly_greedy_minimises_candidate_distance_brute_force(B):
+    S = _sim(M=3, N=9, seed=5)
+    best = min(candidate_side_distance(S, c) for c in itertools.combinations(range(9), B))
+    assert math.isclose(candidate_side_distance(S, doubly_greedy(S, B)), best, abs_tol=1e-9)
+
+
+def test_doubly_greedy_never_increases_its_sum_objective_per_step():
+    # Each step adds the closest remaining candidate: the added term min_i d_ij is non-decreasing,
+    # so no other B-subset has a smaller total at any step (checked above); the running total of the
+    # nested prefix equals the sorted cumulative sum.
+    S = _sim(seed=6)
+    order = doubly_greedy(S, 50)
+    terms = (1 - S).min(axis=0)[order]
+    assert np.all(np.diff(terms) >= -1e-9)
+
+
+# ---------------------------------------------------------------- UOT
+def test_uot_query_marginal_and_single_query():
+    S = _sim(M=4, N=30, seed=0)
+    T = uot_plan(S)
+    np.testing.assert_allclose(T.sum(axis=1), np.full(4, 0.25), atol=1e-6)
+    S1 = _sim(M=1, N=30, seed=1)
+    assert uot(S1, 1) == [int(S1.argmax())]
+    assert len(set(uot(S, 30))) == 30
+
+
+def test_uot_bad_input():
+    S = _sim()
+    with pytest.raises(ValueError, match="non-finite"):
+        uot(np.array([[0.1, np.inf]]), 1)
+    with pytest.raises(ValueError, match="eps"):
+        uot(S, 3, eps=0.0)
+
+
+# ---------------------------------------------------------------- KNN
+def test_knn_uniform_stopping_rule_and_mass():
+    S = _sim(M=4, N=60, seed=2)
+    alpha, C = 0.3, 0.05
+    p, K = knn_uniform_probs(S, alpha=alpha, C=C)
+    assert math.isclose(p.sum(), 1.0, abs_tol=1e-9) and (p >= 0).all()
+    d = np.sort(1 - S.astype(np.float64), axis=1)
+
+    def lhs(k):
+        return (alpha / C) * float((d[:, k : k + 1] - d[:, :k]).sum())
+
+    assert 1 <= K < 60
+    assert lhs(K) >= (1 - alpha) * 4
+    if K > 1:
+        assert lhs(K - 1) < (1 - alpha) * 4
+    # exactly the union of each query's K nearest gets mass, each query 1/(K M)
+    expect = np.zeros(60)
+    for row in np.argsort(1 - S, axis=1, kind="stable")[:, :K]:
+        expect[row] += 1 / (K * 4)
+    np.testing.assert_allclose(p, expect)
+
+
+def test_knn_uniform_runs_uniform_not_kde():
+    # The official code's "knn_uniform" silently ran KNN-KDE; here a dense cluster changes KDE
+    # masses but not the uniform ones.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 6))
+    X[:10] = X[0] + 0.01 * rng.normal(size=(10, 6))  # a dense cluster
+    Q = X[:3] + 0.1
+    S = cosine_matrix(Q, X)
+    p_u, K = knn_uniform_probs(S, alpha=0.3, C=0.05)
+    assert set(np.unique(p_u[p_u > 0])) <= {1 / (K * 3), 2 / (K * 3), 3 / (K * 3)} or np.allclose(
+        p_u * K * 3, np.round(p_u * K * 3)
+    )
+    p_k = knn_kde_probs(S, X, alpha=0.3, C=0.05, sigma=0.75, kde_k=40, max_k=40)
+    assert not np.allclose(p_u, p_k)
+
+
+def test_knn_permutation_equivariance():
+    S = _sim(M=3, N=40, seed=4)
+    perm = np.random.default_rng(1).permutation(40)
+    p, _ = knn_uniform_probs(S, alpha=0.3, C=0.05)
+    p2, _ = knn_uniform_probs(S[:, perm], alpha=0.3, C=0.05)
+    np.testing.assert_allclose(p2, p[perm])
+
+
+def test_knn_kde_probabilities_and_unit_density():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(50, 6))
+    S = cosine_matrix(rng.normal(size=(4, 6)), X)
+    p = knn_kde_probs(S, X, alpha=0.3, C=0.05, kde_k=50, max_k=50)
+    assert (p >= 0).all() and math.isclose(p.sum(), 1.0, abs_tol=1e-6)
+    # sigma -> 0: only the self term survives, kde ≡ 1
+    np.testing.assert_allclose(kde_density(X, np.arange(50), sigma=1e-3, kde_k=50), 1.0)
+    # with kde ≡ 1 the mass levels are the uniform ones: every accepted mass is 1/(M s)
+    p1 = knn_kde_probs(S, X, sigma=1e-3, alpha=0.3, C=0.05, kde_k=50, max_k=50)
+    assert math.isclose(p1.sum(), 1.0, abs_tol=1e-6)
+    order = knn_kde(S, X, 5, sigma=1e-3, alpha=0.3, C=0.05, kde_k=50, max_k=50, fill="max_sim")
+    assert len(set(order)) == 5
+
+
+def test_knn_fill_policy():
+    S = _sim(M=2, N=100, seed=0)
+    p, _ = knn_uniform_probs(S, alpha=0.5, C=1e-3)
+    n_pos = int((p > 0).sum())
+    with pytest.raises(ValueError, match="fill"):
+        knn_uniform(S, n_pos + 1, alpha=0.5, C=1e-3)
+    order = knn_uniform(S, n_pos + 5, alpha=0.5, C=1e-3, fill="max_sim")
+    assert len(set(order)) == n_pos + 5
+
+
+# ---------------------------------------------------------------- baselines + budgets
+def test_random_and_top_k_determinism():
+    assert random_select(100, 10, seed=3) == random_select(100, 10, seed=3)
+    assert random_select(100, 10, seed=3) != random_select(100, 10, seed=4)
+    assert top_k([0.1, 0.5, 0.5, -1.0], 2) == [1, 2]
+
+
+@pytest.mark.parametrize("fn", [round_robin, doubly_greedy, uot, knn_uniform])
+def test_budget_errors(fn):
+    S = _sim(M=2, N=10)
+    with pytest.raises(ValueError, match="B must"):
+        fn(S, 11)
+    with pytest.raises(ValueError, match="B must"):
+        fn(S, 0)
+    with pytest.raises(TypeError, match="B must"):
+        fn(S, 2.5)
+    with pytest.raises(ValueError, match="2-D"):
+        fn(np.zeros(10), 1)
+
+
+# ---------------------------------------------------------------- distances + experiments
+def test_wasserstein_closed_forms():
+    S = _sim(M=3, N=10, seed=0)
+    # one candidate: every query ships all its mass to it
+    assert math.isclose(wasserstein1(S, [4]), float((1 - S[:, 4]).mean()), abs_tol=1e-6)
+    # W1 >= the query-side cover distance (each query pays at least its nearest)
+    sub = [0, 1, 2, 3]
+    assert wasserstein1(S, sub) >= query_cover_distance(S, sub) - 1e-9
+    assert abs(wasserstein1(S, sub, reg=0.01) - wasserstein1(S, sub)) < 0.05
+
+
+def test_distance_quantiles_partition_and_spearman():
+    order = list(np.random.default_rng(0).permutation(103))
+    chunks = distance_quantiles(order, n_quantiles=10, per_quantile=100)
+    assert sum(chunks, []) == order  # a partition in order; the last absorbs the remainder
+    assert len(chunks[-1]) == 13
+    assert distance_quantiles(order, 10, 3)[1] == order[10:13]
+    rho = spearman_table({"up": [1, 2, 3, 5], "down": [4, 3, 2, 1]})
+    assert rho == {"up": 1.0, "down": -1.0}
+    with pytest.raises(ValueError, match="n_quantiles"):
+        distance_quantiles(order[:5], 10)
+
+
+# ---------------------------------------------------------------- representations
+def test_tulu_format():
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " yo "}]
+    assert tulu_format(msgs, eos="</s>") == "<|user|>\nhi\n<|assistant|>\nyo</s>"
+    with pytest.raises(ValueError, match="role"):
+        tulu_format([{"role": "bot", "content": "x"}])
+
+
+def test_rds_pooling_matches_hand_computation(tiny_qwen2):
+    model, tok = tiny_qwen2
+    rds = RDSPlus(model, tok)
+    text = "What is 2 plus 3?"
+    with torch.no_grad():
+        enc = tok(text, return_tensors="pt")
+        h = model(**enc, output_hidden_states=True).hidden_states[-1][0]  # [T, D]
+    T = h.shape[0]
+    w = torch.arange(1, T + 1, dtype=torch.float32) * 2 / (T * (T + 1))
+    expect = torch.nn.functional.normalize((w[:, None] * h).sum(0), dim=0)
+    torch.testing.assert_close(rds.encode([text])[0], expect, atol=1e-5, rtol=1e-5)
+
+
+def test_projection_preserves_inner_products_in_expectation():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(1, 64, generator=g), torch.randn(1, 64, generator=g)
+    vals = torch.stack(
+        [
+            (rademacher_projection(x, 16, seed=s) * rademacher_projection(y, 16, seed=s)).sum()
+            for s in range(200)
+        ]
+    )
+    se = vals.std() / math.sqrt(200)
+    assert abs(vals.mean() - (x * y).sum()) < 3 * se
+    # same seed, same map, across block sizes
+    torch.testing.assert_close(
+        rademacher_projection(x, 8, seed=1, block=64), rademacher_projection(x, 8, seed=1)
+    )
+
+
+def test_adam_direction_formula():
+    g, m, v = (
+        torch.tensor([1.0, -2.0, 0.5]),
+        torch.tensor([0.1, 0.0, -0.2]),
+        torch.tensor([0.01, 0.0, 0.04]),
+    )
+    m2 = 0.9 * m + 0.1 * g
+    v2 = 0.999 * v + 0.001 * g**2
+    torch.testing.assert_close(adam_direction(g, m, v), m2 / torch.sqrt(v2 + 1e-8))
+
+
+def test_less_features_equal_hand_projected_gradient(tiny_qwen2):
+    from peft import LoraConfig, get_peft_model
+
+    base, tok = tiny_qwen2
+    import copy
+
+    model = get_peft_model(
+        copy.deepcopy(base),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], lora_dropout=0.0),
+    )
+    torch.manual_seed(0)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    ck = LESSCheckpoint(
+        params={n: torch.randn_like(p) * 0.1 for n, p in named},
+        exp_avg={n: torch.randn_like(p) * 0.01 for n, p in named},
+        exp_avg_sq={n: torch.rand_like(p) * 1e-4 for n, p in named},
+        lr=1.0,
+    )
+    less = LESSFeaturizer(model, tok, [ck], proj_dim=16, seed=0)
+    row = {
+        "messages": [
+            {"role": "user", "content": "Add 2 and 3."},
+            {"role": "assistant", "content": "5"},
+        ]
+    }
+    feat = less.encode_pool([row])[0][0]
+    qfeat = less.encode_queries([{"prompts": "Add 2 and 3.\n", "labels": "5"}])[0][0]
+    # by hand: load params, backward on the assistant-only loss, Adam step direction, project
+    with torch.no_grad():
+        for n, p in named:
+            p.copy_(ck.params[n])
+    eos = tok.eos_token
+    pre = tok("<|user|>\nAdd 2 and 3.\n<|assistant|>\n", add_special_tokens=False)["input_ids"]
+    ans = tok("5" + eos, add_special_tokens=False)["input_ids"]
+    tail = tok("\n", add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([pre + ans + tail])
+    labels = torch.tensor([[-100] * len(pre) + ans + [-100] * len(tail)])
+    model.zero_grad()
+    model(input_ids=ids, labels=labels).loss.backward()
+    g = torch.cat([p.grad.reshape(-1) for _, p in named])
+    m = torch.cat([ck.exp_avg[n].reshape(-1) for n, _ in named])
+    v = torch.cat([ck.exp_avg_sq[n].reshape(-1) for n, _ in named])
+    m2, v2 = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+    expect = rademacher_projection((m2 / torch.sqrt(v2 + 1e-8))[None], 16, seed=0)[0]
+    torch.testing.assert_close(feat, expect / expect.norm(), atol=1e-5, rtol=1e-4)
+    assert abs(float(qfeat.norm()) - 1) < 1e-5
+    S = less.similarity(
+        less.encode_queries([{"prompts": "Add 2 and 3.\n", "labels": "5"}]), [feat[None]]
+    )
+    assert S.shape == (1, 1)
+    with pytest.raises(ValueError, match="proj_dim"):
+        LESSFeaturizer(model, tok, [ck], proj_dim=10**7)
+    bad = LESSCheckpoint(params={}, exp_avg=None, exp_avg_sq=None, lr=1.0)
+    with pytest.raises(ValueError, match="params"):
+        LESSFeaturizer(model, tok, [bad], proj_dim=16)
