@@ -182,11 +182,13 @@ def _evaluate(model, tok, problems, codebook, cfg: ThreadWeaverConfig, parallel:
     engine = HFGenerateEngine(model, tok.pad_token_id, batch_size=cfg.eval_batch_size)
     orch = ParallelOrchestrator(engine, tok, ocfg)
     rollouts = orch.run_many([_prompt_ids(tok, p) for p in problems])
-    rows = []
+    rows, samples = [], []
     for p, r in zip(problems, rollouts):
         text = tok.decode(r.response_ids, skip_special_tokens=False)
         gold = [codebook[s][-1] for s in p]
         ok = _answer(text) == gold
+        if len(samples) < 3:
+            samples.append({"gold": " ".join(gold), "response": text})
         rows.append(
             {
                 "k": len(p),
@@ -199,7 +201,7 @@ def _evaluate(model, tok, problems, codebook, cfg: ThreadWeaverConfig, parallel:
                 "malformed": sum(r.malformed.values()),
             }
         )
-    return {"rows": rows}
+    return {"rows": rows, "samples": samples}
 
 
 def _summary(rows: list[dict], seq_rows: list[dict] | None) -> dict[str, float]:
@@ -303,5 +305,6 @@ def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str,
             rows = [x for x in r["rows"] if x["k"] == k]
             by_k[arm][f"acc_k{k}"] = sum(x["correct"] for x in rows) / max(1, len(rows))
     extra["accuracy_by_k"] = dict(by_k)
+    extra["samples"] = {arm: r["samples"] for arm, r in results.items()}
     extra["wall_time_s"] = round(time.time() - t0, 1)
     return metrics, extra
