@@ -16,7 +16,9 @@ logger = logging.getLogger(__name__)
 
 DEMO_OVERRIDES = [
     "method.arms=[head,lora,slicefine]",
-    "method.steps=40",
+    "method.steps=30",
+    "method.seeds=[0]",
+    "method.encoder_layers=2",
     "method.n_train=400",
     "method.n_test=200",
     "method.diagnostics=false",
@@ -35,7 +37,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         raise ValueError(f"method.task must be 'toy' or 'glue', got {task!r}")
     tc = ToyConfig(**fields)  # unknown keys raise TypeError
     t0 = time.time()
-    encoder, tok = load_minilm()
+    encoder, tok = load_minilm(tc.encoder_layers)
     seeds = [int(cfg.seed) + s for s in tc.seeds]
     per_arm: dict[str, list[dict]] = {a: [] for a in tc.arms}
     for seed in seeds:
