@@ -48,7 +48,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.warmup_steps=5",
     "method.warmup_molecules=300",
     "method.warmup_pairs=64",
-    "method.search.budget=48",
+    "method.search.budget=44",
+    "method.search.n_pairs_max=8",
+    "method.search.dpo.num_train_epochs=1",
+    "method.search.dpo.per_device_train_batch_size=4",
     "method.search.pop_size=8",
     "method.local_max_new_tokens=32",
 ]

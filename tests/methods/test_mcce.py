@@ -20,7 +20,6 @@ from methods.mcce import (
     ParseStats,
     PromptBuilder,
     SelfiesExplorer,
-    TinyLMChat,
     build_selfies_tokenizer,
     build_similarity_pairs,
     dpo_loss_closed_form,
@@ -408,29 +407,6 @@ def test_resume_after_kill_loses_nothing(tmp_path):
     assert res.history[0]["model"] == "init" and len(res.history) > len(opt.history)
 
 
-def test_coevolve_dpo_trains_local_model(tiny_selfies_lm):
-    tok, seeds = tiny_selfies_lm
-    model = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=256, seed=0)
-    local = TinyLMChat(model, tok, max_new_tokens=24, seed=0)
-    cfg = MCCEConfig(
-        mode="coevolve_dpo",
-        pop_size=4,
-        budget=60,
-        experience_prob=0.0,
-        prompt_style="compact",
-        response_sep="",
-        conversational=False,
-        min_archive_for_training=4,
-        dpo=DPORoundConfig(learning_rate=1e-3, per_device_train_batch_size=2, max_length=256),
-    )
-    res = MCCEOptimizer(toy_problem(), _explorer_chat(0), local, cfg, seeds[:20]).run(
-        max_generations=2
-    )
-    assert len(res.train_log) == 1 and res.train_log[0]["dpo/steps"] >= 1
-    assert {h["model"] for h in res.history} == {"init", "local", "api"}
-    assert res.history[1]["model"] == "local"  # the local model starts (official order)
-
-
 # ----------------------------------------------------------------- oracles / bad input
 def test_paper_problem_oracle_path(tmp_path):
     class StandIn:
@@ -514,6 +490,8 @@ def test_paper_config_and_chat_template_path(tiny_qwen2):
     res = MCCEOptimizer(prob, api, local, cfg, load_seed_smiles()[:12]).run(max_generations=2)
     assert "<candidate>" in api.calls[0][0]["content"] and "total:" in api.calls[0][0]["content"]
     assert len(res.train_log) == 1 and res.train_log[0]["dpo/steps"] >= 1
+    assert {h["model"] for h in res.history} == {"init", "local", "api"}
+    assert res.history[1]["model"] == "local"  # the local model starts (official order)
 
 
 def test_sft_round_is_completion_only_nll(tiny_selfies_lm):
