@@ -199,6 +199,7 @@ class MultiFidelityEvolution:
         self.surrogate = FidelitySurrogate(
             min_samples=self.cfg.surrogate_min_samples, seed=self.seed
         )
+        self.surrogate_keys: list[str] = []
         self.next_gen = 0
 
     # -- evaluation with a persistent cache
@@ -231,6 +232,7 @@ class MultiFidelityEvolution:
             "rng": self.rng.bit_generator.state,
             "op_counts": self.op_counts,
             "n_evals": self.n_evals,
+            "surrogate_keys": self.surrogate_keys,
         }
         tmp = self.checkpoint.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -255,9 +257,11 @@ class MultiFidelityEvolution:
         self.rng.bit_generator.state = st["rng"]
         self.op_counts, self.n_evals = st["op_counts"], st["n_evals"]
         self.next_gen = st["next_gen"]
-        for rec in self.records.values():  # the surrogate refits deterministically from the pairs
-            if rec.phigh is not None:
-                self.surrogate.update(self._features(rec), rec.phigh)
+        self.surrogate_keys = list(st["surrogate_keys"])
+        for key in self.surrogate_keys:  # same pairs in the same order: the refit is identical
+            rec = self.records[key]
+            self.surrogate.update(self._features(rec), rec.phigh, refit=False)
+        self.surrogate.fit()
         logger.info(
             "resumed AutoQRA search at generation %d (%d records)", self.next_gen, len(self.records)
         )
@@ -291,7 +295,9 @@ class MultiFidelityEvolution:
             if rec.mem > self.budget:  # never promote an over-budget configuration
                 continue
             rec.phigh = self._evaluate(rec.cfg, "high").perf
-            self.surrogate.update(self._features(rec), rec.phigh)
+            self.surrogate.update(self._features(rec), rec.phigh, refit=False)
+            self.surrogate_keys.append(rec.cfg.key())
+        self.surrogate.fit()
 
     def _offspring(self) -> list[tuple[QRConfig, str]]:
         parents = [self.records[k].cfg for k in self.population]

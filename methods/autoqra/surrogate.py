@@ -66,10 +66,18 @@ class FidelitySurrogate:
     def is_fitted(self) -> bool:
         return self.net is not None
 
-    def update(self, x: np.ndarray, p_high: float) -> None:
-        """Add one (features, P_high) pair and refit from scratch (deterministic) once enough exist."""
+    def update(self, x: np.ndarray, p_high: float, refit: bool = True) -> None:
+        """Add one (features, P_high) pair; refit from scratch (deterministic) once enough exist.
+
+        The search adds a generation's pairs with ``refit=False`` and calls ``fit()`` once.
+        """
         self.X.append(np.asarray(x, dtype=np.float64))
         self.y.append(float(p_high))
+        if refit:
+            self.fit()
+
+    def fit(self) -> None:
+        """Refit on the whole buffer if it holds at least ``min_samples`` pairs."""
         if len(self.y) >= self.min_samples:
             self._fit()
 

@@ -1,0 +1,390 @@
+"""Tests for methods.autoqra (spec §6 CI tests, §8 bad input, issue 14 "Must show")."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from methods.autoqra import (  # noqa: E402
+    AutoQRA,
+    BudgetInfeasibleError,
+    EvolutionConfig,
+    FidelitySurrogate,
+    Importance,
+    MemoryModel,
+    MultiFidelityEvolution,
+    ProxyEvaluator,
+    QRConfig,
+    SearchSpace,
+    all_atomic_neighbors,
+    atomic_distance,
+    atomic_neighbors,
+    build_quantized_lora_model,
+    constrained_fronts,
+    crowding_distance,
+    expected_improvement,
+    fake_quantize,
+    held_bytes,
+    hypervolume_2d,
+    repair_to_budget,
+    warm_start,
+)
+
+torch.set_num_threads(1)
+Q, R = (2, 3, 4, 8), (4, 8, 16)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg)
+
+
+def _setup(L=3, seed=0):
+    rng = np.random.default_rng(seed)
+    space = SearchSpace(Q, R, L)
+    mem = MemoryModel(rng.integers(1000, 5000, L) * 128, rng.integers(100, 400, L), group_size=128)
+    imp = Importance(rng.random(L), rng.random(L))
+    return space, mem, imp
+
+
+# ---------------------------------------------------------------- memory (Eq. 1)
+def test_memory_closed_form_and_monotone():
+    mem = MemoryModel([1280, 2560], [10, 20], lora_bits=16, group_size=128, meta_bits=16)
+    cfg = QRConfig((2, 4), (4, 8))
+    expect = (1280 * 2 / 8 + 10 * 4 * 2 + 10 * 4) + (2560 * 4 / 8 + 20 * 8 * 2 + 20 * 4)
+    assert mem.total_bytes(cfg) == pytest.approx(expect, abs=0)
+    space = SearchSpace(Q, R, 2)
+    for c in [QRConfig(q, r) for q in itertools.product(Q, Q) for r in itertools.product(R, R)][
+        :40
+    ]:
+        for n in all_atomic_neighbors(c, space):
+            up = sum(n.q) > sum(c.q) or sum(n.r) > sum(c.r)
+            assert (mem.total_bytes(n) > mem.total_bytes(c)) == up
+
+
+def test_memory_matches_hf_config_and_peft(tiny_llama):
+    from peft import LoraConfig, get_peft_model
+
+    mm = MemoryModel.from_hf_config(tiny_llama.config, group_size=32)
+    for i, layer in enumerate(tiny_llama.model.layers):
+        numel = sum(
+            m.weight.numel() for n, m in layer.named_modules() if isinstance(m, torch.nn.Linear)
+        )
+        assert mm.layer_params[i] == numel
+    pm = get_peft_model(
+        __import__("copy").deepcopy(tiny_llama),
+        LoraConfig(
+            r=4,
+            target_modules=[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ],
+        ),
+    )
+    n_train = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    assert n_train / 4 == mm.lora_params_per_rank.sum()
+
+
+def test_memory_equals_bytes_held_by_built_model(tiny_llama):
+    """Issue must-show: the analytic M(C) is checked against the packed model, not assumed."""
+    mm = MemoryModel.from_hf_config(tiny_llama.config, group_size=32)
+    for cfg in [QRConfig((2, 3, 8), (4, 16, 8)), QRConfig((4, 4, 4), (8, 8, 8))]:
+        pm = build_quantized_lora_model(tiny_llama, cfg, backend="fake", group_size=32)
+        assert held_bytes(pm) == pytest.approx(mm.total_bytes(cfg), abs=0)
+
+
+def test_budget_from_reference_binds_and_infeasible_budget_message():
+    space, mem, imp = _setup()
+    B = mem.budget_from_reference(4, 8)
+    assert mem.total_bytes(QRConfig.uniform(3, 8, 16)) > B  # the budget binds
+    m_min = mem.total_bytes(space.minimum())
+    with pytest.raises(BudgetInfeasibleError, match=f"{m_min:.0f}"):
+        MultiFidelityEvolution(space, mem, imp, ProxyEvaluator(space, mem, imp, B), m_min - 1)
+    with pytest.raises(ValueError, match="budget"):
+        mem.check_budget(0.0, space.minimum())
+
+
+# ---------------------------------------------------------------- fake quantisation
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_fake_quantize_levels_bound_idempotent(bits):
+    torch.manual_seed(bits)
+    w = torch.randn(16, 64) * 0.1
+    wq = fake_quantize(w, bits, 32)
+    groups = wq.reshape(-1, 32)
+    assert max(len(torch.unique(g)) for g in groups) <= 2**bits
+    g = w.reshape(-1, 32)
+    step = (g.max(1).values - g.min(1).values) / (2**bits - 1)
+    assert torch.all(
+        (wq - w).reshape(-1, 32).abs() <= step[:, None] / 2 + 1e-3 * step[:, None] + 1e-6
+    )
+    torch.testing.assert_close(fake_quantize(wq, bits, 32), wq, atol=1e-6, rtol=0)
+
+
+def test_fake_quantize_error_decreases_and_8bit_is_real():
+    torch.manual_seed(0)
+    w = torch.randn(64, 64)
+    errs = [float((fake_quantize(w, b, 32) - w).norm() / w.norm()) for b in (2, 3, 4, 8)]
+    assert all(a > b for a, b in zip(errs, errs[1:]))
+    assert 0 < errs[-1] < 0.01  # 8-bit: small but nonzero error, so really quantised
+    assert len(torch.unique(fake_quantize(w, 8, 32).reshape(-1, 32)[0])) <= 256
+
+
+def test_fake_quantize_bad_input():
+    with pytest.raises(ValueError, match="bits"):
+        fake_quantize(torch.randn(4, 32), 16, 32)
+    with pytest.raises(ValueError, match="group_size"):
+        fake_quantize(torch.randn(4, 30), 4, 32)
+    with pytest.raises(TypeError, match="weight"):
+        fake_quantize(np.zeros((4, 32)), 4, 32)
+
+
+# ---------------------------------------------------------------- LoRA builder
+def test_builder_ranks_alpha_frozen_and_8bit_quantised(tiny_llama):
+    cfg = QRConfig((2, 8, 4), (4, 16, 8))
+    pm = build_quantized_lora_model(tiny_llama, cfg, group_size=32)
+    for name, mod in pm.named_modules():
+        if hasattr(mod, "lora_A") and "layers." in name:
+            layer = int(name.split("layers.")[1].split(".")[0])
+            assert mod.lora_A["default"].weight.shape[0] == cfg.r[layer]
+            assert mod.lora_alpha["default"] == 2 * cfg.r[layer]
+            assert not mod.base_layer.weight.requires_grad
+            assert mod.base_layer.autoqra_quant.bits == cfg.q[layer]
+            w0 = dict(tiny_llama.named_parameters())[
+                name.replace("base_model.model.", "") + ".weight"
+            ]
+            assert not torch.equal(mod.base_layer.weight, w0)  # 8-bit is quantised too
+    assert all(p.requires_grad == ("lora_" in n) for n, p in pm.named_parameters())
+
+
+def test_builder_bad_input(tiny_llama):
+    with pytest.raises(ValueError, match="3 layers|2 layers"):
+        build_quantized_lora_model(tiny_llama, QRConfig((4, 4), (4, 4)), group_size=32)
+    with pytest.raises(ValueError, match="backend"):
+        build_quantized_lora_model(tiny_llama, QRConfig.uniform(3, 4, 4), backend="gptq")
+    with pytest.raises(TypeError, match="cfg"):
+        build_quantized_lora_model(tiny_llama, {"q": [4] * 3}, group_size=32)
+    with pytest.raises(ValueError, match="model.layers"):
+        build_quantized_lora_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), QRConfig((4,), (4,)))
+    broken = torch.nn.Module()
+    broken.model = torch.nn.Module()
+    broken.model.layers = torch.nn.ModuleList([torch.nn.Module()])
+    with pytest.raises(ValueError, match=r"missing projection.*layers\.0\.self_attn\.q_proj"):
+        build_quantized_lora_model(broken, QRConfig((4,), (4,)), copy_model=False)
+    try:
+        import hqq  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="hqq"):
+            build_quantized_lora_model(tiny_llama, QRConfig.uniform(3, 4, 4), backend="hqq")
+
+
+# ---------------------------------------------------------------- space / operators
+def test_space_bad_input():
+    for bad in ([], [2, 2], [0, 4]):
+        with pytest.raises(ValueError, match="Q"):
+            SearchSpace(bad, R, 3)
+    space = SearchSpace(Q, R, 3)
+    with pytest.raises(ValueError, match="num_layers"):
+        space.validate(QRConfig((4, 4), (4, 4)))
+    with pytest.raises(ValueError, match="ladder"):
+        space.validate(QRConfig((4, 5, 4), (4, 4, 4)))
+    with pytest.raises(ValueError, match="NaN"):
+        Importance([0.1, np.nan], [0, 1])
+    with pytest.raises(ValueError, match="pop"):
+        EvolutionConfig(pop=1)
+    with pytest.raises(ValueError, match="promote_k"):
+        EvolutionConfig(pop=4, promote_k=5)
+
+
+def test_repair_feasible_greedy_and_never_raises():
+    space, mem, imp = _setup(L=3, seed=1)
+    B = mem.budget_from_reference(4, 8)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        c = QRConfig(tuple(rng.choice(Q, 3)), tuple(rng.choice(R, 3)))
+        out = repair_to_budget(c, space, mem, imp, B)
+        assert mem.total_bytes(out) <= B
+        assert all(a <= b for a, b in zip(out.q, c.q)) and all(a <= b for a, b in zip(out.r, c.r))
+        if mem.total_bytes(c) <= B:
+            assert out == c
+    # first downgrade equals a brute-force argmin of (I + eps) / dM
+    c = space.maximum()
+    best, arg = np.inf, None
+    for n in all_atomic_neighbors(c, space):
+        i = next(j for j in range(3) if n.q[j] != c.q[j] or n.r[j] != c.r[j])
+        imp_t = imp.I_q[i] if n.q[i] != c.q[i] else imp.I_r[i]
+        ratio = (imp_t + 1e-8) / (mem.total_bytes(c) - mem.total_bytes(n))
+        if ratio < best:
+            best, arg = ratio, n
+    one_step_budget = mem.total_bytes(arg) + 0.5
+    assert mem.total_bytes(c) > one_step_budget
+    assert repair_to_budget(c, space, mem, imp, one_step_budget) == arg
+    with pytest.raises(BudgetInfeasibleError, match="at least"):
+        repair_to_budget(c, space, mem, imp, mem.total_bytes(space.minimum()) - 1)
+
+
+def test_atomic_distance_metric_and_neighbours():
+    space = SearchSpace(Q, R, 4)
+    rng = np.random.default_rng(0)
+    cfgs = [QRConfig(tuple(rng.choice(Q, 4)), tuple(rng.choice(R, 4))) for _ in range(12)]
+    for a, b, c in itertools.product(cfgs[:6], repeat=3):
+        d = atomic_distance
+        assert (d(a, b, space) == 0) == (a == b)
+        assert d(a, b, space) == d(b, a, space)
+        assert d(a, c, space) <= d(a, b, space) + d(b, c, space)
+    for c in cfgs:
+        nb = all_atomic_neighbors(c, space)
+        expect = sum(
+            (space.idx_q(q) > 0)
+            + (space.idx_q(q) < len(Q) - 1)
+            + (space.idx_r(r) > 0)
+            + (space.idx_r(r) < len(R) - 1)
+            for q, r in zip(c.q, c.r)
+        )
+        assert len(set(nb)) == len(nb) == expect
+        assert all(atomic_distance(c, n, space) == 1 for n in atomic_neighbors(c, space, 5, rng))
+
+
+def test_warm_start_exact():
+    space = SearchSpace(Q, R, 3)
+    imp = Importance([0.0, 1.0, 0.5], [0.0, 1.0, 0.5])
+    c = warm_start(space, imp)
+    assert (c.q[0], c.r[0]) == (2, 4) and (c.q[1], c.r[1]) == (8, 16)
+    assert c.q[2] == space.round_Q(5.0) == 4 and c.r[2] == space.round_R(10.0) == 8
+    assert space.round_Q(3.5) == 3  # tie -> the lower value
+    with pytest.raises(ValueError, match="layers"):
+        warm_start(SearchSpace(Q, R, 4), imp)
+
+
+# ---------------------------------------------------------------- NSGA-II, HV, EI, surrogate
+def test_constrained_sort_vs_bruteforce_and_crowding():
+    rng = np.random.default_rng(0)
+    F = rng.random((25, 2))
+    viol = np.where(rng.random(25) < 0.3, rng.random(25), 0.0)
+    fronts = constrained_fronts(F, viol)
+    rank = np.empty(25, int)
+    for k, fr in enumerate(fronts):
+        rank[fr] = k
+    feas = viol <= 0
+    first = [
+        i
+        for i in np.flatnonzero(feas)
+        if not any(np.all(F[j] <= F[i]) and np.any(F[j] < F[i]) for j in np.flatnonzero(feas))
+    ]
+    assert sorted(fronts[0].tolist()) == sorted(first)
+    assert rank[feas].max() < rank[~feas].min()  # feasible never behind infeasible
+    x = rng.random(7)
+    front = np.stack([x, 1 - x], axis=1)  # all mutually non-dominated
+    cd = crowding_distance(front)
+    assert np.isinf(cd[np.argmin(x)]) and np.isinf(cd[np.argmax(x)]) and np.isfinite(cd).sum() == 5
+
+
+def test_hypervolume_2d_vs_grid():
+    F = np.array([[0.1, 0.8], [0.4, 0.4], [0.7, 0.2]])
+    ref = np.array([1.0, 1.0])
+    g = np.linspace(0, 1, 401)[:-1] + 1 / 800
+    X, Y = np.meshgrid(g, g)
+    dom = np.zeros_like(X, bool)
+    for f in F:
+        dom |= (f[0] <= X) & (f[1] <= Y)
+    assert hypervolume_2d(F, ref) == pytest.approx(dom.mean(), abs=5e-3)
+    assert hypervolume_2d(F, ref) == pytest.approx(0.9 * 0.2 + 0.6 * 0.4 + 0.3 * 0.4 - 0.0, abs=0.2)
+
+
+def test_expected_improvement_closed_form():
+    assert expected_improvement([0.5], [0.3], 0.5)[0] == pytest.approx(0.3 / np.sqrt(2 * np.pi))
+    assert expected_improvement([0.1], [1e-12], 0.5)[0] == 0.0
+    mu, sd, f = 0.2, 0.5, 0.4
+    y = np.random.default_rng(0).normal(mu, sd, 400_000)
+    assert expected_improvement([mu], [sd], f)[0] == pytest.approx(
+        np.maximum(y - f, 0).mean(), abs=1e-2
+    )
+    assert np.all(expected_improvement(np.linspace(-1, 1, 9), np.full(9, 0.2), 0.3) >= 0)
+
+
+def test_surrogate_identity_then_fits_linear_map():
+    s = FidelitySurrogate(min_samples=10, seed=0)
+    rng = np.random.default_rng(0)
+    x0 = rng.random(9)
+    assert s.predict(x0) == x0[0] and not s.is_fitted
+    X = rng.random((60, 9))
+    for x in X[:-1]:
+        s.update(x, 2 * x[0] + 0.1, refit=False)
+    assert not s.is_fitted
+    s.update(X[-1], 2 * X[-1, 0] + 0.1)
+    Xt = rng.random((30, 9))
+    pred = np.array([s.predict(x) for x in Xt])
+    y = 2 * Xt[:, 0] + 0.1
+    r2 = 1 - ((pred - y) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    assert r2 > 0.9
+
+
+# ---------------------------------------------------------------- end-to-end proxy search
+def _proxy(L=8, seed=0):
+    space, mem, imp = _setup(L=L, seed=seed)
+    B = mem.budget_from_reference(4, 8)
+    return space, mem, imp, B, ProxyEvaluator(space, mem, imp, B, seed=seed)
+
+
+def test_proxy_search_feasible_deterministic_and_uses_paper_operators(tmp_path):
+    space, mem, imp, B, ev = _proxy()
+    evo = EvolutionConfig(pop=10, gens=2, promote_k=3, k_neighbors=3)
+    s1, sel = AutoQRA(space, mem, imp, ev, B, evo, seed=3).run(tmp_path / "a")
+    assert all(r.mem <= B for r in s1.records)  # nothing over budget is ever evaluated or kept
+    assert all(r.mem <= B for r in s1.pareto) and sel.mem <= B
+    assert s1.op_counts["crossover"] > 0 and s1.op_counts["mutation"] + s1.op_counts["coupled"] > 0
+    sel_json = json.loads((tmp_path / "a" / "phase3_selected.json").read_text())
+    assert set(sel_json) == {"q", "r", "phigh", "mem", "utility", "alpha"}
+    space.validate(QRConfig(tuple(sel_json["q"]), tuple(sel_json["r"])))
+    pareto = json.loads((tmp_path / "a" / "phase2_pareto.json").read_text())
+    assert all({"q", "r", "plow", "phigh", "mem"} <= set(p) for p in pareto)
+    _, sel2 = AutoQRA(space, mem, imp, ProxyEvaluator(space, mem, imp, B), B, evo, seed=3).run()
+    assert (sel2.q, sel2.r) == (sel.q, sel.r)
+
+
+class _Killer:
+    def __init__(self, inner, kill_after):
+        self.inner, self.kill_after, self.calls = inner, kill_after, []
+
+    def evaluate(self, cfg, fidelity):
+        if self.kill_after is not None and len(self.calls) >= self.kill_after:
+            raise KeyboardInterrupt("simulated kill")
+        self.calls.append((cfg.key(), fidelity))
+        return self.inner.evaluate(cfg, fidelity)
+
+
+def test_checkpoint_resume_skips_finished_evaluations(tmp_path):
+    space, mem, imp, B, ev = _proxy(seed=2)
+    evo = EvolutionConfig(pop=8, gens=3, promote_k=3, k_neighbors=2, surrogate_min_samples=4)
+    ref = MultiFidelityEvolution(space, mem, imp, _Killer(ev, None), B, evo, seed=1).run()
+    ck = tmp_path / "ck.json"
+    first = _Killer(ev, kill_after=40)
+    with pytest.raises(KeyboardInterrupt):
+        MultiFidelityEvolution(space, mem, imp, first, B, evo, seed=1, checkpoint=ck).run()
+    second = _Killer(ev, None)
+    res = MultiFidelityEvolution(space, mem, imp, second, B, evo, seed=1, checkpoint=ck).run()
+    assert not set(first.calls) & set(second.calls)  # nothing evaluated twice
+    assert [(r.q, r.r) for r in res.pareto] == [(r.q, r.r) for r in ref.pareto]
