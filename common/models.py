@@ -121,7 +121,10 @@ def load_model(
     elif arch is not None:
         model, _ = tiny.tiny_causal_lm(arch, seed=seed, **kwargs)
     else:
-        classes = {"causal_lm": AutoModelForCausalLM, "vision_language": AutoModelForImageTextToText}
+        classes = {
+            "causal_lm": AutoModelForCausalLM,
+            "vision_language": AutoModelForImageTextToText,
+        }
         if kind not in classes:
             raise ValueError(f"kind must be one of {sorted(classes)}, got {kind!r}")
         try:

@@ -46,7 +46,9 @@ def get_method(slug: str) -> ModuleType:
     """
     known = discover_methods()
     if slug not in known:
-        raise ValueError(f"unknown method {slug!r}; registered methods: {', '.join(known) or '(none)'}")
+        raise ValueError(
+            f"unknown method {slug!r}; registered methods: {', '.join(known) or '(none)'}"
+        )
     module = importlib.import_module(f"methods.{slug}.run")
     if not callable(getattr(module, "run", None)):
         raise TypeError(f"methods/{slug}/run.py must define run(cfg) -> dict[str, float]")

@@ -136,7 +136,11 @@ def write_results(
     run_dir.mkdir(parents=True, exist_ok=True)
     for arm, row in metrics.items():
         for name, v in row.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                and not hasattr(v, "__float__")
+            ):
                 raise TypeError(f"metrics[{arm!r}][{name!r}] must be a number, got {type(v)}")
     clean = {arm: {k: float(v) for k, v in row.items()} for arm, row in metrics.items()}
     cfg_dict = None
