@@ -368,3 +368,59 @@ def test_selector_budget_per_trajectory():
     assert len(sel.run(recs)) == 5
     with pytest.raises(ValueError, match="lam"):
         WeaselConfig(lam=-0.1)
+
+
+# ---------------------------------------------------------------- configs and the scorer
+
+
+def test_configs_convert_strictly():
+    from common.registry import compose
+    from methods.weasel.run import _config
+
+    rc = _config(compose(["experiment=weasel_paper"]))
+    assert rc.task == "paper" and rc.selection.window == 60 and rc.selection.max_examples == 10000
+    toy = _config(compose(["experiment=weasel_toy"]))
+    assert toy.selection.budget_fixed == 3 and set(toy.arms) >= {"random", "weasel"}
+    with pytest.raises(TypeError):
+        _config(compose(["experiment=weasel_toy", "+method.selection.lamda=2"]))
+
+
+def test_synthweb_is_seeded_and_prunable():
+    from methods.weasel.toy import make_synthweb, policy_example
+
+    a = make_synthweb(4, 6, seed=3)
+    b = make_synthweb(4, 6, seed=3)
+    assert a == b
+    train, _, ood = a
+    kinds = {r["kind"] for r in train}
+    assert "essential" in kinds and kinds <= {"essential", "scroll", "hover", "error", "back"}
+    _, st = prune_record(train[0], window=2, fallback=4)
+    assert st.centered + st.threshold + st.fallback_threshold == 1
+    ex = policy_example(ood[0])
+    assert ex["prompt"].endswith("action :") and "(" in ex["completion"]
+
+
+def test_token_match_f1_hand_worked():
+    from methods.weasel.scoring import TokenMatchSimilarity
+
+    # cand tokens e1, e2; ref token e1 -> P = (1 + 0)/2 = 0.5, R = 1, F1 = 2·0.5·1/1.5 = 2/3.
+    e = np.eye(3, dtype=np.float32)
+    assert TokenMatchSimilarity._f1(e[:2], e[:1]) == pytest.approx(2 / 3)
+    assert TokenMatchSimilarity._f1(e[:0], e[:1]) == 0.0
+    with pytest.raises(ValueError, match="num_layers"):
+        TokenMatchSimilarity(num_layers=None)
+
+
+@pytest.mark.slow
+def test_minilm_token_match_is_symmetric_and_self_one():
+    import torch
+
+    from methods.weasel.scoring import TokenMatchSimilarity
+
+    torch.set_num_threads(1)
+    sim = TokenMatchSimilarity(num_layers=4, max_length=32)
+    texts = ["click the garden tools link", "open garden tools", "fill the form with a city"]
+    p = sim.pairwise(texts)
+    assert np.allclose(p, p.T) and np.allclose(np.diag(p), 1.0)
+    assert sim.score(texts[:1], texts[:1])[0] == pytest.approx(1.0, abs=1e-5)
+    assert p[0, 1] > p[0, 2]  # shared words match more closely
