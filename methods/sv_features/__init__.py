@@ -1,0 +1,80 @@
+"""Singular vectors of attention heads align with features (Franco, Loughridge, Crovella; ICML 2026).
+
+arXiv 2602.13524. A toy with observable features (a superposition autoencoder plus a trained attention
+head) shows the singular vectors of ``Omega = W_Q W_K^T`` aligning with the features the head matches; a
+least-squares closed form gives the whitened feature directions; in real models the signature is
+sparse attention decomposition (SAD): few singular-vector terms carry each firing attention logit,
+unlike in a randomly rotated basis.
+"""
+
+from methods.sv_features.alignment import (
+    feature_sv_cosines,
+    interference_norm,
+    lsq_optimal_omega,
+    match_pairs_to_ranks,
+    orthogonality_gap,
+    svd_alignment,
+    whitened_feature_dirs,
+)
+from methods.sv_features.heads import (
+    HeadFactors,
+    factored_svd,
+    head_factors,
+    ov_matrix,
+    qk_matrix,
+    rope_rotations,
+)
+from methods.sv_features.sad import (
+    SADResult,
+    decompose_pairs,
+    head_inputs,
+    n_recon,
+    random_rotation_basis,
+    relative_contributions,
+    rolls_tovee,
+    sparse_attention_decomposition,
+    sparseness,
+    sv_contributions,
+)
+from methods.sv_features.toy import (
+    ToyAttentionAutoencoder,
+    ToyConfig,
+    multi_pair_pairs,
+    pair_template,
+    sample_features,
+    toy_metrics,
+    train_toy,
+)
+
+__all__ = [
+    "HeadFactors",
+    "SADResult",
+    "ToyAttentionAutoencoder",
+    "ToyConfig",
+    "decompose_pairs",
+    "factored_svd",
+    "feature_sv_cosines",
+    "head_factors",
+    "head_inputs",
+    "interference_norm",
+    "lsq_optimal_omega",
+    "match_pairs_to_ranks",
+    "multi_pair_pairs",
+    "n_recon",
+    "orthogonality_gap",
+    "ov_matrix",
+    "pair_template",
+    "qk_matrix",
+    "random_rotation_basis",
+    "relative_contributions",
+    "rolls_tovee",
+    "rope_rotations",
+    "sample_features",
+    "sparse_attention_decomposition",
+    "sparseness",
+    "sv_contributions",
+    "svd_alignment",
+    "toy_metrics",
+    "train_toy",
+    "whitened_feature_dirs",
+]

@@ -1,0 +1,250 @@
+"""QK / OV matrices of attention heads in Hugging Face models, with biases and RoPE (spec §3.3).
+
+Row-vector conventions (as in TransformerLens): ``W_Q, W_K, W_V [d_model, d_head]``,
+``W_O [d_head, d_model]``. The augmented query/key factors ``A = [W_Q; b_Q^T]``, ``B = [W_K; b_K^T]``
+(``[d_model + 1, d_head]``) give the pre-scaling logit ``x~_i^T A R_i^T R_j B^T x~_j`` with
+``x~ = [LN(x); 1]`` and ``R_p`` the rotary rotation at position ``p`` (identity without RoPE). The model's
+softmax input is that logit times :func:`attention_scale` (``1/sqrt(d_head)``).
+
+Supported: GPT-2 (``GPT2LMHeadModel``, absolute positions) and Llama-style rotary models with separate
+``q_proj``/``k_proj`` (Llama, Qwen2, Mistral; grouped-query heads handled). Models with per-head q/k
+normalisation (Qwen3, OLMo2) are rejected, since their logit is not bilinear in ``x~``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class HeadFactors:
+    """Augmented factors of one head.
+
+    Attributes:
+        A: ``[d+1, d_head]`` query factor ``[W_Q; b_Q^T]``.
+        B: ``[d+1, d_head]`` key factor ``[W_K; b_K^T]``.
+        scale: the factor the model multiplies the logit by before the softmax.
+        rotary: whether RoPE rotations act between ``A`` and ``B``.
+        input_module: name of the module whose output is ``LN(x)`` for this layer.
+    """
+
+    A: torch.Tensor
+    B: torch.Tensor
+    scale: float
+    rotary: bool
+    input_module: str
+
+
+def _layers(model: nn.Module):
+    base = getattr(model, "model", None)
+    if base is not None and hasattr(base, "layers"):
+        return "llama", base.layers, "model.layers"
+    tr = getattr(model, "transformer", None)
+    if tr is not None and hasattr(tr, "h"):
+        return "gpt2", tr.h, "transformer.h"
+    if hasattr(model, "layers") and hasattr(model, "rotary_emb"):
+        return "llama", model.layers, "layers"
+    raise TypeError(
+        f"model of type {type(model).__name__} is not supported: expected a GPT-2 or a Llama-style "
+        "model (model.model.layers[*].self_attn.q_proj)"
+    )
+
+
+def _check_index(model: nn.Module, layer: int, head: int):
+    kind, layers, prefix = _layers(model)
+    if not 0 <= layer < len(layers):
+        raise ValueError(f"layer={layer} out of range for {len(layers)} layers")
+    cfg = model.config
+    n_heads = cfg.n_head if kind == "gpt2" else cfg.num_attention_heads
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head={head} out of range for {n_heads} heads")
+    return kind, layers[layer], prefix
+
+
+def head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
+    """Extracts the augmented query/key factors of one head.
+
+    Args:
+        model: a GPT-2 or Llama-style causal LM (or its base model).
+        layer, head: the head.
+
+    Returns:
+        :class:`HeadFactors`.
+
+    Raises:
+        TypeError: on an unsupported architecture.
+        ValueError: on out-of-range indices or per-head q/k normalisation.
+    """
+    kind, blk, prefix = _check_index(model, layer, head)
+    cfg = model.config
+    if kind == "gpt2":
+        d = cfg.n_embd
+        dh = d // cfg.n_head
+        w = blk.attn.c_attn.weight.detach()  # Conv1D [d, 3d]: y = x @ w + b
+        b = blk.attn.c_attn.bias.detach()
+        sl_q = slice(head * dh, (head + 1) * dh)
+        sl_k = slice(d + head * dh, d + (head + 1) * dh)
+        A = torch.cat([w[:, sl_q], b[sl_q][None]], 0)
+        B = torch.cat([w[:, sl_k], b[sl_k][None]], 0)
+        scale = dh**-0.5 if getattr(cfg, "scale_attn_weights", True) else 1.0
+        if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+            scale /= float(layer + 1)
+        return HeadFactors(A, B, scale, False, f"{prefix}.{layer}.ln_1")
+    attn = blk.self_attn
+    if getattr(attn, "q_norm", None) is not None or getattr(attn, "k_norm", None) is not None:
+        raise ValueError(
+            "this model normalises q/k per head (q_norm/k_norm): the attention logit is not bilinear "
+            "in the residual stream, so the SVD decomposition does not apply"
+        )
+    n_heads = cfg.num_attention_heads
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+    dh = getattr(attn, "head_dim", None) or cfg.hidden_size // n_heads
+    kv = head // (n_heads // n_kv)
+    wq = attn.q_proj.weight.detach()[head * dh : (head + 1) * dh]  # [dh, d]: y = x @ w.T + b
+    wk = attn.k_proj.weight.detach()[kv * dh : (kv + 1) * dh]
+    bq = attn.q_proj.bias
+    bk = attn.k_proj.bias
+    bq = torch.zeros(dh) if bq is None else bq.detach()[head * dh : (head + 1) * dh]
+    bk = torch.zeros(dh) if bk is None else bk.detach()[kv * dh : (kv + 1) * dh]
+    A = torch.cat([wq.T, bq[None].to(wq)], 0)
+    B = torch.cat([wk.T, bk[None].to(wk)], 0)
+    scale = float(getattr(attn, "scaling", dh**-0.5))
+    return HeadFactors(A, B, scale, True, f"{prefix}.{layer}.input_layernorm")
+
+
+def rope_rotations(model: nn.Module, positions: torch.Tensor) -> torch.Tensor:
+    """Rotation matrices ``R_p [P, d_head, d_head]`` with ``rope(q, p) = R_p q`` (HF rotate-half).
+
+    Built from the model's own ``rotary_emb`` (so scaling variants are respected): ``R_p = diag(cos_p)
+    + diag(sin_p) M`` with ``M x = rotate_half(x) = [-x_2, x_1]``.
+    """
+    base = model.model if hasattr(model, "model") else model
+    rot = getattr(base, "rotary_emb", None)
+    if rot is None:
+        raise TypeError(f"{type(model).__name__} has no rotary_emb: not a rotary model")
+    positions = torch.as_tensor(positions).long().flatten()
+    cfg = model.config
+    dh = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    dummy = torch.zeros(1, positions.numel(), dh, dtype=torch.float32)
+    cos, sin = rot(dummy, positions[None])
+    cos, sin = cos[0].float(), sin[0].float()  # [P, dh]
+    half = dh // 2
+    M = torch.zeros(dh, dh)
+    M[torch.arange(half), torch.arange(half) + half] = -1.0
+    M[torch.arange(half) + half, torch.arange(half)] = 1.0
+    return torch.diag_embed(cos) + torch.diag_embed(sin) @ M
+
+
+def qk_matrix(
+    model: nn.Module | None = None,
+    layer: int | None = None,
+    head: int | None = None,
+    *,
+    W_Q: torch.Tensor | None = None,
+    W_K: torch.Tensor | None = None,
+    b_Q: torch.Tensor | None = None,
+    b_K: torch.Tensor | None = None,
+    augmented: bool = True,
+    delta: int | None = None,
+) -> torch.Tensor:
+    """The (augmented) QK matrix ``Omega~`` of a head (spec §3.3), from a model or raw weights.
+
+    ``x~_i^T Omega~ x~_j`` is the pre-scaling attention logit. For rotary models pass ``delta = j - i``
+    (``Omega~(delta) = A R_0^T R_delta B^T``); the position-independent matrix does not exist there.
+
+    Args:
+        model, layer, head: a supported HF model and the head; or
+        W_Q, W_K: raw factors ``[d, d_head]`` with optional biases ``b_Q, b_K [d_head]``.
+        augmented: append the bias row/column (``[d+1, d+1]``); if False return ``W_Q W_K^T``.
+        delta: relative offset ``j - i`` for rotary models.
+
+    Returns:
+        ``[d+1, d+1]`` (augmented) or ``[d, d]``.
+
+    Raises:
+        ValueError: on shape mismatches, missing ``delta`` for a rotary model, or ``delta`` given for a
+            non-rotary one.
+    """
+    A, B, rotary = _factors(model, layer, head, W_Q, W_K, b_Q, b_K)
+    if rotary:
+        if delta is None:
+            raise ValueError(
+                "rotary model: the QK matrix depends on the relative position; pass delta=j-i"
+            )
+        R = rope_rotations(model, torch.tensor([0, int(delta)]))
+        core = R[0].T @ R[1]
+        om = A @ core @ B.T
+    else:
+        if delta is not None:
+            raise ValueError("delta is only meaningful for rotary models")
+        om = A @ B.T
+    return om if augmented else om[:-1, :-1]
+
+
+def _factors(model, layer, head, W_Q, W_K, b_Q, b_K):
+    if model is not None:
+        if layer is None or head is None:
+            raise ValueError("layer and head are required with a model")
+        f = head_factors(model, layer, head)
+        return f.A.float(), f.B.float(), f.rotary
+    if W_Q is None or W_K is None:
+        raise ValueError("pass either model+layer+head or W_Q and W_K")
+    if W_Q.ndim != 2 or W_Q.shape != W_K.shape:
+        raise ValueError(
+            f"W_Q {tuple(W_Q.shape)} and W_K {tuple(W_K.shape)} must be 2-D of equal shape"
+        )
+    dh = W_Q.shape[1]
+    for name, bias in (("b_Q", b_Q), ("b_K", b_K)):
+        if bias is not None and bias.shape != (dh,):
+            raise ValueError(f"{name} must have shape ({dh},), got {tuple(bias.shape)}")
+    bq = torch.zeros(dh) if b_Q is None else b_Q
+    bk = torch.zeros(dh) if b_K is None else b_K
+    return torch.cat([W_Q, bq[None]], 0), torch.cat([W_K, bk[None]], 0), False
+
+
+def ov_matrix(model: nn.Module, layer: int, head: int) -> torch.Tensor:
+    """The head's OV matrix ``W_V W_O [d, d]``: the head writes ``x_j @ OV`` (times attention).
+
+    Raises:
+        TypeError / ValueError: as :func:`head_factors`.
+    """
+    kind, blk, _ = _check_index(model, layer, head)
+    cfg = model.config
+    if kind == "gpt2":
+        d = cfg.n_embd
+        dh = d // cfg.n_head
+        w = blk.attn.c_attn.weight.detach()
+        wv = w[:, 2 * d + head * dh : 2 * d + (head + 1) * dh]  # [d, dh]
+        wo = blk.attn.c_proj.weight.detach()[head * dh : (head + 1) * dh]  # [dh, d]
+        return wv @ wo
+    attn = blk.self_attn
+    n_heads = cfg.num_attention_heads
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+    dh = getattr(attn, "head_dim", None) or cfg.hidden_size // n_heads
+    kv = head // (n_heads // n_kv)
+    wv = attn.v_proj.weight.detach()[kv * dh : (kv + 1) * dh].T  # [d, dh]
+    wo = attn.o_proj.weight.detach()[:, head * dh : (head + 1) * dh].T  # [dh, d]
+    return wv @ wo
+
+
+def factored_svd(
+    A: torch.Tensor, B: torch.Tensor, core: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Thin SVD of ``A core B^T`` without forming the ``[n, n]`` product (rank <= ``d_head``).
+
+    Args:
+        A, B: ``[n, k]`` factors; core: optional ``[..., k, k]`` (e.g. a batch of RoPE cores).
+
+    Returns:
+        ``U [..., n, k]``, ``S [..., k]`` (descending), ``Vh [..., k, n]``.
+    """
+    if A.ndim != 2 or A.shape != B.shape:
+        raise ValueError(f"A {tuple(A.shape)} and B {tuple(B.shape)} must be 2-D of equal shape")
+    qa, ra = torch.linalg.qr(A.double())
+    qb, rb = torch.linalg.qr(B.double())
+    mid = ra @ rb.T if core is None else ra @ core.double() @ rb.T
+    uc, s, vch = torch.linalg.svd(mid)
+    return (qa @ uc).to(A.dtype), s.to(A.dtype), (vch @ qb.T).to(A.dtype)

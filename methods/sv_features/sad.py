@@ -1,0 +1,350 @@
+"""Sparse attention decomposition (SAD): per-singular-vector logit contributions (spec §3.3).
+
+For a head with augmented QK matrix ``Omega~ = U diag(S) Vh`` (per relative offset for RoPE), the
+pre-scaling logit from destination ``i`` to source ``j`` splits exactly as
+``l_ij = sum_k a_k(i, j)``, ``a_k(i, j) = S_k (x~_i . u_k)(x~_j . v_k)``. Relative contributions
+``a~_k(j) = a_k(i, j) - mean_{j' != j} a_k(i, j')`` sum to the relative logit ``l~_j``; their
+Rolls-Tovee sparseness and the number of terms needed to reconstruct ``l~_j`` (``N_recon``) are the
+paper's SAD signature. A random rotation of the singular bases is the control.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from common.activations import capture
+from methods.sv_features.heads import factored_svd, head_factors, rope_rotations
+
+logger = logging.getLogger(__name__)
+
+
+def rolls_tovee(v: torch.Tensor, nan_on_zero: bool = False) -> torch.Tensor:
+    """Rolls-Tovee sparseness ``S(v) = (mean |v|)^2 / mean(v^2)`` over the last axis, in ``[1/n, 1]``.
+
+    Lower is sparser: ``1/n`` for a one-hot vector, ``1`` for equal magnitudes.
+
+    Args:
+        v: ``[..., n]``.
+        nan_on_zero: return NaN for all-zero rows instead of raising.
+
+    Raises:
+        ValueError: on an empty last axis or an all-zero row (unless ``nan_on_zero``).
+    """
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"v must be a torch.Tensor, got {type(v).__name__}")
+    if v.ndim == 0 or v.shape[-1] == 0:
+        raise ValueError(f"v must have a non-empty last axis, got shape {tuple(v.shape)}")
+    sq = (v * v).mean(-1)
+    zero = sq == 0
+    if zero.any() and not nan_on_zero:
+        raise ValueError("v has an all-zero row: sparseness is undefined (use nan_on_zero=True)")
+    out = v.abs().mean(-1) ** 2 / torch.where(zero, torch.ones_like(sq), sq)
+    return torch.where(zero, torch.full_like(out, float("nan")), out)
+
+
+sparseness = rolls_tovee
+
+
+def n_recon(
+    v: torch.Tensor, target: torch.Tensor | float | None = None, tau: float = 0.9
+) -> torch.Tensor:
+    """Fewest terms of ``v`` (largest first, in the target's direction) whose sum reaches ``tau*target``.
+
+    Terms are sorted descending if ``target > 0`` and ascending if ``target < 0``; the count is the
+    first prefix whose partial sum reaches ``tau * target`` (within ``1e-6 * sum|v|``). A zero target
+    gives 0 (logged). If no prefix reaches it (possible only for ``tau > 1``) the count is ``n``.
+
+    Args:
+        v: ``[..., n]`` contributions.
+        target: ``[...]`` or scalar; default ``v.sum(-1)``.
+        tau: the fraction, ``> 0``.
+
+    Returns:
+        ``LongTensor [...]``.
+
+    Raises:
+        ValueError: on ``tau <= 0`` or an empty last axis.
+    """
+    if not tau > 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    if v.ndim == 0 or v.shape[-1] == 0:
+        raise ValueError(f"v must have a non-empty last axis, got shape {tuple(v.shape)}")
+    v = v.double()
+    t = (
+        v.sum(-1)
+        if target is None
+        else torch.as_tensor(target, dtype=torch.float64).expand(v.shape[:-1])
+    )
+    sgn = torch.sign(t)
+    w = v * sgn[..., None]
+    cs = torch.sort(w, dim=-1, descending=True).values.cumsum(-1)
+    eps = 1e-6 * v.abs().sum(-1, keepdim=True)
+    reached = cs >= (tau * t.abs())[..., None] - eps
+    n = v.shape[-1]
+    first = torch.where(
+        reached.any(-1), reached.float().argmax(-1) + 1, torch.full_like(t, n).long()
+    )
+    zero = sgn == 0
+    if zero.any():
+        logger.info("n_recon: %d target(s) exactly 0, returning 0 for them", int(zero.sum()))
+    return torch.where(zero, torch.zeros_like(first), first).long()
+
+
+def relative_contributions(A: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
+    """``a~_k(j) = a_k(j) - mean_{j' != j, visible} a_k(j')`` (spec §3.3, "Relative attention").
+
+    Args:
+        A: ``[..., m, r]`` contributions over ``m`` sources.
+        visible: optional bool ``[..., m]``; invisible sources are ignored (and get 0).
+
+    Raises:
+        ValueError: if fewer than 2 sources are visible.
+    """
+    if A.ndim < 2:
+        raise ValueError(f"A must be [..., m, r], got shape {tuple(A.shape)}")
+    if visible is None:
+        visible = torch.ones(A.shape[:-1], dtype=torch.bool)
+    m = visible.sum(-1, keepdim=True)  # [..., 1]
+    if (m < 2).any():
+        raise ValueError("relative contributions need at least 2 visible sources (m >= 2)")
+    Av = A * visible[..., None]
+    total = Av.sum(-2, keepdim=True)
+    rel = A - (total - A) / (m[..., None] - 1)
+    return rel * visible[..., None]
+
+
+def random_rotation_basis(
+    U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Haar-random rotation of the singular bases: ``U' = U R_U``, ``Sigma' = R_U^T S R_V``, ``Vh' = R_V^T Vh``.
+
+    ``U' Sigma' Vh' = U diag(S) Vh`` exactly; only the basis changes (spec §3.3 control).
+    Works on a leading batch axis (one rotation pair shared by the batch).
+    """
+    r = S.shape[-1]
+
+    def haar() -> torch.Tensor:
+        q, rr = torch.linalg.qr(torch.randn(r, r, generator=generator, dtype=torch.float64))
+        return (q * torch.sign(torch.diagonal(rr))).to(U.dtype)
+
+    RU, RV = haar(), haar()
+    return U @ RU, RU.T @ torch.diag_embed(S) @ RV, RV.T @ Vh
+
+
+def sv_contributions(
+    x_dest: torch.Tensor, X_src: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor
+) -> torch.Tensor:
+    """``a [m, r]`` with ``a[j, k] = S_k (x_dest . u_k)(x_src_j . v_k)``; rows sum to the logits.
+
+    ``S`` may also be a dense ``[r, r]`` core (rotated basis): then
+    ``a[j, k] = (x_dest . u'_k) [Sigma' Vh' x_src_j]_k``.
+    """
+    q = x_dest @ U  # [r]
+    k = X_src @ Vh.T  # [m, r]
+    if S.ndim == 1:
+        return q * S * k
+    return q * (k @ S.T)
+
+
+@dataclass
+class SADResult:
+    """Output of :func:`sparse_attention_decomposition` for one head.
+
+    Per analysed edge ``e`` (batch ``b``, dest ``i``, source ``j``):
+
+    Attributes:
+        edges: ``[E, 3]`` (b, i, j).
+        contributions: ``[E, r]`` raw ``a_k(i, j)`` (sum = ``logits``).
+        relative: ``[E, r]`` ``a~_k(j)`` (sum = ``rel_logits``).
+        logits: ``[E]`` pre-scaling logits; ``rel_logits``: ``[E]``; ``probs``: ``[E]`` attention.
+        sparseness, n_recon: ``[E]`` on ``relative``.
+        sparseness_control, n_recon_control: the same in a random-rotation basis (or None).
+        all_logits: ``[B, T, T]`` pre-scaling logits of all pairs (masked entries -inf).
+        scale: the model's logit scale.
+    """
+
+    edges: torch.Tensor
+    contributions: torch.Tensor
+    relative: torch.Tensor
+    logits: torch.Tensor
+    rel_logits: torch.Tensor
+    probs: torch.Tensor
+    sparseness: torch.Tensor
+    n_recon: torch.Tensor
+    sparseness_control: torch.Tensor | None
+    n_recon_control: torch.Tensor | None
+    all_logits: torch.Tensor
+    scale: float
+    extra: dict = field(default_factory=dict)
+
+
+def head_inputs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    layer: int,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x~ [B, T, d+1]``: the head's normalised input ``LN(x)`` with a constant 1 appended."""
+    f = head_factors(model, layer, 0)
+    with torch.no_grad(), capture(model, [f.input_module]) as store:
+        model(input_ids=input_ids, attention_mask=attention_mask)
+    x = store[f.input_module][0].float()
+    return torch.cat([x, torch.ones(*x.shape[:-1], 1)], -1)
+
+
+def decompose_pairs(
+    X: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    rot: torch.Tensor | None = None,
+    control_generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """All-pairs contributions ``a [Bt, T(dest), T(src), r]`` for inputs ``X [Bt, T, d+1]``.
+
+    Args:
+        X: augmented inputs.
+        A, B: augmented factors ``[d+1, d_head]``.
+        rot: rotary matrices ``R_p [T, d_head, d_head]`` for positions ``0..T-1`` (None: no RoPE). The
+            SVD of ``Omega~(delta)`` is computed once per offset ``delta = j - i`` (``R_i^T R_j``
+            depends only on ``delta``).
+        control_generator: if given, also return contributions in a random-rotation basis (one
+            rotation pair per offset).
+
+    Returns:
+        ``(a, a_control)``.
+    """
+    Bt, T, _ = X.shape
+    r = min(A.shape)
+    out = torch.zeros(Bt, T, T, r, dtype=X.dtype)
+    ctl = torch.zeros_like(out) if control_generator is not None else None
+    if rot is None:
+        U, S, Vh = factored_svd(A, B)
+        q = X @ U  # [Bt, T, r]
+        k = X @ Vh.transpose(-1, -2)
+        out = q[:, :, None, :] * S * k[:, None, :, :]
+        if ctl is not None:
+            U2, C2, Vh2 = random_rotation_basis(U, S, Vh, control_generator)
+            q2 = X @ U2
+            k2 = (X @ Vh2.T) @ C2.T
+            ctl = q2[:, :, None, :] * k2[:, None, :, :]
+        return out, ctl
+    deltas = torch.arange(T)
+    cores = (
+        rot[0].T[None] @ rot[deltas]
+    )  # R_0^T R_delta, delta = 0..T-1 (equal to R_i^T R_{i+delta})
+    cores_neg = rot[deltas].transpose(-1, -2) @ rot[0][None]  # R_delta^T R_0: offset -delta
+    for sign, cs in ((1, cores), (-1, cores_neg)):
+        U, S, Vh = factored_svd(A, B, cs)  # batched over offsets
+        for dlt in range(T):
+            if sign == -1 and dlt == 0:
+                continue
+            off = sign * dlt
+            i_idx = torch.arange(max(0, -off), min(T, T - off))
+            j_idx = i_idx + off
+            q = X[:, i_idx] @ U[dlt]  # [Bt, n, r]
+            k = X[:, j_idx] @ Vh[dlt].T
+            out[:, i_idx, j_idx] = q * S[dlt] * k
+            if ctl is not None:
+                U2, C2, Vh2 = random_rotation_basis(U[dlt], S[dlt], Vh[dlt], control_generator)
+                ctl[:, i_idx, j_idx] = (X[:, i_idx] @ U2) * ((X[:, j_idx] @ Vh2.T) @ C2.T)
+    return out, ctl
+
+
+def sparse_attention_decomposition(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    layer: int,
+    head: int,
+    attention_mask: torch.Tensor | None = None,
+    firing_thresh: float = 0.5,
+    tau: float = 0.9,
+    exclude_first: bool = True,
+    control: bool = True,
+    seed: int = 0,
+) -> SADResult:
+    """SAD of one head on a batch of sequences (spec §3.3-3.4, procedure ``SAD_HEAD``).
+
+    Analyses "firing" edges: attention probability ``>= firing_thresh`` and pre-softmax logit ``> 0``,
+    source ``j != 0`` if ``exclude_first`` (attention sink). Positions are ``0..T-1`` (right padding or
+    no padding; padded tokens are excluded through ``attention_mask``). RoPE is handled exactly with
+    one SVD per relative offset.
+
+    Args:
+        model: GPT-2 or Llama-style HF causal LM (Qwen2 biases included).
+        input_ids: ``[B, T]``.
+        layer, head: the head.
+        attention_mask: ``[B, T]`` 1 = token, 0 = padding.
+        firing_thresh: minimum attention probability; use 0 to analyse every visible edge.
+        tau: ``N_recon`` fraction.
+        exclude_first: skip source position 0.
+        control: also compute the random-rotation control.
+        seed: seeds the control rotations.
+
+    Returns:
+        :class:`SADResult`.
+
+    Raises:
+        ValueError: on bad shapes or thresholds; TypeError on unsupported models.
+    """
+    if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
+        raise ValueError("input_ids must be a [B, T] tensor")
+    if not 0.0 <= firing_thresh <= 1.0:
+        raise ValueError(f"firing_thresh must be in [0, 1], got {firing_thresh}")
+    Bt, T = input_ids.shape
+    if T < 2:
+        raise ValueError("need at least 2 positions")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError("attention_mask must have the shape of input_ids")
+    f = head_factors(model, layer, head)
+    X = head_inputs(model, input_ids, layer, attention_mask)
+    if not torch.isfinite(X).all():
+        raise ValueError("non-finite activations at the head's input")
+    rot = rope_rotations(model, torch.arange(T)) if f.rotary else None
+    gen = torch.Generator().manual_seed(seed) if control else None
+    a, a_ctl = decompose_pairs(X, f.A.float(), f.B.float(), rot, gen)
+    logits = a.sum(-1)  # [B, T, T]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    visible = causal[None] & attention_mask.bool()[:, None, :] & attention_mask.bool()[:, :, None]
+    masked = logits.masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(masked * f.scale, -1).nan_to_num(0.0)
+    m = visible.sum(-1)  # [B, T]
+    ok_dest = m >= 2
+    fire = visible & (probs >= firing_thresh) & (logits > 0) & ok_dest[..., None]
+    if exclude_first:
+        fire[:, :, 0] = False
+    edges = torch.nonzero(fire)  # [E, 3]
+    vis_d = visible & ok_dest[..., None]
+    safe_vis = vis_d | ~ok_dest[..., None]  # rows with m < 2 are never used; avoid raising on them
+    rel_all = relative_contributions(a, safe_vis)
+    b, i, j = edges.unbind(-1) if len(edges) else (edges[:, 0], edges[:, 0], edges[:, 0])
+    rel = rel_all[b, i, j]
+    res = SADResult(
+        edges=edges,
+        contributions=a[b, i, j],
+        relative=rel,
+        logits=logits[b, i, j],
+        rel_logits=rel.sum(-1),
+        probs=probs[b, i, j],
+        sparseness=rolls_tovee(rel, nan_on_zero=True) if len(edges) else torch.empty(0),
+        n_recon=n_recon(rel, tau=tau) if len(edges) else torch.empty(0, dtype=torch.long),
+        sparseness_control=None,
+        n_recon_control=None,
+        all_logits=masked,
+        scale=f.scale,
+    )
+    if a_ctl is not None:
+        relc = relative_contributions(a_ctl, safe_vis)[b, i, j]
+        res.extra["relative_control"] = relc
+        res.sparseness_control = (
+            rolls_tovee(relc, nan_on_zero=True) if len(edges) else torch.empty(0)
+        )
+        res.n_recon_control = (
+            n_recon(relc, tau=tau) if len(edges) else torch.empty(0, dtype=torch.long)
+        )
+    return res
