@@ -1,0 +1,46 @@
+"""Know More, Know Clearer (KMKC): meta-cognitive knowledge augmentation (arXiv 2602.12996, ICML 2026).
+
+Profile each question from K sampled answers, let the model place it in a mastered / confused / missing
+region, expand knowledge with region-specific data (CGKE), then calibrate confidence against
+correctness (CDKC). The calibration objective here is the spec's proposal; the paper's is not public.
+"""
+
+from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
+from .metrics import (
+    expected_calibration_error,
+    normalize_answer,
+    qa_correct,
+    self_knowledge_metrics,
+)
+from .profile import BehaviorProfile, SampleOut, build_profile
+from .regions import (
+    REGIONS,
+    RegionConfig,
+    assign_regions,
+    parse_region_reply,
+    rule_region,
+    self_evaluate_region,
+)
+from .signals import mean_token_entropy, sequence_confidence, sequence_nll
+
+__all__ = [
+    "REGIONS",
+    "BehaviorProfile",
+    "DecayFit",
+    "RegionConfig",
+    "SampleOut",
+    "assign_regions",
+    "bin_by_uncertainty",
+    "build_profile",
+    "expected_calibration_error",
+    "fit_structural_decay",
+    "mean_token_entropy",
+    "normalize_answer",
+    "parse_region_reply",
+    "qa_correct",
+    "rule_region",
+    "self_evaluate_region",
+    "self_knowledge_metrics",
+    "sequence_confidence",
+    "sequence_nll",
+]

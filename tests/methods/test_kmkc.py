@@ -1,0 +1,297 @@
+"""Tests for methods/kmkc: signals (E1–E3), decay law, profiles, regions, metrics, augmentation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+from common.llm import ScriptedChat
+from methods.kmkc import (
+    BehaviorProfile,
+    RegionConfig,
+    SampleOut,
+    assign_regions,
+    bin_by_uncertainty,
+    build_profile,
+    expected_calibration_error,
+    fit_structural_decay,
+    mean_token_entropy,
+    parse_region_reply,
+    qa_correct,
+    rule_region,
+    self_evaluate_region,
+    self_knowledge_metrics,
+    sequence_confidence,
+    sequence_nll,
+)
+
+
+# ---------------------------------------------------------------- signals (E1–E3)
+def test_sequence_nll_matches_brute_force_and_ignores_padding():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g)  # [B, T, V]
+    labels = torch.randint(0, 11, (3, 5), generator=g)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    lp = torch.log_softmax(logits, -1).gather(-1, labels[..., None])[..., 0]  # [B, T]
+    expect = []
+    for b in range(3):
+        vals = [
+            -float(torch.log_softmax(logits[b, t], -1)[labels[b, t]])
+            for t in range(5)
+            if mask[b, t]
+        ]
+        expect.append(sum(vals) / len(vals))
+    assert_close(sequence_nll(lp, mask), torch.tensor(expect), rtol=1e-5, atol=1e-6)
+    # Padding filled with garbage (±1e4, NaN) changes nothing.
+    junk = lp.clone()
+    junk[~mask] = float("nan")
+    junk[0, 3] = 1e4
+    assert_close(sequence_nll(junk, mask), sequence_nll(lp, mask))
+
+
+def test_sequence_nll_hand_case():
+    # log-probs log(1/2), log(1/4): U = (ln2 + ln4)/2 = 1.5 ln2 ; c = 2^-1.5
+    lp = torch.tensor([[math.log(0.5), math.log(0.25)]])
+    u = sequence_nll(lp, torch.ones(1, 2, dtype=torch.bool))
+    assert_close(u, torch.tensor([1.5 * math.log(2)]))
+    assert_close(sequence_confidence(u), torch.tensor([2**-1.5]))
+
+
+def test_sequence_confidence_monotone_and_bounds():
+    u = torch.linspace(0, 5, 50)
+    c = sequence_confidence(u)
+    assert c[0] == 1.0
+    assert (c[1:] < c[:-1]).all()
+    with pytest.raises(ValueError, match="u must"):
+        sequence_confidence(torch.tensor([-0.1]))
+
+
+def test_mean_token_entropy_closed_forms():
+    V = 7
+    mask = torch.tensor([[1, 1, 0]], dtype=torch.bool)
+    uniform = torch.zeros(1, 3, V)
+    assert_close(mean_token_entropy(uniform, mask), torch.tensor([math.log(V)]))
+    onehot = torch.full((1, 3, V), -1e4)
+    onehot[..., 2] = 0.0
+    assert mean_token_entropy(onehot, mask).item() < 1e-6
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 6, V, generator=g)
+    m = torch.rand(4, 6, generator=g) > 0.3
+    m[:, 0] = True
+    ref = torch.distributions.Categorical(logits=logits).entropy()  # [B, T]
+    expect = (ref * m).sum(1) / m.sum(1)
+    for chunk in (1, 4, 64):
+        assert_close(mean_token_entropy(logits, m, chunk_size=chunk), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_signal_bad_input():
+    with pytest.raises(ValueError, match="mask"):
+        sequence_nll(torch.zeros(2, 3), torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="T >= 1"):
+        sequence_nll(torch.zeros(2, 3), torch.tensor([[1, 0, 0], [0, 0, 0]], dtype=torch.bool))
+    with pytest.raises(ValueError, match="logits"):
+        mean_token_entropy(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- decay law
+def test_fit_structural_decay_recovers_parameters():
+    x = np.linspace(0.05, 2.0, 40)
+    y = 0.9 * np.exp(-3.0 * x) + 0.05
+    fit = fit_structural_decay(x, y)
+    assert fit.converged
+    assert abs(fit.a - 0.9) < 1e-3 and abs(fit.b - 3.0) < 1e-3 and abs(fit.c - 0.05) < 1e-3
+    assert fit.r2 > 0.9999 and fit.spearman == pytest.approx(-1.0)
+    rng = np.random.default_rng(0)
+    noisy = fit_structural_decay(x, y + rng.normal(0, 0.01, x.size))
+    assert abs(noisy.a - 0.9) / 0.9 < 0.1 and abs(noisy.b - 3.0) / 3.0 < 0.1
+    assert abs(noisy.c - 0.05) < 0.02
+
+
+def test_fit_structural_decay_flat_data_does_not_crash():
+    fit = fit_structural_decay(np.arange(5.0), np.zeros(5))
+    assert math.isnan(fit.r2) or not fit.converged
+
+
+def test_bin_by_uncertainty_counts_and_centroids():
+    rng = np.random.default_rng(0)
+    u = rng.random(103)
+    acc = rng.random(103)
+    x, y, counts = bin_by_uncertainty(u, acc, n_bins=10)
+    assert counts.sum() == 103 and counts.max() - counts.min() <= 1
+    assert (np.diff(x) > 0).all()
+    # Weighted centroid mean equals the global mean.
+    assert np.isclose((x * counts).sum() / 103, u.mean())
+    assert np.isclose((y * counts).sum() / 103, acc.mean())
+    xw, _, cw = bin_by_uncertainty(u, acc, n_bins=4, scheme="equal_width")
+    assert cw.sum() == 103
+    with pytest.raises(ValueError, match="n_bins"):
+        bin_by_uncertainty(u[:5], acc[:5], n_bins=10)
+    with pytest.raises(ValueError, match="n_bins"):
+        bin_by_uncertainty(u, acc, n_bins=1)
+
+
+# ---------------------------------------------------------------- profiles and regions
+def _samples(answers, lps):
+    return [SampleOut(text=a, token_logprobs=list(lp)) for a, lp in zip(answers, lps, strict=True)]
+
+
+def test_build_profile_statistics():
+    s = _samples(["Paris", "paris.", "Lyon", "Paris"], [[-0.1, -0.1], [-0.2], [-2.0], [-0.3, -0.1]])
+    p = build_profile("Capital of France?", ["Paris"], s)
+    assert p.correct == [True, True, False, True]
+    assert p.p_hat == 0.75 and p.kappa == 0.75 and p.n_distinct == 2
+    assert p.U_correct == pytest.approx((0.1 + 0.2 + 0.2) / 3)
+    assert p.U_wrong == pytest.approx(2.0)
+    assert p.delta_U == pytest.approx(2.0 - 0.5 / 3)
+
+
+def test_build_profile_empty_and_bad_input():
+    s = _samples(["Paris", "  "], [[-0.1], []])
+    p = build_profile("q", ["Paris"], s)
+    assert p.n_empty == 1 and p.correct == [True, False] and math.isinf(p.U[1])
+    assert p.U_mean == pytest.approx(0.1)  # the empty sample is excluded
+    with pytest.raises(ValueError, match="K >= 2"):
+        build_profile("q", ["Paris"], s[:1])
+    with pytest.raises(ValueError, match="empty"):
+        build_profile("q", ["Paris"], _samples(["", " "], [[], []]))
+    with pytest.raises(TypeError, match="golds"):
+        build_profile("q", "Paris", s)  # a bare string, not a list
+    with pytest.raises(ValueError, match="golds"):
+        build_profile("q", [], s)
+    with pytest.raises(ValueError, match="token_logprobs"):
+        build_profile("q", ["Paris"], _samples(["Paris", "Lyon"], [[-0.1], []]))
+
+
+def _profile(answers, correct, u):
+    k = len(answers)
+    counts = {a: answers.count(a) for a in answers}
+    return BehaviorProfile(
+        question="q",
+        golds=["g"],
+        answers=answers,
+        correct=correct,
+        U=u,
+        p_hat=sum(correct) / k,
+        kappa=max(counts.values()) / k,
+        n_distinct=len(counts),
+        U_mean=float(np.mean(u)),
+        U_correct=float(np.mean([x for x, c in zip(u, correct) if c]))
+        if any(correct)
+        else math.nan,
+        U_wrong=float(np.mean([x for x, c in zip(u, correct) if not c]))
+        if not all(correct)
+        else math.nan,
+    )
+
+
+def test_rule_region_spec_cases():
+    cfg = RegionConfig(stable_u_max=1.0)
+    assert rule_region(_profile(["g"] * 8, [True] * 8, [0.1] * 8), cfg) == "mastered"
+    scattered = [f"w{i}" for i in range(8)]
+    assert rule_region(_profile(scattered, [False] * 8, [3.0] * 8), cfg) == "missing"
+    assert rule_region(_profile(["w"] * 8, [False] * 8, [0.2] * 8), cfg) == "confused"
+    # Identical wrong answers but very uncertain: not a stable belief -> missing.
+    assert rule_region(_profile(["w"] * 8, [False] * 8, [3.0] * 8), cfg) == "missing"
+    # Partly correct -> confused; the threshold 0.75 itself -> mastered.
+    mixed = ["g"] * 3 + ["w"] * 5
+    assert rule_region(_profile(mixed, [True] * 3 + [False] * 5, [0.5] * 8), cfg) == "confused"
+    six = ["g"] * 6 + ["w"] * 2
+    assert rule_region(_profile(six, [True] * 6 + [False] * 2, [0.5] * 8), cfg) == "mastered"
+
+
+def test_rule_region_invariant_to_sample_order():
+    rng = random.Random(0)
+    answers = ["g", "g", "w", "x", "w", "w"]
+    correct = [a == "g" for a in answers]
+    u = [0.1, 0.2, 1.0, 2.0, 0.5, 0.4]
+    base = build_profile("q", ["g"], _samples(answers, [[-x] for x in u]))
+    for _ in range(5):
+        perm = list(range(6))
+        rng.shuffle(perm)
+        p = build_profile("q", ["g"], _samples([answers[i] for i in perm], [[-u[i]] for i in perm]))
+        assert rule_region(p) == rule_region(base)
+        assert p.p_hat == base.p_hat and p.kappa == base.kappa
+    assert sum(correct) / 6 == base.p_hat
+
+
+def test_self_evaluate_region_parses_and_falls_back():
+    p = _profile(
+        ["w"] * 4, [False] * 4, [3.0] * 4
+    )  # one wrong answer but uncertain: rule says missing
+    cfg = RegionConfig(stable_u_max=1.0)
+    assert rule_region(p, cfg) == "missing"
+    llm = ScriptedChat(['Sure. {"region": "Confused", "rationale": "stable wrong"}'])
+    assert self_evaluate_region(llm, p, cfg) == ("confused", "self_eval")
+    assert "Question: q" in llm.calls[0][-1]["content"]
+    for bad in ["not json", '{"region": "unknown"}', "", '{"region": 3}']:
+        assert self_evaluate_region(ScriptedChat([bad]), p, cfg) == ("missing", "rule")
+    # A failing client also falls back.
+    assert self_evaluate_region(ScriptedChat([]), p, cfg) == ("missing", "rule")
+    assert parse_region_reply('{"region": "mastered"}') == "mastered"
+
+
+def test_assign_regions_counts_parse_failures():
+    ps = [
+        _profile(["g"] * 4, [True] * 4, [0.1] * 4),
+        _profile(["a", "b", "c", "d"], [False] * 4, [3.0] * 4),
+        _profile(["w"] * 4, [False] * 4, [0.2] * 4),
+    ]
+    stats = assign_regions(ps, llm=ScriptedChat(["garbage", '{"region":"missing"}', "{bad"]))
+    assert stats["parse_failures"] == 2.0
+    assert [p.region_source for p in ps] == ["rule", "self_eval", "rule"]
+    assert [p.region for p in ps] == ["mastered", "missing", "confused"]
+    assert stats["stable_u_max"] == pytest.approx(0.2)  # median of (0.1, 3.0, 0.2)
+
+
+# ---------------------------------------------------------------- metrics
+def test_equal_mass_ece_closed_forms():
+    rng = np.random.default_rng(0)
+    conf = rng.random(200_000)
+    correct = rng.random(200_000) < conf
+    assert expected_calibration_error(conf, correct) < 0.01
+    # Constant confidence 1 with 70% accuracy: ECE = 0.3 exactly.
+    assert expected_calibration_error(np.ones(10), np.arange(10) < 7) == pytest.approx(0.3)
+    # Hand case, 2 equal-mass bins: {0.1,0.2} acc 0 -> 0.15 ; {0.8,0.9} acc 1 -> 0.15 ; ECE 0.15.
+    assert expected_calibration_error(
+        np.array([0.9, 0.1, 0.8, 0.2]), np.array([1, 0, 1, 0]), n_bins=2
+    ) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="conf"):
+        expected_calibration_error(np.array([1.2]), np.array([1]))
+    with pytest.raises(ValueError, match="n_bins"):
+        expected_calibration_error(np.array([0.5, 0.5]), np.array([1, 0]), n_bins=3)
+
+
+def test_self_knowledge_metrics_hand_case():
+    # TP=3, FP=1, FN=2, TN=4
+    answered = np.array([1, 1, 1, 1, 0, 0, 0, 0, 0, 0], dtype=bool)
+    correct = np.array([1, 1, 1, 0, 1, 1, 0, 0, 0, 0], dtype=bool)
+    m = self_knowledge_metrics(answered, correct)
+    assert m["AR"] == pytest.approx(3 / 4) and m["KEI"] == pytest.approx(3 / 5)
+    assert m["NPV"] == pytest.approx(4 / 6) and m["CAE"] == pytest.approx(7 / 10)
+    assert m["CBS"] == pytest.approx(2 * 0.75 * 0.6 / 1.35) and m["undefined"] == 0
+    none = self_knowledge_metrics(np.zeros(3, bool), np.array([1, 0, 0], bool))
+    assert math.isnan(none["AR"]) and none["undefined"] >= 1
+
+
+def test_qa_correct_cover_and_em():
+    assert qa_correct("It is The Eiffel Tower.", ["eiffel tower"])
+    assert not qa_correct("Eiffel Towers", ["eiffel tower"])
+    assert not qa_correct("It is the Eiffel Tower", ["eiffel tower"], mode="em")
+    assert qa_correct("the eiffel tower", ["Eiffel Tower"], mode="em")
+
+
+def test_all_pairs_profile_region_is_total():
+    # Brute force over all 2^4 correctness patterns: the rule always returns a valid region and
+    # mastered iff p_hat >= 0.75.
+    for bits in itertools.product([False, True], repeat=4):
+        answers = ["g" if b else f"w{i}" for i, b in enumerate(bits)]
+        p = build_profile("q", ["g"], _samples(answers, [[-0.5]] * 4))
+        r = rule_region(p)
+        assert r in ("mastered", "confused", "missing")
+        assert (r == "mastered") == (sum(bits) >= 3)
