@@ -96,14 +96,21 @@ class RDSPlus:
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         """``[n, D]`` L2-normalised float32 features of raw texts."""
-        hs = hidden_states(
-            self.model,
-            self.tokenizer,
-            list(texts),
-            layers=[-1],
-            batch_size=self.batch_size,
-            max_length=self.max_length,
-        )  # n × [1, T_i, D]
+        # Right padding: a causal model's states at real tokens then do not depend on the batch
+        # (left padding shifts absolute positions in models such as GPT-2).
+        side = self.tokenizer.padding_side
+        self.tokenizer.padding_side = "right"
+        try:
+            hs = hidden_states(
+                self.model,
+                self.tokenizer,
+                list(texts),
+                layers=[-1],
+                batch_size=self.batch_size,
+                max_length=self.max_length,
+            )  # n × [1, T_i, D]
+        finally:
+            self.tokenizer.padding_side = side
         feats = torch.stack([self.pool(h[0]) for h in hs])  # [n, D]
         return torch.nn.functional.normalize(feats, dim=-1)
 

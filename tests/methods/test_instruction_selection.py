@@ -268,8 +268,16 @@ def test_tulu_format():
         tulu_format([{"role": "bot", "content": "x"}])
 
 
-def test_rds_pooling_matches_hand_computation(tiny_qwen2):
-    model, tok = tiny_qwen2
+@pytest.fixture(scope="module")
+def char_gpt():
+    from methods.instruction_selection.toy import char_tokenizer, tiny_gpt
+
+    tok = char_tokenizer()
+    return tiny_gpt(tok, seed=0), tok
+
+
+def test_rds_pooling_matches_hand_computation(char_gpt):
+    model, tok = char_gpt
     rds = RDSPlus(model, tok)
     text = "What is 2 plus 3?"
     with torch.no_grad():
@@ -279,6 +287,9 @@ def test_rds_pooling_matches_hand_computation(tiny_qwen2):
     w = torch.arange(1, T + 1, dtype=torch.float32) * 2 / (T * (T + 1))
     expect = torch.nn.functional.normalize((w[:, None] * h).sum(0), dim=0)
     torch.testing.assert_close(rds.encode([text])[0], expect, atol=1e-5, rtol=1e-5)
+    # batching (with padding) does not change a text's features
+    batched = RDSPlus(model, tok, batch_size=3).encode([text, "hi", "a much longer text here"])
+    torch.testing.assert_close(batched[0], expect, atol=1e-5, rtol=1e-5)
 
 
 def test_projection_preserves_inner_products_in_expectation():
@@ -309,15 +320,15 @@ def test_adam_direction_formula():
     torch.testing.assert_close(adam_direction(g, m, v), m2 / torch.sqrt(v2 + 1e-8))
 
 
-def test_less_features_equal_hand_projected_gradient(tiny_qwen2):
+def test_less_features_equal_hand_projected_gradient(char_gpt):
     from peft import LoraConfig, get_peft_model
 
-    base, tok = tiny_qwen2
+    base, tok = char_gpt
     import copy
 
     model = get_peft_model(
         copy.deepcopy(base),
-        LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], lora_dropout=0.0),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["c_attn"], lora_dropout=0.0),
     )
     torch.manual_seed(0)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -346,6 +357,7 @@ def test_less_features_equal_hand_projected_gradient(tiny_qwen2):
     tail = tok("\n", add_special_tokens=False)["input_ids"]
     ids = torch.tensor([pre + ans + tail])
     labels = torch.tensor([[-100] * len(pre) + ans + [-100] * len(tail)])
+    model.eval()  # no dropout, as in feature extraction
     model.zero_grad()
     model(input_ids=ids, labels=labels).loss.backward()
     g = torch.cat([p.grad.reshape(-1) for _, p in named])
@@ -364,3 +376,19 @@ def test_less_features_equal_hand_projected_gradient(tiny_qwen2):
     bad = LESSCheckpoint(params={}, exp_avg=None, exp_avg_sq=None, lr=1.0)
     with pytest.raises(ValueError, match="params"):
         LESSFeaturizer(model, tok, [bad], proj_dim=16)
+
+
+def test_toy_pool_composition_and_encoding():
+    from methods.instruction_selection.toy import char_tokenizer, make_pool, make_target
+
+    pool = make_pool(1000, 0.03, seed=0)
+    fams = [r["dataset"] for r in pool]
+    assert fams.count("add") == 30 and fams.count("sub") == 100 and len(pool) == 1000
+    assert make_pool(1000, 0.03, seed=0) == pool
+    tgt = make_target(5, seed=1)
+    assert all(r["prompts"].startswith("<|user|>\n") and r["labels"].isdigit() for r in tgt)
+    # target phrasing never occurs in the pool
+    assert not any(r["messages"][0]["content"].startswith(("Add ", "Sum ")) for r in pool)
+    tok = char_tokenizer()
+    text = tulu_format(pool[0]["messages"], tok.eos_token)
+    assert tok.decode(tok(text)["input_ids"]) == text
