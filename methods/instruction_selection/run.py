@@ -34,17 +34,18 @@ from .similarity import cosine_matrix
 logger = logging.getLogger(__name__)
 
 DEMO_OVERRIDES: list[str] = [
-    "method.pool_size=300",
-    "method.n_test=40",
+    "method.pool_size=200",
+    "method.n_queries=4",
+    "method.n_test=20",
     "method.budgets=[30]",
     "method.random_seeds=[0]",
-    "method.pretrain_steps=20",
-    "method.train_steps=10",
-    "method.warmup_n=30",
+    "method.pretrain_steps=0",
+    "method.train_steps=5",
+    "method.warmup_n=16",
     "method.warmup_epochs=1",
     "method.n_quantiles=0",
     "method.representations=[rds,less]",
-    "method.selectors=[rr,dg]",
+    "method.selectors=[rr]",
 ]
 HEADLINE: tuple[str, str] = ("less_rr/loss@30", "random/loss@30")
 
