@@ -24,6 +24,7 @@ from .pruning import (
     prune_axtree_prefix,
     prune_record,
 )
+from .reasoning import SynthesisConfig, SynthStats, synthesize_rationales
 from .scoring import (
     JaccardSimilarity,
     TextSimilarity,
@@ -40,6 +41,9 @@ from .select import (
 )
 
 __all__ = [
+    "SynthesisConfig",
+    "SynthStats",
+    "synthesize_rationales",
     "StepRecord",
     "Trajectory",
     "WeaselConfig",

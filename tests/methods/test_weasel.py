@@ -424,3 +424,33 @@ def test_minilm_token_match_is_symmetric_and_self_one():
     assert np.allclose(p, p.T) and np.allclose(np.diag(p), 1.0)
     assert sim.score(texts[:1], texts[:1])[0] == pytest.approx(1.0, abs=1e-5)
     assert p[0, 1] > p[0, 2]  # shared words match more closely
+
+
+def test_rationale_synthesis_with_stub_llm():
+    from common.llm import ScriptedChat
+    from methods.weasel.reasoning import SynthesisConfig, synthesize_rationales
+
+    recs = [_rec("A", "click('3')"), _rec("A", "fill('4', 'x')"), _rec("A", "click('5')")]
+    replies = [
+        '<think>the 3 link matches</think><action>click( "3" )</action>',  # ok after normalising
+        "<think>guess</think><action>click('9')</action>",  # changed action: rejected
+        "no tags at all",  # rejected
+        "<think>fill it</think><action>fill('4', 'x')</action>",
+        "<think>a</think><action>click('6')</action>",
+        "<think>b</think><action>click('7')</action>",
+        "<think>c</think><action>click('8')</action>",
+    ]
+    out, st = synthesize_rationales(recs, ScriptedChat(replies), SynthesisConfig(max_tries=3))
+    assert (
+        out[0]["messages"][2]["content"]
+        == "<think>the 3 link matches</think><action>click('3')</action>"
+    )
+    assert out[1]["messages"][2]["content"].endswith("<action>fill('4', 'x')</action>")
+    assert out[2]["messages"][2]["content"] == recs[2]["messages"][2]["content"]  # fallback
+    assert (st.accepted, st.rejected_changed_action, st.rejected_missing_tags) == (2, 4, 1)
+    assert st.synthesis_failed == 1
+    for o, r in zip(out, recs):
+        assert o["messages"][1]["content"] == r["messages"][1]["content"]  # no hint in the prompt
+        assert "correct next action" not in o["messages"][1]["content"]
+    with pytest.raises(ValueError, match="max_tries"):
+        SynthesisConfig(max_tries=0)
