@@ -1,0 +1,56 @@
+"""AgentXRay: White-Boxing Agentic Systems via Workflow Reconstruction (arXiv 2602.05353, ICML 2026).
+
+Reconstructs an explicit linear workflow of agents and tools that reproduces a black-box agentic
+system's outputs, by MCTS over chains whose expand-vs-descend choice is set by Red-Black pruning.
+"""
+
+from .data import item_to_pair, load_split
+from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
+from .mcts import (
+    AgentXRaySearch,
+    MCTSConfig,
+    Node,
+    SearchResult,
+    extract_workflow,
+    load_workflow,
+)
+from .primitives import (
+    CostMeter,
+    LLMProfileGenerator,
+    Primitive,
+    PrimitiveSpace,
+    ProfileGenerator,
+    StaticProfileGenerator,
+    parse_profile,
+)
+from .similarity import Similarity, codes_to_content, parse_project, sfe, tfidf_cosine
+
+RedBlackMCTS = AgentXRaySearch  # spec §4 name
+
+__all__ = [
+    "AgentXRaySearch",
+    "CostMeter",
+    "LLMProfileGenerator",
+    "MCTSConfig",
+    "Node",
+    "Primitive",
+    "PrimitiveSpace",
+    "ProfileGenerator",
+    "RedBlackMCTS",
+    "SearchResult",
+    "Similarity",
+    "StaticProfileGenerator",
+    "WorkflowExecutor",
+    "codes_to_content",
+    "compiler_tool",
+    "empty_detect",
+    "extract_workflow",
+    "item_to_pair",
+    "load_split",
+    "load_workflow",
+    "parse_profile",
+    "parse_project",
+    "sfe",
+    "syntax_check",
+    "tfidf_cosine",
+]

@@ -1,0 +1,422 @@
+"""Red-Black MCTS over linear workflows (spec §3.3–3.7, official code ``search/tree.py``).
+
+Tree statistics: visit count N(v), value sum W(v), mean Q̄(v) = W/N. Red-Black colouring, redone
+at the start of each iteration:
+
+    score(v) = Q̄(v) · (d(v)+1)/(L_max+1) · |C(v)|/M                       (node score)
+    θ_β      = sorted_desc(scores)[min(⌊n·β⌋, n−1)]                         (quantile threshold)
+    red(v)  ⇔ v has children, score(v) ≥ θ_β and some child is non-terminal
+
+A red node is pruned from expansion: it only descends by UCB,
+``UCB(c) = Q̄(c) + C_p·sqrt(2·ln N(v) / N(c))`` (+∞ for an unvisited child). A black node with
+fewer than M children expands one new child (agent/tool quotas of §3.5). A new node runs one
+random rollout to depth L_max (§3.6); rewards are backed up along the path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .executor import WorkflowExecutor
+from .primitives import Primitive, PrimitiveSpace
+
+logger = logging.getLogger(__name__)
+
+Pair = tuple[str, str]  # (task τ, black-box output o*)
+RED, BLACK = "red", "black"
+
+
+@dataclass
+class MCTSConfig:
+    """Search settings (defaults: official code, spec §3.9)."""
+
+    iterations: int = 20  # repo CLI default
+    max_children: int = 16  # M, repo configs
+    max_depth: int = 6  # L_max, repo
+    beta: float = 0.5  # quantile β, repo
+    c_ucb: float = 1.4  # C_p, repo hard-coded
+    coloring: bool = True  # False = unpruned MCTS ablation (all black)
+    min_agent_ratio: float = 0.4  # repo
+    max_tools_per_node: int = 10  # repo
+    sim_agent_bias: float = 0.55  # repo rollout tool/agent bias
+    early_stop: float = 0.8  # repo hard-coded
+    min_workflow_len: int = 2  # repo
+    pure_random: bool = False  # random tree policy ablation
+    potential_bonus: bool = False  # Deviation: repo's always-on enhanced UCB is off (spec §9.2)
+    full_profile_quota: bool = True  # repo: each expansion generates A − #agents profiles
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.iterations < 0:
+            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        if self.max_children < 1:
+            raise ValueError(f"max_children must be >= 1, got {self.max_children}")
+        if self.max_depth < 2:
+            raise ValueError(
+                f"max_depth must be >= 2 (a workflow needs 2 steps), got {self.max_depth}"
+            )
+        if not 0.0 < self.beta <= 1.0:
+            raise ValueError(f"beta must be in (0, 1], got {self.beta}")
+        if self.c_ucb < 0:
+            raise ValueError(f"c_ucb must be >= 0, got {self.c_ucb}")
+        if not 0.0 <= self.min_agent_ratio <= 1.0:
+            raise ValueError(f"min_agent_ratio must be in [0, 1], got {self.min_agent_ratio}")
+        if self.potential_bonus:
+            raise ValueError(
+                "potential_bonus=True (repo enhanced UCB) is not implemented; use False"
+            )
+
+    @property
+    def agent_quota(self) -> int:
+        """A = max(1, ⌊M·min_agent_ratio⌋)."""
+        return max(1, math.floor(self.max_children * self.min_agent_ratio))
+
+    @property
+    def tool_quota(self) -> int:
+        """Tq = min(M − A, max_tools_per_node)."""
+        return max(0, min(self.max_children - self.agent_quota, self.max_tools_per_node))
+
+
+@dataclass
+class Node:
+    """A tree node: the primitive applied at depth d(v) after its ancestors' chain (§3.3)."""
+
+    primitive: Primitive | None  # None at the root
+    depth: int = 0
+    N: int = 0
+    W: float = 0.0
+    children: list[Node] = field(default_factory=list)
+    color: str = BLACK
+    terminal: bool = False
+    expanded: bool = False
+    content: str = ""
+    parent: Node | None = field(default=None, repr=False)
+
+    @property
+    def q(self) -> float:
+        """Q̄(v) = W/N (0 when unvisited)."""
+        return self.W / self.N if self.N else 0.0
+
+    def add(self, primitive: Primitive, max_depth: int) -> Node:
+        """Attach a child; it is terminal when its depth reaches L_max."""
+        c = Node(primitive, self.depth + 1, parent=self, terminal=self.depth + 1 >= max_depth)
+        self.children.append(c)
+        return c
+
+    def walk(self) -> list[Node]:
+        """All nodes of the subtree, pre-order."""
+        out, stack = [], [self]
+        while stack:
+            v = stack.pop()
+            out.append(v)
+            stack.extend(reversed(v.children))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready subtree (for checkpoints and the results folder)."""
+        return {
+            "primitive": None if self.primitive is None else self.primitive.to_dict(),
+            "depth": self.depth,
+            "N": self.N,
+            "W": self.W,
+            "color": self.color,
+            "terminal": self.terminal,
+            "expanded": self.expanded,
+            "children": [c.to_dict() for c in self.children],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], parent: Node | None = None) -> Node:
+        """Inverse of ``to_dict``."""
+        p = d.get("primitive")
+        v = cls(
+            None if p is None else Primitive.from_dict(p),
+            d["depth"],
+            d["N"],
+            d["W"],
+            color=d["color"],
+            terminal=d["terminal"],
+            expanded=d["expanded"],
+            parent=parent,
+        )
+        v.children = [cls.from_dict(c, v) for c in d.get("children", [])]
+        return v
+
+
+@dataclass
+class SearchResult:
+    """Outcome of one search: extracted workflow, tree, token usage and depth statistics."""
+
+    best_workflow: list[Primitive]
+    tree: Node
+    tokens: dict[str, int]
+    depth: int
+    train_rewards: list[float] = field(default_factory=list)
+    rollout_steps: int = 0
+    executions: int = 0
+
+
+class AgentXRaySearch:
+    """MCTS with Red-Black pruning over chains of primitives (spec §3.3–3.7).
+
+    Args:
+        space: Primitive space Ω.
+        executor: Runs primitives and charges tokens.
+        sim: Similarity ``Sim(pred, ref)`` (``sfe`` for code, ``tfidf_cosine`` for text).
+        cfg: Search settings.
+    """
+
+    def __init__(
+        self,
+        space: PrimitiveSpace,
+        executor: WorkflowExecutor,
+        sim: Callable[[str, str], float],
+        cfg: MCTSConfig | None = None,
+    ) -> None:
+        if not callable(sim):
+            raise TypeError("sim must be callable (pred, ref) -> float")
+        self.space, self.executor, self.sim = space, executor, sim
+        self.cfg = cfg or MCTSConfig()
+        self.rng = random.Random(self.cfg.seed)
+        self.root = Node(None, 0)
+        self.rollout_steps = 0
+        self.executions = 0
+
+    # ------------------------------------------------------------------ Red-Black colouring
+    def node_score(self, v: Node) -> float:
+        """score(v) = Q̄(v) · (d(v)+1)/(L_max+1) · |C(v)|/M (0 for a leaf)."""
+        c = self.cfg
+        return v.q * (v.depth + 1) / (c.max_depth + 1) * len(v.children) / c.max_children
+
+    def beta_threshold(self, scores: Sequence[float]) -> float:
+        """θ_β = sorted_desc(scores)[min(⌊n·β⌋, n−1)]."""
+        if not scores:
+            raise ValueError("scores must be non-empty")
+        s = sorted(scores, reverse=True)
+        return s[min(math.floor(len(s) * self.cfg.beta), len(s) - 1)]
+
+    def color_tree(self) -> None:
+        """Recolour every node (red ⇔ non-leaf, score ≥ θ_β, some child non-terminal)."""
+        nodes = self.root.walk()
+        if not self.cfg.coloring:
+            for v in nodes:
+                v.color = BLACK
+            return
+        theta = self.beta_threshold([self.node_score(v) for v in nodes])
+        for v in nodes:
+            red = (
+                bool(v.children)
+                and self.node_score(v) >= theta
+                and any(not c.terminal for c in v.children)
+            )
+            v.color = RED if red else BLACK
+
+    def ucb(self, parent: Node, child: Node) -> float:
+        """UCB(c) = Q̄(c) + C_p·sqrt(2·ln N(v) / N(c)); +∞ when N(c) = 0."""
+        if child.N == 0:
+            return math.inf
+        bonus = math.sqrt(2.0 * math.log(max(parent.N, 1)) / child.N)
+        return child.q + self.cfg.c_ucb * bonus
+
+    # ------------------------------------------------------------------ selection / expansion
+    def _next_primitive(self, v: Node, task: str) -> Primitive | None:
+        """Quota rules of §3.5: which kind of child to add next, and which primitive."""
+        cfg = self.cfg
+        agents = [c.primitive for c in v.children if c.primitive.kind == "agent"]
+        used_tools = {c.primitive.name for c in v.children if c.primitive.kind == "tool"}
+        free_tools = [t for t in self.space.tool_names if t not in used_tools]
+        n_tools = len(used_tools)
+        tq = cfg.tool_quota if self.space.tool_names else 0
+        if not agents:
+            order = ["agent"]
+        elif n_tools == 0 and tq > 0:
+            order = ["tool", "agent"]
+        elif len(agents) < cfg.agent_quota:
+            order = ["agent", "tool"]
+        elif n_tools < tq:
+            order = ["tool", "agent"]
+        else:
+            order = ["agent", "tool"]
+        for kind in order:
+            if kind == "tool" and free_tools and n_tools < max(tq, 1) and tq > 0:
+                return self.space.tool(self.rng.choice(free_tools))
+            if kind == "agent":
+                k = max(1, cfg.agent_quota - len(agents)) if cfg.full_profile_quota else 1
+                new = self.space.new_agents(task, agents, k)
+                if new:
+                    return self.rng.choice(new)
+        return None
+
+    def select_or_expand(self, v: Node, task: str) -> Node | None:
+        """Black and not full → expand a new child; otherwise descend by UCB (§3.5)."""
+        cfg = self.cfg
+        if cfg.pure_random:
+            if not v.children:
+                p = self._next_primitive(v, task)
+                return None if p is None else v.add(p, cfg.max_depth)
+            return self.rng.choice(v.children)
+        if v.color == BLACK and len(v.children) < cfg.max_children:
+            p = self._next_primitive(v, task)
+            if p is not None:
+                return v.add(p, cfg.max_depth)
+        if not v.children:
+            return None
+        best = max(self.ucb(v, c) for c in v.children)
+        return self.rng.choice([c for c in v.children if self.ucb(v, c) == best])
+
+    # ------------------------------------------------------------------ simulation
+    def _reward(self, content: str | None, target: str) -> float:
+        out = self.executor.final_output(content)
+        return 0.0 if not out else float(self.sim(out, target))
+
+    def rollout(self, c: Node, task: str, target: str) -> float:
+        """Random completion of the chain from ``c`` down to L_max (§3.6); nodes are not kept."""
+        cfg = self.cfg
+        depth, content, agents, tools = c.depth, c.content, 0, 0
+        terminal, last_tools = (
+            c.terminal,
+            {x.primitive.name for x in c.children if x.primitive.kind == "tool"},
+        )
+        tq = cfg.tool_quota if self.space.tool_names else 0
+        while not terminal:
+            profiles = self.space.new_agents(task, [], cfg.agent_quota)
+            tools_left = [t for t in self.space.tool_names if t not in last_tools]
+            if not profiles and (not tools_left or tools >= tq):
+                break
+            if agents == 0 or not profiles:
+                pick_tool = not profiles
+            elif tools < tq and tools_left:
+                p = max(0.05, 1.0 - cfg.sim_agent_bias)
+                ratio_ok = agents / (agents + tools) >= cfg.min_agent_ratio
+                p = min(0.9, p + 0.2) if ratio_ok else max(0.05, p - 0.1)
+                pick_tool = self.rng.random() < p
+            else:
+                pick_tool = False
+            prim = (
+                self.space.tool(self.rng.choice(tools_left))
+                if pick_tool
+                else self.rng.choice(profiles)
+            )
+            agents, tools = agents + (not pick_tool), tools + pick_tool
+            last_tools = set()
+            depth += 1
+            terminal = depth >= cfg.max_depth
+            out = self.executor.step(prim, task, content)
+            self.rollout_steps += 1
+            self.executions += 1
+            if out is None:
+                break
+            content = out
+        return self._reward(content, target)
+
+    # ------------------------------------------------------------------ main loop
+    def iterate(self, task: str, target: str) -> float:
+        """One MCTS iteration (§3.4); returns the backed-up reward."""
+        self.color_tree()
+        v, reward = self.root, 0.0
+        while not v.terminal:
+            c = self.select_or_expand(v, task)
+            if c is None:
+                reward = 0.0
+                break
+            out = self.executor.step(c.primitive, task, v.content)
+            self.executions += 1
+            if out is None:
+                c.terminal, reward, v = True, 0.0, c
+                break
+            c.content = out
+            if not c.expanded:
+                reward = self.rollout(c, task, target)
+                c.expanded, v = True, c
+                break
+            reward = self._reward(out, target)
+            v = c
+            if reward > self.cfg.early_stop:
+                break
+        node: Node | None = v
+        while node is not None:  # backup
+            node.N += 1
+            node.W += reward
+            node = node.parent
+        return reward
+
+    def search(self, train: Sequence[Pair]) -> list[Primitive]:
+        """Run ``cfg.iterations`` iterations, cycling over ``train`` (i mod |D|); extract."""
+        self.run(train)
+        return self.best_workflow()
+
+    def run(self, train: Sequence[Pair]) -> SearchResult:
+        """Search and return a ``SearchResult`` (empty ``train`` → no search, empty workflow)."""
+        if isinstance(train, (str, bytes)) or not isinstance(train, Sequence):
+            raise TypeError("train must be a sequence of (task, output) pairs")
+        for i, pair in enumerate(train):
+            if not (
+                isinstance(pair, (tuple, list))
+                and len(pair) == 2
+                and all(isinstance(x, str) for x in pair)
+            ):
+                raise ValueError(
+                    f"train[{i}] must be a (task, output) pair of strings, got {pair!r}"
+                )
+        rewards = []
+        if not train:
+            logger.warning("empty training split: search skipped")
+        else:
+            for i in range(self.cfg.iterations):
+                task, target = train[i % len(train)]
+                rewards.append(self.iterate(task, target))
+        wf = self.best_workflow() if train else []
+        return SearchResult(
+            best_workflow=wf,
+            tree=self.root,
+            tokens=dict(self.executor.meter.snapshot()),
+            depth=max(v.depth for v in self.root.walk()),
+            train_rewards=rewards,
+            rollout_steps=self.rollout_steps,
+            executions=self.executions,
+        )
+
+    def best_workflow(self) -> list[Primitive]:
+        """Greedy arg-max-Q̄ path over visited children, leading tools dropped, length ≥ 2 (§3.7)."""
+        path: list[Node] = []
+        v = self.root
+        while not v.terminal:
+            visited = [c for c in v.children if c.N > 0]
+            if not visited:
+                break
+            v = max(visited, key=lambda c: c.q)
+            path.append(v)
+        while path and path[0].primitive.kind == "tool":
+            path.pop(0)
+        wf = [n.primitive for n in path]
+        if len(wf) < self.cfg.min_workflow_len:
+            extra = sorted((c for c in self.root.children if c.N > 0), key=lambda c: -c.q)
+            for c in extra:
+                if len(wf) >= self.cfg.min_workflow_len:
+                    break
+                if c.primitive not in wf:
+                    wf.append(c.primitive)
+        return wf
+
+
+def extract_workflow(result: SearchResult | Sequence[Primitive]) -> str:
+    """The white-box workflow as editable JSON (``{"workflow": [primitive, …]}``)."""
+    wf = result.best_workflow if isinstance(result, SearchResult) else list(result)
+    return json.dumps({"workflow": [p.to_dict() for p in wf]}, indent=2)
+
+
+def load_workflow(text: str) -> list[Primitive]:
+    """Parse the JSON of ``extract_workflow`` back into primitives."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"workflow JSON does not parse: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("workflow"), list):
+        raise ValueError("workflow JSON must be an object with a 'workflow' list")
+    return [Primitive.from_dict(d) for d in data["workflow"]]

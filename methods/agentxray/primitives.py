@@ -1,0 +1,291 @@
+"""Primitive space Ω of AgentXRay (spec §3.2, official code ``agents/base.py``).
+
+A primitive is either an agent ``⟨role, model, reasoning pattern, local tools⟩`` or a tool. Agent
+primitives are created lazily by a profile generator (an LLM in the paper, a sampler over a fixed
+pool in the toy), which sees the task and the sibling agents so that new profiles differ. Every
+generator call is charged to a ``CostMeter`` under ``generator`` (reported separately, spec §9.5).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+logger = logging.getLogger(__name__)
+
+MODEL_MENU: tuple[str, ...] = (
+    "claude-sonnet-4-20250514",
+    "gpt-4-turbo",
+    "gpt-4",
+    "gpt-3.5-turbo-16k",
+    "gpt-3.5-turbo",
+    "gpt-4o-mini",
+)  # repo model library
+REASONING_MENU: tuple[str, ...] = (
+    "reasoning",
+    "critique",
+    "reflect",
+    "question",
+    "summarize",
+    "conclude",
+    "modify",
+    "planning",
+)  # repo thought patterns
+TOOL_POOL: tuple[str, ...] = (
+    "compiler",
+    "empty_detect",
+    "variable_checker",
+    "undefined_name_checker",
+    "syntax_error_checker",
+    "style_checker",
+    "dependency_extractor",
+    "file_lister",
+    "code_summarizer",
+    "test_runner",
+    "file_writer",
+    "file_reader",
+)  # repo full pool (12)
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """One workflow step: an agent (LLM call) or a deterministic tool (spec §3.2)."""
+
+    kind: Literal["agent", "tool"]
+    name: str
+    role: str = ""
+    profile: str = ""
+    model: str = ""
+    reasoning: str = ""
+    tools: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("agent", "tool"):
+            raise ValueError(f"kind must be 'agent' or 'tool', got {self.kind!r}")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (tools as a list)."""
+        d = asdict(self)
+        d["tools"] = list(self.tools)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Primitive:
+        """Inverse of ``to_dict``."""
+        if not isinstance(d, dict) or "kind" not in d or "name" not in d:
+            raise ValueError(f"primitive dict needs 'kind' and 'name', got {d!r}")
+        return cls(**{**d, "tools": tuple(d.get("tools", ()))})
+
+
+class CostMeter:
+    """Token accounting per category (``agent``, ``generator``, ``tool``) and call counts."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, int] = {"agent": 0, "generator": 0, "tool": 0}
+        self.calls: dict[str, int] = {"agent": 0, "generator": 0, "tool": 0}
+
+    def charge(self, category: str, tokens: int) -> None:
+        """Add ``tokens`` (≥ 0) and one call to ``category``."""
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        self.tokens[category] = self.tokens.get(category, 0) + int(tokens)
+        self.calls[category] = self.calls.get(category, 0) + 1
+
+    @property
+    def total(self) -> int:
+        """All tokens charged so far."""
+        return sum(self.tokens.values())
+
+    def snapshot(self) -> dict[str, int]:
+        """Flat copy: ``tokens/<cat>``, ``calls/<cat>`` and ``tokens/total``."""
+        out = {f"tokens/{k}": v for k, v in self.tokens.items()}
+        out.update({f"calls/{k}": v for k, v in self.calls.items()})
+        out["tokens/total"] = self.total
+        return out
+
+
+def estimate_tokens(text: str) -> int:
+    """Crude token count (4 characters per token) used when the backend reports no usage."""
+    return (len(text) + 3) // 4
+
+
+class ProfileGenerator(Protocol):
+    """Creates one new agent primitive for ``task``, different from ``siblings``."""
+
+    def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive | None: ...
+
+
+@dataclass
+class StaticProfileGenerator:
+    """Generator stub: samples an unused agent from a fixed pool (toy and tests, spec §6).
+
+    Each call charges ``tokens_per_profile`` to ``meter`` (the toy's stand-in for one generator
+    LLM call). Returns ``None`` when every pool agent is already a sibling.
+    """
+
+    pool: Sequence[Primitive]
+    seed: int = 0
+    tokens_per_profile: int = 300
+    meter: CostMeter | None = None
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.pool or any(p.kind != "agent" for p in self.pool):
+            raise ValueError("pool must be a non-empty list of agent primitives")
+        self._rng = random.Random(self.seed)
+
+    def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive | None:
+        if self.meter is not None:
+            self.meter.charge("generator", self.tokens_per_profile)
+        used = {s.name for s in siblings}
+        free = [p for p in self.pool if p.name not in used]
+        return self._rng.choice(free) if free else None
+
+
+_PROFILE_RE = re.compile(
+    r"Name:\s*(?P<name>.+?)\s*\n.*?Role:\s*(?P<role>.+?)\s*\n.*?Profile:\s*(?P<profile>.+?)"
+    r"(?:\n\s*(?:Work output|Model|Reasoning):|\Z)",
+    re.DOTALL | re.IGNORECASE,
+)
+
+
+def parse_profile(
+    text: str,
+    model_menu: Sequence[str],
+    reasoning_menu: Sequence[str],
+    default_model: str,
+    fallback_index: int = 0,
+) -> tuple[Primitive, bool]:
+    """Parse a generator reply (``Name: / Role: / Profile: / Model: / Reasoning:``).
+
+    Values outside the menus fall back to defaults; an unparsable reply yields the generic
+    ``GeneralistDev<k>`` profile. Returns ``(primitive, parsed_ok)``.
+    """
+    m = _PROFILE_RE.search(text or "")
+    model_m = re.search(r"Model:\s*([\w.\-]+)", text or "")
+    reason_m = re.search(r"Reasoning:\s*(\w+)", text or "")
+    model = model_m.group(1) if model_m and model_m.group(1) in model_menu else default_model
+    if model_m and model != model_m.group(1):
+        logger.warning(
+            "generator chose model %r outside the menu; using %r", model_m.group(1), model
+        )
+    reasoning = reason_m.group(1).lower() if reason_m else reasoning_menu[0]
+    if reasoning not in reasoning_menu:
+        reasoning = reasoning_menu[0]
+    if not m:
+        name = f"GeneralistDev{fallback_index}"
+        return Primitive(
+            "agent", name, "Code Generator", "Writes the full project.", model, reasoning
+        ), False
+    tools = tuple(re.findall(r"Will use (\w+) when needed", m.group("profile")))
+    return Primitive(
+        "agent",
+        m.group("name").strip(),
+        m.group("role").strip(),
+        m.group("profile").strip(),
+        model,
+        reasoning,
+        tools,
+    ), True
+
+
+class LLMProfileGenerator:
+    """Profile generator backed by a ``common.llm.ChatLLM`` (spec §3.2; paper path).
+
+    Args:
+        llm: Chat client (``common.llm.OpenAIChat`` for hosted or vLLM-served models).
+        model_menu: Models the generator may assign.
+        reasoning_menu: Thought patterns it may assign.
+        default_model: Fallback when the reply names a model outside the menu.
+        meter: Where generator tokens are charged.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        model_menu: Sequence[str] = MODEL_MENU,
+        reasoning_menu: Sequence[str] = REASONING_MENU,
+        default_model: str = "gpt-3.5-turbo-16k",
+        meter: CostMeter | None = None,
+    ) -> None:
+        if not model_menu:
+            raise ValueError("model_menu must be non-empty")
+        self.llm, self.meter = llm, meter
+        self.model_menu, self.reasoning_menu = list(model_menu), list(reasoning_menu)
+        self.default_model = default_model
+        self.parse_failures = 0
+        self._k = 0
+
+    def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive:
+        sib = "\n".join(f"- {s.name}: {s.role}. {s.profile}" for s in siblings) or "(none)"
+        prompt = (
+            "Design one new software agent for the task below, different from the existing ones.\n"
+            f"Task:\n{task}\n\nExisting agents:\n{sib}\n\nModels: {', '.join(self.model_menu)}\n"
+            f"Reasoning patterns: {', '.join(self.reasoning_menu)}\n"
+            "Answer with lines 'Name:', 'Role:', 'Profile:' (say 'Will use <tool> when needed' for"
+            " tools), 'Work output:', 'Model:', 'Reasoning:'."
+        )
+        reply = self.llm.chat([{"role": "user", "content": prompt}])
+        if self.meter is not None:
+            self.meter.charge("generator", estimate_tokens(prompt) + estimate_tokens(reply))
+        self._k += 1
+        prim, ok = parse_profile(
+            reply, self.model_menu, self.reasoning_menu, self.default_model, self._k
+        )
+        if not ok:
+            self.parse_failures += 1
+        return prim
+
+
+class PrimitiveSpace:
+    """The search space Ω: named tools plus agents created by a profile generator (spec §3.2).
+
+    Args:
+        tool_names: Tool primitives available to the search (empty or ``agent_only`` → none).
+        generator: Creates agent primitives.
+        model_menu: Allowed models (recorded; the generator enforces it).
+        reasoning_menu: Allowed thought patterns.
+        agent_only: Ablation with no tool children at all.
+    """
+
+    def __init__(
+        self,
+        tool_names: Sequence[str],
+        generator: ProfileGenerator,
+        model_menu: Sequence[str] = MODEL_MENU,
+        reasoning_menu: Sequence[str] = REASONING_MENU,
+        agent_only: bool = False,
+    ) -> None:
+        if isinstance(tool_names, str):
+            raise TypeError("tool_names must be a list of names, not a string")
+        if len(set(tool_names)) != len(tool_names):
+            raise ValueError(f"tool_names must be unique, got {list(tool_names)}")
+        if not callable(generator):
+            raise TypeError("generator must be callable (task, siblings) -> Primitive")
+        self.tool_names = [] if agent_only else list(tool_names)
+        self.generator = generator
+        self.model_menu, self.reasoning_menu = list(model_menu), list(reasoning_menu)
+        self.agent_only = agent_only
+
+    def tool(self, name: str) -> Primitive:
+        """The tool primitive called ``name``."""
+        if name not in self.tool_names:
+            raise ValueError(f"unknown tool {name!r}; available: {self.tool_names}")
+        return Primitive("tool", name)
+
+    def new_agents(self, task: str, siblings: Sequence[Primitive], k: int) -> list[Primitive]:
+        """Call the generator ``k`` times (spec §3.5 ``employee_search``), distinct names only."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        out: list[Primitive] = []
+        for _ in range(k):
+            p = self.generator(task, [*siblings, *out])
+            if p is not None and all(p.name != q.name for q in [*siblings, *out]):
+                out.append(p)
+        return out

@@ -1,0 +1,265 @@
+"""AgentXRay experiments for the CLI: ``icml26 experiment=agentxray_toy`` and ``agentxray_paper``.
+
+Toy (spec §6, "XRayBench-lite"): a hidden length-5 chain of deterministic code-transforming agents
+is the black box (clean, and with 10% identifier noise on its outputs). Four arms at the same
+iteration budgets and seeds: ``red_black`` (AgentXRay), ``no_coloring`` (unpruned MCTS),
+``pure_random`` (random tree policy) and ``direct_random`` (random chains of length 1–L_max with
+the red-black arm's number of primitive executions). Reported: test SFE, extracted length, tree
+depth, simulated tokens (agent + generator) and exact recovery of the hidden chain.
+
+Paper (``task=paper``): one AgentXRay dataset from ``data_root`` (hub ``shiowen/AgentXRay-Datasets``)
+with an OpenAI-compatible model for both the profile generator and the agents (spec §7).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+
+from common.tracking import write_results
+
+from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
+from .mcts import AgentXRaySearch, MCTSConfig, extract_workflow
+from .primitives import (
+    CostMeter,
+    LLMProfileGenerator,
+    Primitive,
+    PrimitiveSpace,
+    StaticProfileGenerator,
+)
+from .similarity import sfe, tfidf_cosine
+from .toy import HIDDEN_CHAIN, TOY_TOOLS, ToyChat, add_token_noise, make_tasks, toy_agent_pool
+
+logger = logging.getLogger(__name__)
+
+DEMO_OVERRIDES: list[str] = [
+    "method.arms=[red_black,no_coloring]",
+    "method.iterations=[20]",
+    "method.seeds=[0]",
+    "method.noise=[0.0]",
+    "method.n_test=4",
+]
+HEADLINE: tuple[str, str] = ("red_black_n20/test_sfe", "no_coloring_n20/test_sfe")
+
+ARMS = ("red_black", "no_coloring", "pure_random", "direct_random")
+SIMILARITIES = {"sfe": sfe, "tfidf": tfidf_cosine}
+
+
+@dataclass
+class AgentXRayRunConfig:
+    """``cfg.method``: search settings, toy sizes and the paper path's data/LLM settings."""
+
+    name: str = "agentxray"
+    task: str = "toy"  # toy | paper
+    search: MCTSConfig = field(default_factory=MCTSConfig)
+    similarity: str = "sfe"  # sfe | tfidf (text domains, spec §9.1)
+    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    iterations: list[int] = field(default_factory=lambda: [20, 60])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    noise: list[float] = field(default_factory=lambda: [0.0, 0.1])
+    n_train: int = 8
+    n_test: int = 8
+    data_seed: int = 0
+    tokens_per_profile: int = 300  # toy cost of one generated profile (spec §6)
+    # paper path
+    dataset: str = "metagpt"
+    data_root: str | None = None
+    train_samples: int | None = None
+    llm_model: str = "gpt-4o-mini"
+    base_url: str | None = None
+    model_menu: list[str] = field(default_factory=lambda: ["gpt-4o-mini", "gpt-3.5-turbo"])
+    default_model: str = "gpt-4o-mini"
+    tools: list[str] = field(
+        default_factory=lambda: ["compiler", "syntax_error_checker", "empty_detect"]
+    )
+    compiler_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.task not in ("toy", "paper"):
+            raise ValueError(f"task must be 'toy' or 'paper', got {self.task!r}")
+        bad = [a for a in self.arms if a not in ARMS]
+        if bad:
+            raise ValueError(f"arms must be drawn from {ARMS}, got {bad}")
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(
+                f"similarity must be one of {sorted(SIMILARITIES)}, got {self.similarity!r}"
+            )
+        if any(n < 0 for n in self.iterations):
+            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        if any(not 0.0 <= r < 1.0 for r in self.noise):
+            raise ValueError(f"noise rates must be in [0, 1), got {self.noise}")
+
+
+def _ci95(xs: list[float]) -> float:
+    return 1.96 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+
+
+def _toy_search(
+    arm: str,
+    cfg: AgentXRayRunConfig,
+    iters: int,
+    seed: int,
+    train: list[tuple[str, str]],
+    budget: int | None,
+) -> tuple[list[Primitive], dict]:
+    """One search (or random-chain baseline) on the toy; returns workflow and stats."""
+    meter = CostMeter()
+    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
+    sim = SIMILARITIES[cfg.similarity]
+    if arm == "direct_random":
+        rng = random.Random(seed)
+        omega = toy_agent_pool() + [Primitive("tool", t) for t in TOY_TOOLS]
+        budget = budget or iters * cfg.search.max_depth
+        best, best_r, used, i = [], -1.0, 0, 0
+        while used < budget:
+            wf = [rng.choice(omega) for _ in range(rng.randint(1, cfg.search.max_depth))]
+            for p in wf:
+                if p.kind == "agent":
+                    meter.charge("generator", cfg.tokens_per_profile)
+            task, target = train[i % len(train)]
+            out = ex.final_output(ex.run(wf, task))
+            r = sim(out, target) if out else 0.0
+            used, i = used + len(wf), i + 1
+            if r > best_r:
+                best, best_r = wf, r
+        while best and best[0].kind == "tool":
+            best = best[1:]
+        return best, {"depth": float(len(best)), "executions": float(used), **meter.snapshot()}
+    scfg = MCTSConfig(
+        **{
+            **cfg.search.__dict__,
+            "iterations": iters,
+            "seed": seed,
+            "coloring": arm == "red_black" and cfg.search.coloring,
+            "pure_random": arm == "pure_random",
+        }
+    )
+    gen = StaticProfileGenerator(
+        toy_agent_pool(), seed=seed, tokens_per_profile=cfg.tokens_per_profile, meter=meter
+    )
+    res = AgentXRaySearch(PrimitiveSpace(list(TOY_TOOLS), gen), ex, sim, scfg).run(train)
+    return res.best_workflow, {
+        "depth": float(res.depth),
+        "executions": float(res.executions),
+        **res.tokens,
+    }
+
+
+def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
+    black_box = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+    hidden = [Primitive("agent", n) for n in HIDDEN_CHAIN]
+    train_tasks = make_tasks(cfg.n_train, cfg.data_seed)
+    test_tasks = make_tasks(cfg.n_test, cfg.data_seed + 1)
+    sim = SIMILARITIES[cfg.similarity]
+    metrics: dict[str, dict[str, float]] = {}
+    examples: dict[str, str] = {}
+    arms = [a for a in ARMS if a in cfg.arms]  # red_black first: direct_random matches its budget
+    for noise in cfg.noise:
+
+        def target(t: str, k: int, noise: float = noise) -> str:
+            out = black_box.run(hidden, t)
+            return add_token_noise(out, noise, k) if noise > 0 else out
+
+        train = [(t, target(t, k)) for k, t in enumerate(train_tasks)]
+        test = [(t, target(t, 1000 + k)) for k, t in enumerate(test_tasks)]
+        for iters in cfg.iterations:
+            budgets: dict[int, int] = {}
+            for arm in arms:
+                rows = []
+                for seed in cfg.seeds:
+                    t0 = time.perf_counter()
+                    wf, st = _toy_search(arm, cfg, iters, seed, train, budgets.get(seed))
+                    if arm == "red_black":
+                        budgets[seed] = int(st["executions"])
+                    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+                    scores = [
+                        sim(ex.final_output(ex.run(wf, t)), o) if wf else 0.0 for t, o in test
+                    ]
+                    names = [p.name for p in wf if p.kind == "agent"]
+                    rows.append(
+                        {
+                            "test_sfe": statistics.mean(scores),
+                            "length": float(len(wf)),
+                            "depth": st["depth"],
+                            "tokens": float(st["tokens/total"]),
+                            "tokens_generator": float(st["tokens/generator"]),
+                            "tokens_agent": float(st["tokens/agent"]),
+                            "exact_recovery": float(tuple(names) == HIDDEN_CHAIN),
+                            "seconds": time.perf_counter() - t0,
+                        }
+                    )
+                    if seed == cfg.seeds[0]:
+                        examples[f"{arm}_n{iters}"] = extract_workflow(wf)
+                key = f"{arm}_n{iters}" + (f"_noise{noise:g}" if noise > 0 else "")
+                agg = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+                agg["test_sfe_ci95"] = _ci95([r["test_sfe"] for r in rows])
+                agg["tokens_ci95"] = _ci95([r["tokens"] for r in rows])
+                metrics[key] = agg
+                logger.info(
+                    "%s: test SFE %.3f, length %.1f, tokens %.0f",
+                    key,
+                    agg["test_sfe"],
+                    agg["length"],
+                    agg["tokens"],
+                )
+    return metrics, {"example_workflows": examples, "hidden_chain": list(HIDDEN_CHAIN)}
+
+
+def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
+    from common.llm import OpenAIChat
+
+    from .data import load_split
+
+    if cfg.data_root is None:
+        raise ValueError(
+            "data_root is required for task=paper (download shiowen/AgentXRay-Datasets)"
+        )
+    train = load_split(cfg.data_root, cfg.dataset, "train")[: cfg.train_samples or None]
+    test = load_split(cfg.data_root, cfg.dataset, "test")
+    meter = CostMeter()
+    llm = OpenAIChat(cfg.llm_model, base_url=cfg.base_url, temperature=1.0, max_tokens=8192)
+    tool_impl = {
+        "compiler": compiler_tool(cfg.compiler_timeout),
+        "syntax_error_checker": syntax_check,
+        "empty_detect": empty_detect,
+    }
+    unknown = [t for t in cfg.tools if t not in tool_impl]
+    if unknown:
+        raise ValueError(f"tools {unknown} not implemented; choose from {sorted(tool_impl)}")
+    ex = WorkflowExecutor(llm, {t: tool_impl[t] for t in cfg.tools}, meter)
+    gen = LLMProfileGenerator(llm, cfg.model_menu, default_model=cfg.default_model, meter=meter)
+    sim = SIMILARITIES[cfg.similarity]
+    res = AgentXRaySearch(PrimitiveSpace(cfg.tools, gen, cfg.model_menu), ex, sim, cfg.search).run(
+        train
+    )
+    scores = [sim(ex.final_output(ex.run(res.best_workflow, t)), o) for t, o in test]
+    arm = "red_black" if cfg.search.coloring else "no_coloring"
+    metrics = {
+        arm: {
+            "test_sfe": statistics.mean(scores) if scores else 0.0,
+            "length": float(len(res.best_workflow)),
+            "depth": float(res.depth),
+            **{k: float(v) for k, v in res.tokens.items()},
+        }
+    }
+    return metrics, {
+        "workflow": extract_workflow(res),
+        "generator_parse_failures": gen.parse_failures,
+    }
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Entry point for ``icml26 experiment=agentxray_toy`` (or ``agentxray_paper``)."""
+    schema = OmegaConf.structured(AgentXRayRunConfig)
+    rc: AgentXRayRunConfig = OmegaConf.to_object(OmegaConf.merge(schema, cfg.method))
+    run_dir = str(cfg.run_dir)
+    t0 = time.perf_counter()
+    metrics, extra = (_run_toy if rc.task == "toy" else _run_paper)(rc, run_dir)
+    extra["wall_seconds"] = time.perf_counter() - t0
+    return write_results(run_dir, "agentxray", metrics, cfg=cfg, extra=extra)
