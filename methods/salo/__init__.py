@@ -1,0 +1,42 @@
+"""SALO: Tracing the Dynamics of Refusal — Latent Refusal Trajectories for Robust Jailbreak Detection.
+
+Hu, Wang, Lim, Gao, Chen, ICML 2026, arXiv:2605.02958 (official code: Exbilar/SALO). Refusal is built along a
+sparse layer × token trajectory upstream of the last token; attacks (GCG suffixes, prefilling) suppress the
+terminal signal but not that trajectory. SALO is a small CNN over the hidden-state volume of a window of
+middle layers with global max pooling, trained on plain harmful/benign prompts and thresholded at a fixed
+false-positive rate on safe calibration prompts (XSTest).
+"""
+
+from methods.salo.baselines import LastTokenProbe, RepEDirection, refusal_score
+from methods.salo.calibrate import auroc, calibrate_threshold, detection_rate
+from methods.salo.operator import SALO, load_detector, save_detector
+from methods.salo.train import SALOConfig, TrainConfig, score_detector, train_detector, train_salo
+from methods.salo.volume import (
+    build_chat,
+    check_window,
+    collect_volumes,
+    extract_volume,
+    pad_collate,
+)
+
+__all__ = [
+    "LastTokenProbe",
+    "RepEDirection",
+    "SALO",
+    "SALOConfig",
+    "TrainConfig",
+    "auroc",
+    "build_chat",
+    "calibrate_threshold",
+    "check_window",
+    "collect_volumes",
+    "detection_rate",
+    "extract_volume",
+    "load_detector",
+    "pad_collate",
+    "refusal_score",
+    "save_detector",
+    "score_detector",
+    "train_detector",
+    "train_salo",
+]

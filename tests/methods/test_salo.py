@@ -1,0 +1,289 @@
+"""SALO (spec §6 CI tests): volumes, operator invariances, calibration, baselines, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from methods.salo import (
+    SALO,
+    LastTokenProbe,
+    RepEDirection,
+    TrainConfig,
+    auroc,
+    build_chat,
+    calibrate_threshold,
+    collect_volumes,
+    detection_rate,
+    load_detector,
+    pad_collate,
+    refusal_score,
+    save_detector,
+    train_salo,
+)
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def llama4(tiny_tok):
+    from common.tiny import tiny_causal_lm
+
+    return tiny_causal_lm("llama", num_hidden_layers=4, seed=0, tokenizer=tiny_tok)
+
+
+def _op(pooling="max", d=8, seed=0):
+    torch.manual_seed(seed)
+    m = SALO(d, n_filters=4, token_kernels=(2, 3, 5), dropout=0.5, pooling=pooling)
+    # non-trivial BN statistics so eval mode is not the identity
+    for br in m.branches:
+        br[1].running_mean.uniform_(-0.2, 0.2)
+        br[1].running_var.uniform_(0.5, 1.5)
+    return m.eval()
+
+
+# ---------------------------------------------------------------- operator
+def test_shapes_and_gradients_reach_every_conv():
+    torch.manual_seed(0)
+    m = SALO(8, n_filters=4)
+    x, mask = torch.randn(3, 4, 7, 8), torch.ones(3, 7, dtype=torch.bool)
+    mask[0, 5:] = False
+    out = m(x, mask)
+    assert out.shape == (3,) and torch.isfinite(out).all()
+    out.sum().backward()
+    for br in m.branches:
+        assert br[0].weight.grad is not None and br[0].weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("pooling", ["max", "mean"])
+def test_padding_never_changes_the_score(pooling):
+    m = _op(pooling)
+    torch.manual_seed(1)
+    vols = [torch.randn(5, t, 8) for t in (3, 6, 9)]
+    x, mask = pad_collate(vols)
+    batched = m(x, mask)
+    single = torch.stack([m(v[None])[0] for v in vols])
+    torch.testing.assert_close(batched, single, atol=1e-5, rtol=0)
+    # garbage in masked positions is zero-filled by forward
+    x_bad = x.clone()
+    x_bad[~mask[:, None, :, None].expand_as(x)] = 1e3
+    torch.testing.assert_close(m(x_bad, mask), batched, atol=1e-5, rtol=0)
+
+
+def test_max_pool_needle_position_invariance_and_mean_dilution():
+    m_max, m_mean = _op("max"), _op("mean")
+    base = torch.zeros(1, 5, 16, 8)
+    spike = torch.randn(8) * 5
+    scores = []
+    for layer, tok in [(2, 4), (2, 10), (2, 7)]:  # interior sites (away from 'same' padding edges)
+        x = base.clone()
+        x[0, layer, tok] = spike
+        scores.append(m_max(x))
+    assert not torch.allclose(scores[0], m_max(base))  # the needle matters
+    torch.testing.assert_close(scores[0], scores[1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(scores[0], scores[2], atol=1e-5, rtol=0)
+    # appending extra all-zero *valid* tokens: max unchanged, mean changes (divides by real length)
+    x = base.clone()
+    x[0, 2, 7] = spike
+    longer = torch.cat([x, torch.zeros(1, 5, 16, 8)], dim=2)
+    torch.testing.assert_close(m_max(longer), m_max(x), atol=1e-5, rtol=0)
+    assert not torch.allclose(m_mean(longer), m_mean(x), atol=1e-4)
+
+
+def test_mean_pool_divides_by_real_length():
+    m = _op("mean")
+    torch.manual_seed(2)
+    x = torch.randn(1, 5, 6, 8)
+    a, mask = m.features(x)
+    by_hand = a.mean(dim=(2, 3))
+    padded = torch.cat([x, torch.zeros(1, 5, 10, 8)], dim=2)
+    pmask = torch.zeros(1, 16, dtype=torch.bool)
+    pmask[0, :6] = True
+    a2, _ = m.features(padded, pmask)
+    torch.testing.assert_close(m.pool(a2, pmask), by_hand, atol=1e-6, rtol=0)
+
+
+def test_argmax_sites_finds_the_needle():
+    m = _op("max")
+    x = torch.zeros(1, 5, 12, 8)
+    x[0, 2, 6] = 50 * torch.ones(8)
+    sites = m.argmax_sites(x)
+    assert sites.shape == (1, 12, 2)
+    # channels whose response grows with the spike peak near (2, 6)
+    near = ((sites[0, :, 0] - 2).abs() <= 1) & ((sites[0, :, 1] - 6).abs() <= 2)
+    assert near.float().mean() >= 0.5
+
+
+def test_operator_bad_input():
+    m = _op()
+    with pytest.raises(ValueError, match="hidden_dim"):
+        m(torch.zeros(1, 5, 4, 9))
+    with pytest.raises(ValueError, match="layer_kernel"):
+        m(torch.zeros(1, 2, 4, 8))
+    with pytest.raises(ValueError, match="all-zero"):
+        m(torch.zeros(2, 5, 4, 8), torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]).bool())
+    with pytest.raises(ValueError, match="pooling"):
+        SALO(8, pooling="sum")
+    with pytest.raises(ValueError, match=r"\[B, L, T, D\]"):
+        m(torch.zeros(5, 4, 8))
+
+
+def test_detector_save_load_and_metadata(tmp_path):
+    m = _op("mean")
+    x = torch.randn(2, 5, 6, 8)
+    p = save_detector(
+        m, tmp_path / "salo.pt", {"model": "tiny", "window": (1, 4), "hidden_size": 8}
+    )
+    m2, meta = load_detector(p, expect={"model": "tiny", "window": [1, 4]})
+    torch.testing.assert_close(m2(x), m(x))
+    assert m2.pooling == "mean" and meta["hidden_size"] == 8
+    with pytest.raises(ValueError, match="window"):
+        load_detector(p, expect={"window": (10, 20)})
+    probe = LastTokenProbe(8).eval()
+    p2 = save_detector(probe, tmp_path / "probe.pt", {"model": "tiny"})
+    torch.testing.assert_close(load_detector(p2)[0](x), probe(x))
+
+
+def test_training_is_deterministic_and_learns_a_needle():
+    g = torch.Generator().manual_seed(0)
+    n, d = 64, 4
+    x = torch.randn(n, 3, 8, d, generator=g) * 0.3
+    y = torch.arange(n) % 2
+    pos = torch.randint(0, 8, (n,), generator=g)
+    x[y == 1, 1, pos[y == 1], 0] += 3.0  # planted needle at a random token
+    cfg = TrainConfig(epochs=1, batch_size=16, lr=5e-3)
+    mask = torch.ones(n, 8, dtype=torch.bool)
+    from methods.salo import SALOConfig
+
+    op = SALOConfig(n_filters=16, token_kernels=[3], dropout=0.0)
+    a = train_salo(x, mask, y, op, cfg)
+    b = train_salo(x, mask, y, op, cfg)
+    torch.testing.assert_close(a(x, mask), b(x, mask))
+    c = train_salo(x, mask, y, op, TrainConfig(epochs=5, batch_size=16, lr=5e-3))
+    assert auroc(c(x, mask).detach().numpy(), y.numpy()) > 0.9
+    with pytest.raises(ValueError, match="both classes"):
+        train_salo(x, mask, torch.zeros(n), op, cfg)
+
+
+# ---------------------------------------------------------------- calibration
+@pytest.mark.parametrize("n", [7, 50, 333])
+def test_threshold_gives_the_requested_fpr(n):
+    rng = np.random.default_rng(n)
+    s = rng.normal(size=n)
+    s[: n // 5] = 0.25  # ties
+    taus = []
+    for fpr in (0.05, 0.1, 0.3):
+        tau = calibrate_threshold(s, fpr)
+        emp = detection_rate(s, tau)
+        assert emp <= fpr + 1e-12
+        assert emp >= fpr - 1 / n - (s == 0.25).sum() / n  # tight up to 1/n (and ties)
+        taus.append(tau)
+    assert taus[0] >= taus[1] >= taus[2]  # monotone in the target FPR
+
+
+def test_calibration_helpers_by_hand_and_bad_input():
+    s = [0.1, 0.4, 0.35, 0.8, 0.7, 0.2]
+    y = [0, 0, 1, 1, 1, 0]
+    # positives above negatives: pairs (0.35 vs .1,.4,.2)=2, 0.8=3, 0.7=3 -> 8/9
+    assert auroc(s, y) == pytest.approx(8 / 9)
+    assert detection_rate(s, 0.4) == pytest.approx(3 / 6)
+    assert calibrate_threshold([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], 0.1) == 1.0
+    with pytest.raises(ValueError, match="fpr"):
+        calibrate_threshold(s, 1.0)
+    with pytest.raises(ValueError, match="empty"):
+        calibrate_threshold([], 0.1)
+    with pytest.raises(ValueError, match="both classes"):
+        auroc([0.1, 0.2], [1, 1])
+
+
+# ---------------------------------------------------------------- baselines
+def test_repe_direction_closed_form():
+    torch.manual_seed(3)
+    vols = [torch.randn(3, t, 6) for t in (2, 5, 4, 3)]
+    x, mask = pad_collate(vols)
+    y = torch.tensor([1, 0, 1, 0])
+    r = RepEDirection("roi_mean").fit(x, mask, y)
+    pooled = torch.stack([v.mean(dim=1).mean(dim=0) for v in vols])  # real-length means
+    d = pooled[y == 1].mean(0) - pooled[y == 0].mean(0)
+    torch.testing.assert_close(r.direction, d / d.norm())
+    torch.testing.assert_close(r.score(x, mask), (pooled - pooled[y == 0].mean(0)) @ (d / d.norm()))
+    last = RepEDirection("roi_last_token").fit(x, mask, y)
+    lt = torch.stack([v[:, -1].mean(0) for v in vols])
+    d2 = lt[y == 1].mean(0) - lt[y == 0].mean(0)
+    torch.testing.assert_close(last.direction, d2 / d2.norm())
+    with pytest.raises(ValueError, match="both classes"):
+        RepEDirection().fit(x, mask, torch.ones(4))
+    with pytest.raises(ValueError, match="mode"):
+        RepEDirection("max")
+
+
+def test_last_token_probe_reads_the_last_valid_token():
+    p = LastTokenProbe(6).eval()
+    torch.manual_seed(4)
+    v = torch.randn(3, 4, 6)
+    x, mask = pad_collate([v, torch.randn(3, 7, 6)])
+    torch.testing.assert_close(p(x, mask)[0], p(v[None])[0])
+
+
+# ---------------------------------------------------------------- volumes on a tiny LM
+def test_collect_volumes_matches_hooks_and_padding(llama4):
+    from common.activations import capture
+
+    model, tok = llama4
+    prompts = ["hello there", "a much longer prompt with many more words in it", "hi"]
+    x, mask = collect_volumes(model, tok, prompts, (1, 4), batch_size=3)
+    assert x.shape[:2] == (3, 3) and x.shape[-1] == 64
+    assert (x[~mask[:, None, :, None].expand_as(x)] == 0).all()
+    ids = build_chat(tok, prompts[0])
+    assert mask[0].sum() == len(ids)
+    names = [f"model.layers.{i}" for i in range(0, 3)]  # blocks l_s-1 .. l_e-2
+    with capture(model, names) as store, torch.no_grad():
+        model(input_ids=torch.tensor([ids]))
+    hooked = torch.stack([store[n][0][0] for n in names])  # [3, T, D]
+    torch.testing.assert_close(x[0, :, : len(ids)], hooked, atol=1e-5, rtol=0)
+    # padding invariance: alone vs in a padded batch
+    alone, _ = collect_volumes(model, tok, prompts[:1], (1, 4))
+    torch.testing.assert_close(x[0, :, : len(ids)], alone[0], atol=1e-5, rtol=0)
+
+
+def test_causal_persistence_of_suffix_and_prefill(llama4):
+    model, tok = llama4
+    clean, m0 = collect_volumes(model, tok, ["how to make a cake"], (1, 4))
+    t0 = int(m0.sum())
+    pre, _ = collect_volumes(model, tok, ["how to make a cake"], (1, 4), prefill="Sure, here")
+    torch.testing.assert_close(pre[0, :, :t0], clean[0], atol=1e-6, rtol=0)
+    # a user-side suffix goes before the template's closing tokens: the user prefix persists
+    suf, _ = collect_volumes(model, tok, ["how to make a cake"], (1, 4), suffix="zx zx")
+    ids_c, ids_s = (
+        build_chat(tok, "how to make a cake"),
+        build_chat(tok, "how to make a cake", "zx zx"),
+    )
+    k = next(i for i, (a, b) in enumerate(zip(ids_c, ids_s, strict=False)) if a != b)
+    assert k > 3
+    torch.testing.assert_close(suf[0, :, :k], clean[0, :, :k], atol=1e-6, rtol=0)
+
+
+def test_volume_and_refusal_bad_input(llama4):
+    model, tok = llama4
+    with pytest.raises(ValueError, match="final norm"):
+        collect_volumes(model, tok, ["x"], (2, 5))
+    with pytest.raises(ValueError, match="non-empty"):
+        collect_volumes(model, tok, ["x"], (3, 3))
+    with pytest.raises(ValueError, match="prompt must be"):
+        collect_volumes(model, tok, [""], (1, 3))
+    with pytest.raises(ValueError, match="max_length"):
+        collect_volumes(model, tok, ["word " * 50], (1, 3), max_length=8)
+    x, m = collect_volumes(model, tok, ["word " * 50], (1, 3), max_length=8, truncate=True)
+    assert m.sum() == 8
+    from transformers import PreTrainedTokenizerFast
+
+    no_tmpl = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
+    with pytest.raises(ValueError, match="chat_template"):
+        build_chat(no_tmpl, "hi")
+    s = refusal_score(model, tok, ["a", "bb bb bb"], [5, 6])
+    s1 = refusal_score(model, tok, ["bb bb bb"], [5, 6])
+    assert s.shape == (2,) and (s <= 0).all()
+    torch.testing.assert_close(s[1], s1[0], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="refusal_token_ids"):
+        refusal_score(model, tok, ["a"], [])
