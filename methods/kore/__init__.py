@@ -6,6 +6,19 @@ approximate null space of old-knowledge input covariances, freezes ``A`` and tra
 updates barely touch the outputs on old-knowledge inputs.
 """
 
+from methods.kore.augment import (
+    AugmentationParseError,
+    ImageRetriever,
+    KnowledgeItem,
+    LocalImageRetriever,
+    build_caption,
+    build_dialogue,
+    build_knowledge_tree,
+    build_recognition,
+    build_vqa,
+    parse_quadruplets,
+    select_images,
+)
 from methods.kore.covariance import collect_input_covariances, default_llm_linear_filter
 from methods.kore.metrics import (
     avg_score,
@@ -24,6 +37,17 @@ from methods.kore.nullspace import (
 )
 
 __all__ = [
+    "AugmentationParseError",
+    "ImageRetriever",
+    "KnowledgeItem",
+    "LocalImageRetriever",
+    "build_caption",
+    "build_dialogue",
+    "build_knowledge_tree",
+    "build_recognition",
+    "build_vqa",
+    "parse_quadruplets",
+    "select_images",
     "KoreFactors",
     "apply_kore",
     "avg_score",

@@ -269,3 +269,117 @@ def test_metrics_hand_cases_and_paper_rows():
         hars(0, 10, 1, 10)
     with pytest.raises(ValueError, match="empty"):
         cover_exact_match("x", " ")
+
+
+# ---------------------------------------------------------------- augmentation
+
+
+def _item():
+    from methods.kore.augment import KnowledgeItem
+
+    return KnowledgeItem(
+        id="n1",
+        kind="news",
+        type="Sports",
+        name="Lakeside FC wins the cup",
+        text="Lakeside FC beat Hill United 2-1 in the final held in Oslo.",
+        image="orig.jpg",
+    )
+
+
+def test_augmentation_builds_tree_with_scripted_llm():
+    import numpy as np
+
+    from common.llm import ScriptedChat
+    from methods.kore.augment import LocalImageRetriever, build_knowledge_tree
+
+    quads = (
+        '```json\n[{"question": "Whom did Lakeside FC beat?", "answer": "Hill United", '
+        '"subject": "Lakeside FC", "hypernym": "football club"},'
+        '{"question": "Where was Oslo?", "answer": "Oslo", "subject": "Oslo", "hypernym": "city"}]\n```'
+    )
+    llm = ScriptedChat(
+        ['["Who won?", "What was the score?"]', "Lakeside FC.", "2-1.", "A final won 2-1.", quads]
+    )
+    index = {
+        "Lakeside FC wins the cup a": "a.jpg",
+        "Lakeside FC the cup b": "b.jpg",
+        "Lakeside FC cup dup": "orig.jpg",
+        "Lakeside FC football club": "club.jpg",
+    }
+    vec = {
+        "orig.jpg": [1, 0, 0],
+        "a.jpg": [0.9, 0.1, 0],
+        "b.jpg": [0.8, 0.3, 0],
+        "club.jpg": [0, 1, 0],
+    }
+    embed = lambda imgs: np.array([vec[i] for i in imgs], dtype=float)  # noqa: E731
+    recs, report = build_knowledge_tree(_item(), llm, LocalImageRetriever(index), embed)
+    kinds = [r["id"].split("_", 1)[1] for r in recs]
+    assert kinds == ["dialogue", "recognition", "caption", "vqa_0"]
+    dia = recs[0]["conversations"]
+    assert len(dia) == 6 and dia[0]["value"].startswith("<image>\n")
+    assert [c["value"] for c in dia[3::2]] == ["Lakeside FC.", "2-1."]
+    assert recs[1]["image"] == "a.jpg" and recs[2]["image"] == "b.jpg"  # duplicate excluded
+    assert recs[2]["conversations"][1]["value"].startswith("The image depicts Lakeside FC")
+    assert recs[3]["conversations"][1]["value"] == "Hill United" and recs[3]["image"] == "club.jpg"
+    assert report == {"parse_errors": 0, "dropped_vqa": 1, "skipped_branches": 0}
+    assert len(llm.calls) == 5
+
+
+def test_augmentation_bad_input():
+    from common.llm import ScriptedChat
+    from methods.kore.augment import (
+        AugmentationParseError,
+        KnowledgeItem,
+        build_dialogue,
+        parse_quadruplets,
+        select_images,
+    )
+
+    with pytest.raises(AugmentationParseError, match="malformed"):
+        parse_quadruplets('[{"question": "q",]')
+    with pytest.raises(AugmentationParseError, match="string fields"):
+        parse_quadruplets('[{"question": "q", "answer": 1}]')
+    with pytest.raises(AugmentationParseError, match="no JSON list"):
+        build_dialogue(_item(), ScriptedChat(["I cannot help."]))
+    with pytest.raises(ValueError, match="text"):
+        KnowledgeItem(id="x", kind="entity", type="t", name="n", text=" ")
+    with pytest.raises(ValueError, match="kind"):
+        KnowledgeItem(id="x", kind="movie", type="t", name="n", text="t")
+    qs = "[" + ",".join(f'"q{i}?"' for i in range(12)) + "]"
+    rec = build_dialogue(_item(), ScriptedChat([qs] + ["a"] * 10), n_max=10)
+    assert len(rec["conversations"]) == 2 + 2 * 10  # truncated to n_max
+    import numpy as np
+
+    same = lambda imgs: np.ones((len(imgs), 3))  # noqa: E731
+    assert select_images("o", ["x", "y"], same) == []
+
+
+# ---------------------------------------------------------------- tiny LLaVA
+
+
+def test_tiny_llava_one_kore_step():
+    from PIL import Image
+
+    from common.tiny import tiny_llava
+
+    torch.manual_seed(0)
+    model, proc = tiny_llava(seed=0)
+    img = Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy())
+    batch = dict(proc(text="<image> What is shown?", images=img, return_tensors="pt"))
+    covs = collect_input_covariances(model, [batch])
+    assert covs and all("language_model" in n for n in covs)
+    with torch.no_grad():
+        ref = model(**batch).logits
+    pm = apply_kore(model, covs, r=4, target_modules=list(covs))
+    with torch.no_grad():
+        assert torch.allclose(pm(**batch).logits, ref, atol=1e-4)
+    before = {n: p.detach().clone() for n, p in pm.named_parameters()}
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
+    pm.train()
+    loss = pm(**batch, labels=batch["input_ids"]).loss
+    loss.backward()
+    opt.step()
+    changed = {n for n, p in pm.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_B" in n for n in changed)
