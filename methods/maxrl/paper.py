@@ -64,14 +64,30 @@ class PaperConfig:
     eval_temperature: float = 0.6  # Table 6
     eval_top_p: float = 0.95  # Table 6
     output_dir: str = "outputs/maxrl_paper"
+    # Engines and precision: the paper setting is vLLM + bf16 on GPUs; the CPU test of this code path
+    # switches them off (use_vllm=False, bf16=False, eval_engine="hf", report_to="none").
+    use_vllm: bool = True
+    bf16: bool = True
+    report_to: str = "wandb"
+    eval_engine: str = "vllm"  # vllm | hf
 
 
 def load_prompts(name: str, suffix: str):
-    """Load a math set from the hub as a ``datasets.Dataset`` with ``prompt`` (chat) and ``answer``."""
+    """A math set as a ``datasets.Dataset`` with ``prompt`` (chat) and ``answer``.
+
+    ``name`` is a key of :data:`DATASETS` (hub id, downloaded by ``datasets`` when online) or a local
+    GSM8K/MATH-layout file or folder (read by :func:`common.tasks.load_math_dataset`).
+    """
     import datasets
 
-    from common.tasks.math_sets import _gsm8k_answer
+    from common.tasks.math_sets import _gsm8k_answer, load_math_dataset
 
+    if Path(name).exists():
+        local = load_math_dataset(name)
+        return local.map(
+            lambda row: {"prompt": [{"role": "user", "content": row["problem"] + suffix}]},
+            remove_columns=["problem"],
+        )
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
     hub_id, split, q_col, a_col = DATASETS[name]
@@ -96,7 +112,7 @@ def train(mcfg, pcfg: PaperConfig) -> None:
 
     from .trainer import MaxRLConfig, MaxRLTrainer
 
-    suffix = GSM8K_SUFFIX if pcfg.train_set.startswith("gsm8k") else QWEN3_SUFFIX
+    suffix = GSM8K_SUFFIX if Path(pcfg.train_set).name.startswith("gsm8k") else QWEN3_SUFFIX
     data = load_prompts(pcfg.train_set, suffix)
     n = mcfg.num_generations
     args = MaxRLConfig(
@@ -117,14 +133,15 @@ def train(mcfg, pcfg: PaperConfig) -> None:
         top_p=1.0,
         beta=0.0,
         num_iterations=1,
-        bf16=True,
-        use_vllm=True,
+        bf16=pcfg.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        use_vllm=pcfg.use_vllm,
         vllm_mode=pcfg.vllm_mode,
         vllm_gpu_memory_utilization=pcfg.vllm_gpu_memory_utilization,
         save_strategy="steps",
         save_steps=100,
         logging_steps=1,
-        report_to="wandb",
+        report_to=pcfg.report_to,
     )
     tok = AutoTokenizer.from_pretrained(pcfg.model, padding_side="left")
     trainer = MaxRLTrainer(
@@ -140,10 +157,17 @@ def train(mcfg, pcfg: PaperConfig) -> None:
 
 def evaluate(model_path: str, pcfg: PaperConfig) -> dict:
     """pass@k (k = 1, 2, 4, ..., n) per eval set with vLLM sampling; writes ``eval.json``."""
-    from common.generation import SamplingParams, VLLMGenerator
+    from common.generation import HFGenerator, SamplingParams, VLLMGenerator
     from common.tasks.math_sets import verify_boxed
 
-    gen = VLLMGenerator(model_path)
+    if pcfg.eval_engine == "vllm":
+        gen = VLLMGenerator(model_path)
+    elif pcfg.eval_engine == "hf":
+        from common.models import load_model, load_tokenizer
+
+        gen = HFGenerator(load_model(model_path), load_tokenizer(model_path))
+    else:
+        raise ValueError(f"eval_engine must be 'vllm' or 'hf', got {pcfg.eval_engine!r}")
     params = SamplingParams(
         max_new_tokens=pcfg.max_completion_length,
         temperature=pcfg.eval_temperature,
@@ -157,6 +181,7 @@ def evaluate(model_path: str, pcfg: PaperConfig) -> dict:
         c = torch.tensor(
             [sum(verify_boxed(x.text, a) for x in cs) for cs, a in zip(comps, data["answer"])]
         )
+        name = Path(name).stem if Path(name).exists() else name
         out[name] = {"k": ks, "pass@k": [float(pass_at_k(pcfg.eval_n, c, k).mean()) for k in ks]}
         logger.info(
             "%s: pass@1 %.4f pass@%d %.4f",

@@ -362,3 +362,43 @@ def test_paper_config_and_compare(tmp_path):
     assert compare(str(tmp_path / "a.json"), str(tmp_path / "b.json"))["aime25"] == pytest.approx(
         8.0
     )
+
+
+def test_paper_train_and_eval_path_on_a_tiny_local_model(tmp_path, tiny_tok):
+    """The paper's train/eval code path (TRL trainer, boxed rewards, pass@k) with vLLM/bf16 off."""
+    import json
+    from dataclasses import replace
+
+    from common.registry import compose
+    from common.tasks import FIXTURES
+    from common.tiny import save_tiny, tiny_causal_lm
+    from methods.maxrl.paper import PaperConfig, evaluate, train
+    from methods.maxrl.run import _to_config
+
+    model_dir = save_tiny(*tiny_causal_lm("qwen2", seed=0, tokenizer=tiny_tok), tmp_path / "m")
+    mcfg = _to_config(compose(["experiment=maxrl_paper", "method.num_generations=2"]).method)
+    fixture = str(FIXTURES / "math500_mini.jsonl")
+    pcfg = replace(
+        PaperConfig(),
+        model=str(model_dir),
+        train_set=fixture,
+        eval_sets=[fixture],
+        prompts_per_step=2,
+        per_device_train_batch_size=4,
+        max_steps=1,
+        max_completion_length=8,
+        use_vllm=False,
+        bf16=False,
+        report_to="none",
+        eval_engine="hf",
+        eval_n=4,
+        output_dir=str(tmp_path / "out"),
+    )
+    train(mcfg, pcfg)
+    final = tmp_path / "out" / mcfg.advantage_estimator / "final"
+    assert (final / "config.json").exists()
+    out = evaluate(str(final), pcfg)
+    assert out["math500_mini"]["k"] == [1, 2, 4]
+    curve = out["math500_mini"]["pass@k"]
+    assert all(0.0 <= v <= 1.0 for v in curve) and curve == sorted(curve)
+    assert json.loads((final / "eval.json").read_text()) == out
