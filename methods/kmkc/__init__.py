@@ -5,6 +5,13 @@ region, expand knowledge with region-specific data (CGKE), then calibrate confid
 correctness (CDKC). The calibration objective here is the spec's proposal; the paper's is not public.
 """
 
+from .augment import (
+    AugmentConfig,
+    augment_boundary_expansion,
+    augment_epistemic_foundation,
+    augment_structural_disambiguation,
+    build_cgke_dataset,
+)
 from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
 from .metrics import (
     expected_calibration_error,
@@ -25,12 +32,17 @@ from .signals import mean_token_entropy, sequence_confidence, sequence_nll
 
 __all__ = [
     "REGIONS",
+    "AugmentConfig",
     "BehaviorProfile",
     "DecayFit",
     "RegionConfig",
     "SampleOut",
     "assign_regions",
+    "augment_boundary_expansion",
+    "augment_epistemic_foundation",
+    "augment_structural_disambiguation",
     "bin_by_uncertainty",
+    "build_cgke_dataset",
     "build_profile",
     "expected_calibration_error",
     "fit_structural_decay",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 
@@ -13,11 +14,13 @@ from torch.testing import assert_close
 
 from common.llm import ScriptedChat
 from methods.kmkc import (
+    AugmentConfig,
     BehaviorProfile,
     RegionConfig,
     SampleOut,
     assign_regions,
     bin_by_uncertainty,
+    build_cgke_dataset,
     build_profile,
     expected_calibration_error,
     fit_structural_decay,
@@ -295,3 +298,64 @@ def test_all_pairs_profile_region_is_total():
         r = rule_region(p)
         assert r in ("mastered", "confused", "missing")
         assert (r == "mastered") == (sum(bits) >= 3)
+
+
+# ---------------------------------------------------------------- augmentation / CGKE dataset
+def _grounded_generator(messages):
+    """A scripted generator that answers every augmentation prompt in the expected JSON."""
+    text = messages[-1]["content"]
+    if "neighbouring" in text:
+        return json.dumps(
+            [{"question": "reverse of q?", "answer": "g"}, {"question": "hard q?", "answer": "h"}]
+        )
+    if "explanations" in text:
+        return json.dumps([{"explanation": "g, not w, because X"}, {"explanation": "w is Y"}])
+    if "background" in text:
+        return json.dumps(
+            [{"background": "q is g.", "question": "q?"}, {"background": "g.", "question": "q2?"}]
+        )
+    return "g"  # the consistency re-asks: always answers g
+
+
+def test_build_cgke_dataset_schema_and_allocation():
+    ps = [
+        _profile(["g"] * 4, [True] * 4, [0.1] * 4),
+        _profile(["g", "w", "w", "g"], [True, False, False, True], [0.1, 1, 1, 0.2]),
+        _profile(["a", "b", "c", "d"], [False] * 4, [3.0] * 4),
+    ]
+    for p, r, i in zip(ps, ["mastered", "confused", "missing"], range(3)):
+        p.region, p.id = r, f"q{i}"
+    ds, stats = build_cgke_dataset(ps, ScriptedChat(_grounded_generator), return_stats=True)
+    assert set(ds.column_names) == {"id", "region", "strategy", "messages"}
+    strategies = ds["strategy"]
+    assert strategies.count("original") == 3
+    # Boundary expansion keeps only the item the generator re-answers consistently ("g").
+    assert strategies.count("boundary_expansion") == 1
+    assert strategies.count("structural_disambiguation") == 2
+    assert strategies.count("epistemic_foundation") == 2
+    for msgs in ds["messages"]:
+        assert [m["role"] for m in msgs] == ["user", "assistant"]
+        assert msgs[1]["content"].endswith("Answer: g") or msgs[1]["content"].endswith("Answer: h")
+    confused = [m for m, s in zip(ds["messages"], strategies) if s == "structural_disambiguation"]
+    assert "not w" in confused[0][1]["content"]
+    assert stats["dropped/missing"] == 0 and stats["items/original"] == 3
+
+
+def test_build_cgke_dataset_malformed_generator_counts_and_aborts():
+    p = _profile(["a", "b"], [False, False], [3.0, 3.0])
+    p.region = "missing"
+    good = _profile(["g", "g"], [True, True], [0.1, 0.1])
+    good.region = "mastered"
+    llm = ScriptedChat(lambda m: "not json at all")
+    cfg = AugmentConfig(max_drop_frac=1.0, consistency_checks=0)
+    ds, stats = build_cgke_dataset([p, good], llm, cfg, return_stats=True)
+    assert stats["dropped/missing"] == 1 and stats["dropped/mastered"] == 1
+    assert len(llm.calls) == 2 * (cfg.max_retries + 1)
+    assert ds["strategy"] == ["original", "original"]
+    with pytest.raises(ValueError, match="max_drop_frac"):
+        build_cgke_dataset([p, good], llm, AugmentConfig(max_drop_frac=0.2))
+    unassigned = _profile(["g", "g"], [True, True], [0.1, 0.1])
+    with pytest.raises(ValueError, match="region"):
+        build_cgke_dataset([unassigned], llm)
+    with pytest.raises(ValueError, match="qa_template"):
+        AugmentConfig(qa_template="no placeholder")
