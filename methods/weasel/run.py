@@ -40,7 +40,7 @@ DEMO_OVERRIDES: list[str] = [
     "method.epochs=1",
     "method.scorer=jaccard",
 ]
-HEADLINE: tuple[str, str] = ("weasel/ood_action_acc", "random/ood_action_acc")
+HEADLINE: tuple[str, str] = ("weasel/ood_action_token_acc", "random/ood_action_token_acc")
 
 ARMS = ("full", "random", "weasel", "importance_only", "diversity_only")
 
@@ -168,7 +168,8 @@ def _run_toy(cfg: DictConfig, rc: WeaselRunConfig) -> dict[str, float]:
         metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
         if len(rows) > 1:
             metrics[arm]["ood_action_acc_std"] = statistics.stdev(r["ood_action_acc"] for r in rows)
-            metrics[arm]["id_action_acc_std"] = statistics.stdev(r["id_action_acc"] for r in rows)
+            for key in ("id_action_acc", "ood_action_token_acc", "id_action_token_acc"):
+                metrics[arm][f"{key}_std"] = statistics.stdev(r[key] for r in rows)
     if "full" in metrics:
         for arm in metrics:
             metrics[arm]["token_ratio_vs_full"] = (
