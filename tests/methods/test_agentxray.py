@@ -1,0 +1,391 @@
+"""Tests for methods.agentxray (spec §6 CI list, §8 bad input)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+
+import pytest
+
+from common.llm import ScriptedChat
+from methods.agentxray import (
+    AgentXRaySearch,
+    CostMeter,
+    MCTSConfig,
+    Node,
+    Primitive,
+    PrimitiveSpace,
+    StaticProfileGenerator,
+    WorkflowExecutor,
+    compiler_tool,
+    extract_workflow,
+    item_to_pair,
+    load_split,
+    load_workflow,
+    parse_profile,
+    parse_project,
+    sfe,
+    tfidf_cosine,
+)
+from methods.agentxray.executor import agent_messages
+from methods.agentxray.primitives import estimate_tokens
+from methods.agentxray.toy import HIDDEN_CHAIN, TOY_TOOLS, ToyChat, make_tasks, toy_agent_pool
+
+A = Primitive("agent", "A")
+T = Primitive("tool", "t0")
+
+
+def _search(cfg: MCTSConfig | None = None, n_tools: int = 0, n_agents: int = 3, sim=None):
+    pool = [Primitive("agent", f"ag{i}") for i in range(n_agents)]
+    meter = CostMeter()
+    gen = StaticProfileGenerator(pool, seed=0, meter=meter)
+    tools = {f"t{i}": (lambda c: c) for i in range(n_tools)}
+    space = PrimitiveSpace(list(tools), gen)
+    llm = ScriptedChat(lambda m: "```python\nx = 1\n```")
+    ex = WorkflowExecutor(llm, tools, meter)
+    return AgentXRaySearch(space, ex, sim or (lambda a, b: 0.5), cfg or MCTSConfig())
+
+
+def _hand_tree(s: AgentXRaySearch, n_children: int = 4) -> Node:
+    root = s.root
+    v = root.add(A, s.cfg.max_depth)
+    v.N, v.W = 2, 1.0  # Q̄ = 0.5, d = 1
+    for _ in range(n_children):
+        v.add(A, s.cfg.max_depth)
+    return v
+
+
+# ----------------------------------------------------------------------------- red-black rules
+def test_node_score_closed_form_and_leaf_zero():
+    s = _search()
+    v = _hand_tree(s)
+    assert s.node_score(v) == pytest.approx(0.5 * 2 / 7 * 4 / 16, abs=1e-15)
+    assert s.node_score(v.children[0]) == 0.0
+
+
+def test_beta_threshold_quantile():
+    s = _search(MCTSConfig(beta=0.5))
+    assert s.beta_threshold([0.9, 0.5, 0.3, 0.0]) == 0.3  # index ⌊4·0.5⌋ = 2
+    assert s.beta_threshold([0.7]) == 0.7
+    s1 = _search(MCTSConfig(beta=1.0))
+    assert s1.beta_threshold([0.9, 0.5, 0.3, 0.0]) == 0.0  # clamped to n − 1
+    with pytest.raises(ValueError, match="scores"):
+        s.beta_threshold([])
+
+
+def test_coloring_rules():
+    s = _search()
+    v = _hand_tree(s)
+    s.root.N, s.root.W = 2, 1.0
+    s.color_tree()
+    assert all(c.color == "black" for c in v.children)  # leaves
+    assert v.color == "red"
+    for c in v.children:  # all children terminal → black even with a top score
+        c.terminal = True
+    s.color_tree()
+    assert v.color == "black"
+    s_off = _search(MCTSConfig(coloring=False))
+    _hand_tree(s_off)
+    s_off.color_tree()
+    assert all(n.color == "black" for n in s_off.root.walk())
+
+
+def test_fresh_tree_root_is_red_tie_at_zero():
+    s = _search()
+    s.root.add(A, 6)
+    s.color_tree()
+    assert s.root.color == "red"  # score 0 ≥ θ = 0
+
+
+def test_ucb_closed_form():
+    s = _search(MCTSConfig(c_ucb=1.4))
+    p = Node(None, N=10)
+    c = Node(A, 1, N=3, W=1.2)
+    assert s.ucb(p, Node(A, 1)) == math.inf
+    assert s.ucb(p, c) == pytest.approx(0.4 + 1.4 * math.sqrt(2 * math.log(10) / 3))
+    s0 = _search(MCTSConfig(c_ucb=0.0))
+    assert s0.ucb(p, c) == pytest.approx(0.4)
+
+
+def test_red_nodes_are_never_expanded():
+    s = _search(MCTSConfig(iterations=0), n_tools=2, n_agents=6, sim=lambda a, b: 0.3)
+    task = "task"
+    saw_red = False
+    for _ in range(25):
+        s.color_tree()
+        red = {id(v): len(v.children) for v in s.root.walk() if v.color == "red"}
+        nodes = {id(v): v for v in s.root.walk()}
+        saw_red |= bool(red)
+        s.iterate(task, "```python\nx = 1\n```")
+        for k, n in red.items():
+            assert len(nodes[k].children) == n
+    assert saw_red
+
+
+def test_backup_invariants():
+    rewards = iter([0.1 * (i % 7) for i in range(100)])
+    s = _search(MCTSConfig(iterations=12), n_tools=2, sim=lambda a, b: next(rewards))
+    res = s.run([("t", "```python\nx = 1\n```")])
+    assert s.root.N == 12
+    assert pytest.approx(sum(res.train_rewards)) == s.root.W
+    for v in s.root.walk():
+        assert sum(c.N for c in v.children) <= v.N
+
+
+def test_expansion_quotas():
+    cfg = MCTSConfig(max_children=16, min_agent_ratio=0.4, max_tools_per_node=10)
+    s = _search(cfg, n_tools=12, n_agents=30)
+    kinds = []
+    for _ in range(20):
+        c = s.select_or_expand(s.root, "t") if len(s.root.children) < 16 else None
+        if c is None:
+            break
+        kinds.append(c.primitive.kind)
+    assert kinds == ["agent", "tool"] + ["agent"] * 5 + ["tool"] * 9
+    assert len(s.root.children) == 16
+    # agent-only: never a tool child
+    pool = [Primitive("agent", f"ag{i}") for i in range(30)]
+    space = PrimitiveSpace(["x", "y"], StaticProfileGenerator(pool), agent_only=True)
+    ex = WorkflowExecutor(ScriptedChat(lambda m: "x"), {}, CostMeter())
+    s2 = AgentXRaySearch(space, ex, lambda a, b: 0.0, cfg)
+    for _ in range(16):
+        s2.select_or_expand(s2.root, "t")
+    assert all(c.primitive.kind == "agent" for c in s2.root.children)
+
+
+def test_terminality_depth_and_failure():
+    root = Node(None)
+    v = root
+    for _ in range(3):
+        v = v.add(A, 3)
+    assert v.depth == 3 and v.terminal and not v.parent.terminal
+    # a failing agent makes its node terminal with reward 0
+    meter = CostMeter()
+    space = PrimitiveSpace([], StaticProfileGenerator([A], meter=meter))
+    ex = WorkflowExecutor(ScriptedChat([]), {}, meter)  # runs out → call fails
+    s = AgentXRaySearch(space, ex, lambda a, b: 1.0, MCTSConfig())
+    assert s.iterate("t", "x") == 0.0
+    assert s.root.children[0].terminal
+
+
+def test_best_workflow_extraction():
+    s = _search()
+    t1 = s.root.add(T, 6)
+    t1.N, t1.W = 5, 4.0  # best root child is a tool → stripped
+    a1 = t1.add(A, 6)
+    a1.N, a1.W = 4, 2.0
+    a2 = t1.add(Primitive("agent", "B"), 6)
+    a2.N, a2.W = 1, 0.9  # Q̄ 0.9 > 0.5 → arg-max Q̄, not visits
+    other = s.root.add(Primitive("agent", "C"), 6)
+    other.N, other.W = 1, 0.1
+    wf = s.best_workflow()
+    assert [p.name for p in wf][0] == "B"
+    # padded to length 2 with the best-Q̄ root child (the tool t0, Q̄ 0.8 > C's 0.1)
+    assert len(wf) == 2 and wf[1].name == "t0"
+
+
+# ----------------------------------------------------------------------------- search end to end
+def _letters_setup(planted: str, cfg: MCTSConfig):
+    """Agents append their letter to ``s``; Sim = fraction of positions matching the target."""
+
+    def llm(msgs):
+        name = re.match(r"You are (\w+),", msgs[0]["content"]).group(1)
+        prev = re.search(r's = "(\w*)"', msgs[1]["content"])
+        return f'```python\ns = "{(prev.group(1) if prev else "") + name}"\n```'
+
+    def sim(pred, ref):
+        a = re.search(r's = "(\w*)"', pred).group(1)
+        b = re.search(r's = "(\w*)"', ref).group(1)
+        return sum(x == y for x, y in zip(a, b)) / max(len(a), len(b))
+
+    pool = [Primitive("agent", x) for x in "ABC"]
+    meter = CostMeter()
+    space = PrimitiveSpace([], StaticProfileGenerator(pool, seed=cfg.seed, meter=meter))
+    ex = WorkflowExecutor(ScriptedChat(llm), {}, meter)
+    return AgentXRaySearch(space, ex, sim, cfg), ex, sim, pool
+
+
+def test_search_finds_planted_workflow():
+    planted = "BAC"
+    target = f'```python\ns = "{planted}"\n```'
+    for seed in range(3):
+        cfg = MCTSConfig(
+            iterations=60, max_children=3, max_depth=3, early_stop=1.1, seed=seed, coloring=False
+        )
+        s, ex, sim, pool = _letters_setup(planted, cfg)
+        if seed == 0:  # brute force over all 39 chains of length ≤ 3: planted is the unique optimum
+            scores = {
+                "".join(p.name for p in wf): sim(ex.run(list(wf), "t"), target)
+                for n in (1, 2, 3)
+                for wf in itertools.product(pool, repeat=n)
+            }
+            best = max(scores.values())
+            assert [k for k, v in scores.items() if v == best] == [planted]
+        wf = s.search([("t", target)])
+        assert "".join(p.name for p in wf) == planted
+
+
+def test_red_black_commits_to_first_dive():
+    """Repo colouring: once leaves are ≥ half the nodes, θ_β = 0 and every node with a
+    non-terminal child is red, so only the deepest level widens (see docs, "Findings")."""
+    cfg = MCTSConfig(iterations=40, max_children=3, max_depth=3, early_stop=1.1, seed=0)
+    s, *_ = _letters_setup("BAC", cfg)
+    s.search([("t", '```python\ns = "BAC"\n```')])
+    assert len(s.root.children) == 1 and len(s.root.children[0].children) == 1
+    assert max(v.depth for v in s.root.walk()) == 3
+    assert len(s.root.children[0].children[0].children) == 3  # the deepest level is full
+
+
+def test_token_accounting_agent_and_generator():
+    reply = "File: main.py\n```python\nx = 1\n```\n"
+    meter = CostMeter()
+    llm = ScriptedChat(lambda m: reply)
+    ex = WorkflowExecutor(llm, {"t0": lambda c: c}, meter)
+    out = ex.run([A, T, Primitive("agent", "B", role="r")], "task")
+    assert out == reply
+    expected = sum(estimate_tokens(m["content"]) for m in agent_messages(A, "task", ""))
+    expected += sum(
+        estimate_tokens(m["content"])
+        for m in agent_messages(Primitive("agent", "B", role="r"), "task", reply)
+    )
+    expected += 2 * estimate_tokens(reply)
+    assert meter.tokens["agent"] == expected and meter.calls["agent"] == 2
+    assert meter.tokens["tool"] == 0 and meter.calls["tool"] == 1
+    assert len(llm.calls) == 2
+    # in a search, generator tokens are charged per generated profile and reported separately
+    s = _search(MCTSConfig(iterations=10), n_tools=1)
+    res = s.run([("t", "```python\nx = 1\n```")])
+    assert res.tokens["tokens/generator"] == 300 * res.tokens["calls/generator"] > 0
+    assert res.tokens["tokens/total"] == sum(
+        res.tokens[f"tokens/{k}"] for k in ("agent", "generator", "tool")
+    )
+
+
+def test_toy_determinism_and_json_round_trip():
+    def go(seed):
+        meter = CostMeter()
+        ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
+        gen = StaticProfileGenerator(toy_agent_pool(), seed=seed, meter=meter)
+        s = AgentXRaySearch(
+            PrimitiveSpace(list(TOY_TOOLS), gen), ex, sfe, MCTSConfig(iterations=8, seed=seed)
+        )
+        hidden = [Primitive("agent", n) for n in HIDDEN_CHAIN]
+        train = [(t, ex.run(hidden, t)) for t in make_tasks(2, 0)]
+        return s.run(train), ex
+
+    r1, ex = go(3)
+    r2, _ = go(3)
+    assert [p.name for p in r1.best_workflow] == [p.name for p in r2.best_workflow]
+    assert r1.tokens == r2.tokens
+    text = extract_workflow(r1)
+    wf = load_workflow(text)
+    assert wf == r1.best_workflow and json.loads(text)["workflow"][0]["kind"] == "agent"
+    task = make_tasks(1, 5)[0]
+    assert ex.run(wf, task) == ex.run(r1.best_workflow, task)
+    tree = Node.from_dict(r1.tree.to_dict())
+    assert tree.N == r1.tree.N and len(tree.walk()) == len(r1.tree.walk())
+
+
+# ----------------------------------------------------------------------------- SFE
+CODE = (
+    "Here is the project.\nFile: main.py\n```python\nimport json\n\nclass App:\n"
+    "    def compute_sum(self, x):\n        total = 0\n        for i in x:\n"
+    "            total += i\n        return total\n```\n\nFile: utils.py\n```python\n"
+    "def find_max(x):\n    return max(x) if x else None\n```\n"
+)
+
+
+def test_sfe_properties():
+    other = make_tasks(1, 0)[0]
+    b = WorkflowExecutor(ToyChat(), {}, CostMeter()).run([Primitive("agent", "Coder")], other)
+    assert sfe(CODE, CODE) == 1.0 and sfe(b, b) == 1.0
+    assert sfe(CODE, b) == pytest.approx(sfe(b, CODE))
+    assert 0.0 <= sfe(CODE, b) < 1.0
+    renamed = CODE.replace("compute_sum", "calculate_sum")
+    _, rep = sfe(renamed, CODE, return_report=True)
+    assert rep["functions"] == 1.0  # synonym-normalised Jaccard unaffected
+    assert sfe(CODE.replace("Here is the project.", "Totally different preamble"), CODE) == 1.0
+    assert sfe("", "") == 1.0 and sfe("", CODE) == 0.0
+    assert tfidf_cosine("a b c", "a b c") == pytest.approx(1.0)
+    assert tfidf_cosine("apple", "zebra") == 0.0
+
+
+def test_parse_project_cases():
+    assert parse_project("File: a.py\n```python\nx = 1\n```") == {"a.py": "x = 1\n"}
+    assert parse_project("```python\ny = 2\n```") == {"main.py": "y = 2\n"}
+    assert set(parse_project(CODE)) == {"main.py", "utils.py"}
+    assert parse_project("File: a.py\n```python\n# CODE\n```") == {}
+    assert parse_project("File: ../evil.py\n```python\nx = 1\n```") == {}
+    assert parse_project("just prose, no code") == {}
+
+
+# ----------------------------------------------------------------------------- sandbox and bad input
+def test_compiler_runs_in_subprocess_with_timeout():
+    tool = compiler_tool(timeout=1.0)
+    ok = "File: main.py\n```python\nx = 1\n```"
+    assert tool(ok) == ok
+    out = tool("File: main.py\n```python\nwhile True:\n    pass\n```")
+    assert "timeout" in out
+    err = tool("File: main.py\n```python\nraise SystemExit(3)\n```")
+    assert "Compiler report" in err
+    with pytest.raises(ValueError, match="timeout"):
+        compiler_tool(timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"iterations": -1}, "iterations"),
+        ({"max_children": 0}, "max_children"),
+        ({"max_depth": 1}, "max_depth"),
+        ({"beta": 0.0}, "beta"),
+        ({"beta": 1.5}, "beta"),
+    ],
+)
+def test_config_errors(kw, match):
+    with pytest.raises(ValueError, match=match):
+        MCTSConfig(**kw)
+
+
+def test_bad_inputs(tmp_path):
+    s = _search()
+    with pytest.raises(ValueError, match=r"train\[0\]"):
+        s.run([("only task",)])
+    assert s.run([]).best_workflow == []  # empty split: skipped, no crash
+    with pytest.raises(ValueError, match="kind"):
+        Primitive("robot", "x")
+    with pytest.raises(ValueError, match="item 1"):
+        item_to_pair({"output": "x"}, 1)
+    with pytest.raises(ValueError, match="dataset"):
+        load_split(str(tmp_path), "../etc", "train")
+    with pytest.raises(FileNotFoundError, match="train.json"):
+        load_split(str(tmp_path), "metagpt", "train")
+    (tmp_path / "metagpt").mkdir()
+    (tmp_path / "metagpt" / "train.json").write_text(
+        json.dumps([{"input": "t", "output": {"code_files": {"main.py": "x = 1"}}}])
+    )
+    assert load_split(str(tmp_path), "metagpt", "train")[0][1].startswith("File: main.py")
+    with pytest.raises(ValueError, match="workflow"):
+        load_workflow("{}")
+    prim, ok = parse_profile("garbage", ["m1"], ["reasoning"], "m1", 3)
+    assert not ok and prim.name == "GeneralistDev3"
+    prim, ok = parse_profile(
+        "Name: Bob\nRole: Dev\nProfile: codes. Will use compiler when needed\nModel: gpt-9",
+        ["m1"],
+        ["reasoning"],
+        "m1",
+    )
+    assert ok and prim.model == "m1" and prim.tools == ("compiler",)
+
+
+def test_run_config_strict(tmp_path):
+    from omegaconf.errors import ConfigKeyError
+
+    from common.registry import compose
+    from methods.agentxray.run import run
+
+    cfg = compose(["experiment=agentxray_toy", "+method.bogus=1"], run_dir=str(tmp_path))
+    with pytest.raises((ConfigKeyError, ValueError)):
+        run(cfg)
