@@ -1,0 +1,370 @@
+"""Tests for methods/sv_features: closed forms, exact decompositions, invariants, bad input."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+from methods.sv_features import (
+    ToyConfig,
+    factored_svd,
+    feature_sv_cosines,
+    head_inputs,
+    interference_norm,
+    lsq_optimal_omega,
+    match_pairs_to_ranks,
+    n_recon,
+    ov_matrix,
+    pair_template,
+    qk_matrix,
+    random_rotation_basis,
+    relative_contributions,
+    rolls_tovee,
+    sparse_attention_decomposition,
+    sv_contributions,
+    svd_alignment,
+    train_toy,
+    whitened_feature_dirs,
+)
+
+torch.set_num_threads(1)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------- least-squares oracle (Toy C)
+
+
+def test_lsq_closed_form_matches_normal_equations_and_gradient_descent():
+    g = _gen(0)
+    D, N = 6, 10
+    X, Y = torch.randn(D, N, generator=g).double(), torch.randn(D, N, generator=g).double()
+    T = torch.randn(N, N, generator=g).double()
+    om = lsq_optimal_omega(X, Y, T)
+    # population normal equations: (Sigma_X kron Sigma_Y) vec(Omega) = vec(X T Y^T) (row-major vec)
+    K = torch.kron(X @ X.T, Y @ Y.T)
+    vec = torch.linalg.solve(K, (X @ T @ Y.T).reshape(-1))
+    assert torch.allclose(om, vec.reshape(D, D), atol=1e-8)
+    # plain gradient descent on the population loss tr(W^T Sx W Sy) - 2 <W, X T Y^T> converges to it
+    sx, sy, c = X @ X.T, Y @ Y.T, X @ T @ Y.T
+    lr = 1.0 / float(torch.linalg.eigvalsh(sx)[-1] * torch.linalg.eigvalsh(sy)[-1])
+    w = torch.zeros(D, D, dtype=torch.float64)
+    for _ in range(20_000):
+        w -= lr * (sx @ w @ sy - c)
+    assert torch.allclose(w, om, atol=1e-6)
+
+
+def test_lsq_matches_sampled_lstsq_and_whitened_dirs():
+    g = _gen(1)
+    D, N, n = 4, 6, 40_000
+    X, Y = torch.randn(D, N, generator=g).double(), torch.randn(D, N, generator=g).double()
+    a, b = 2, 4
+    T = torch.zeros(N, N, dtype=torch.float64)
+    T[a, b] = 1.0
+    fr = torch.randn(n, N, generator=g).double()
+    fs = torch.randn(n, N, generator=g).double()
+    r, s = fr @ X.T, fs @ Y.T
+    target = fr[:, a] * fs[:, b]
+    design = (r[:, :, None] * s[:, None, :]).reshape(n, -1)
+    fit = torch.linalg.lstsq(design, target[:, None]).solution.reshape(D, D)
+    om = lsq_optimal_omega(X, Y, T)
+    assert (fit - om).norm() / om.norm() < 0.05
+    u_star, v_star = whitened_feature_dirs(X, Y, a, b)
+    for M, tol in ((om, 0.999999), (fit, 0.99)):
+        U, S, Vh = torch.linalg.svd(M)
+        assert abs(float(U[:, 0] @ u_star)) >= tol
+        assert abs(float(Vh[0] @ v_star)) >= tol
+    assert torch.linalg.svdvals(om)[1] < 1e-8 * torch.linalg.svdvals(om)[0]  # rank 1
+
+
+def test_isotropic_features_give_exact_feature_directions():
+    g = _gen(2)
+    D, N = 5, 9
+    Q, _ = torch.linalg.qr(torch.randn(N, D, generator=g).double())
+    X = Q.T  # rows orthonormal: X X^T = I
+    T = torch.zeros(N, N, dtype=torch.float64)
+    T[1, 3] = 2.0
+    U, S, Vh = torch.linalg.svd(lsq_optimal_omega(X, X, T))
+    assert abs(float(U[:, 0] @ X[:, 1] / X[:, 1].norm())) == pytest.approx(1.0, abs=1e-10)
+    assert abs(float(Vh[0] @ X[:, 3] / X[:, 3].norm())) == pytest.approx(1.0, abs=1e-10)
+
+
+# ---------------------------------------------------------------- alignment utilities
+
+
+def test_planted_orthonormal_features_align_exactly_and_hungarian_recovers_ranks():
+    g = _gen(3)
+    D, N = 8, 8
+    W, _ = torch.linalg.qr(torch.randn(D, N, generator=g))
+    pairs = [(0, 5), (2, 7), (4, 1)]
+    sig = [3.0, 2.0, 1.0]
+    om = sum(s * torch.outer(W[:, i], W[:, j]) for s, (i, j) in zip(sig, pairs, strict=True))
+    U, S, Vh = torch.linalg.svd(om)
+    C_U, C_V = feature_sv_cosines(W, U, Vh)
+    perm = [2, 0, 1]  # shuffled pair order: matching must still find ranks by alignment
+    shuffled = [pairs[p] for p in perm]
+    match = match_pairs_to_ranks(C_U, C_V, shuffled)
+    for (pair, rank, score), p in zip(match, perm, strict=True):
+        assert rank == p and pair == pairs[p]
+        assert score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_svd_alignment_sign_invariant_and_rejects_zero_columns():
+    g = _gen(4)
+    V, F = torch.randn(5, 3, generator=g), torch.randn(5, 4, generator=g)
+    assert torch.allclose(svd_alignment(V, F), svd_alignment(-V, F * torch.tensor([1, -1, 1, -1])))
+    F[:, 2] = 0
+    with pytest.raises(ValueError, match=r"\[2\]"):
+        svd_alignment(V, F)
+    with pytest.raises(ValueError, match="dimension"):
+        svd_alignment(torch.randn(4, 3), torch.randn(5, 3))
+    with pytest.raises(ValueError, match="non-empty"):
+        match_pairs_to_ranks(torch.rand(3, 3), torch.rand(3, 3), [])
+
+
+def test_interference_norm_zero_for_orthonormal():
+    Q, _ = torch.linalg.qr(torch.randn(6, 6, generator=_gen(5)))
+    assert interference_norm(Q) < 1e-5
+    assert interference_norm(torch.ones(3, 2)) == pytest.approx(3.0)
+
+
+def test_lsq_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="T must have shape"):
+        lsq_optimal_omega(torch.randn(3, 4), torch.randn(3, 5), torch.randn(4, 4))
+    with pytest.raises(ValueError, match="model dimension"):
+        lsq_optimal_omega(torch.randn(3, 4), torch.randn(2, 4), torch.randn(4, 4))
+    with pytest.raises(TypeError):
+        lsq_optimal_omega([[1.0]], torch.randn(1, 1), torch.randn(1, 1))
+
+
+# ---------------------------------------------------------------- SAD on tiny models
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from common.tiny import tiny_causal_lm
+
+    out = {}
+    for arch in ("llama", "qwen2"):
+        model, _ = tiny_causal_lm(arch, attn_implementation="eager", seed=0)
+        with torch.no_grad():  # larger q/k and non-zero biases so that logits are far from uniform
+            g = _gen(7)
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.mul_(6.0)
+                layer.self_attn.k_proj.weight.mul_(6.0)
+                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                    if p.bias is not None:
+                        p.bias.copy_(torch.randn(p.bias.shape, generator=g))
+        out[arch] = model.eval()
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+    gpt2 = GPT2LMHeadModel(cfg).eval()
+    gpt2.set_attn_implementation("eager")
+    with torch.no_grad():
+        for blk in gpt2.transformer.h:
+            blk.attn.c_attn.weight.mul_(5.0)
+            blk.attn.c_attn.bias.normal_(0, 0.5, generator=_gen(8))
+    out["gpt2"] = gpt2
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_contributions_sum_to_model_attention_logits(tiny_models, arch):
+    model = tiny_models[arch]
+    ids = torch.randint(3, 90, (2, 10), generator=_gen(9))
+    with torch.no_grad():
+        att = model(input_ids=ids, output_attentions=True).attentions
+    T = ids.shape[1]
+    vis = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    stds = []
+    for layer, head in itertools.product(range(2), range(4)):
+        res = sparse_attention_decomposition(
+            model, ids, layer, head, firing_thresh=0.0, exclude_first=False, control=True
+        )
+        # the model's log-probabilities differ from scale * logit by a per-row constant only
+        logp = torch.log(att[layer][:, head].clamp_min(1e-30))
+        diff = (logp - res.all_logits * res.scale).masked_fill(~vis, 0.0)
+        row = diff[..., :1]
+        assert torch.allclose(diff, row.expand_as(diff).masked_fill(~vis, 0.0), atol=2e-4)
+        stds.append(float(res.all_logits[vis.expand_as(res.all_logits)].std() * res.scale))
+        # exact sums, incl. in the random-rotation basis
+        assert torch.allclose(res.contributions.sum(-1), res.logits, atol=1e-4)
+        assert torch.allclose(res.relative.sum(-1), res.rel_logits, atol=1e-4)
+        assert torch.allclose(res.extra["relative_control"].sum(-1), res.rel_logits, atol=1e-3)
+    assert max(stds) > 0.5  # the check is not on near-uniform attention
+    # the per-offset QK matrix reproduces single logits: x~_i^T Omega~(j - i) x~_j
+    X = head_inputs(model, ids, 1)
+    for i, j in ((7, 2), (4, 4), (9, 0)):
+        om = qk_matrix(model, 1, 3, delta=j - i) if arch != "gpt2" else qk_matrix(model, 1, 3)
+        assert float(X[0, i] @ om @ X[0, j]) == pytest.approx(
+            float(res.all_logits[0, i, j]), abs=1e-4
+        )
+
+
+def test_rank_of_augmented_qk_bounded_by_head_dim(tiny_models):
+    om = qk_matrix(tiny_models["qwen2"], 0, 1, delta=-3)
+    s = torch.linalg.svdvals(om.double())
+    assert om.shape == (65, 65)
+    assert (s[16:] <= 1e-5 * s[0]).all()  # d_head = 16
+    U, S, Vh = factored_svd(*[torch.randn(9, 3, generator=_gen(s)) for s in (1, 2)])
+    assert torch.allclose(U.T @ U, torch.eye(3), atol=1e-5)
+
+
+def test_ov_matrix_reproduces_attention_output(tiny_models):
+    from common.activations import capture
+
+    model = tiny_models["llama"]
+    ids = torch.randint(3, 90, (1, 7), generator=_gen(10))
+    X = head_inputs(model, ids, 0)[..., :-1]
+    with torch.no_grad(), capture(model, ["model.layers.0.self_attn.o_proj"]) as st:
+        att = model(input_ids=ids, output_attentions=True).attentions[0]
+    expect = st["model.layers.0.self_attn.o_proj"][0]
+    got = sum(att[:, h] @ X @ ov_matrix(model, 0, h) for h in range(4))
+    assert torch.allclose(got, expect, atol=1e-4)
+
+
+def test_sad_rejects_bad_models_and_inputs(tiny_models):
+    from common.tiny import tiny_causal_lm
+
+    q3, _ = tiny_causal_lm("qwen3")
+    ids = torch.randint(3, 90, (1, 5), generator=_gen(11))
+    with pytest.raises(ValueError, match="q_norm"):
+        sparse_attention_decomposition(q3, ids, 0, 0)
+    llama = tiny_models["llama"]
+    with pytest.raises(ValueError, match="delta"):
+        qk_matrix(llama, 0, 0)
+    with pytest.raises(ValueError, match="delta is only"):
+        qk_matrix(tiny_models["gpt2"], 0, 0, delta=2)
+    with pytest.raises(ValueError, match="head=9"):
+        sparse_attention_decomposition(llama, ids, 0, 9)
+    with pytest.raises(ValueError, match="input_ids"):
+        sparse_attention_decomposition(llama, ids[0], 0, 0)
+    with pytest.raises(ValueError, match="b_Q"):
+        qk_matrix(W_Q=torch.randn(4, 2), W_K=torch.randn(4, 2), b_Q=torch.randn(3))
+    with pytest.raises(ValueError, match="equal shape"):
+        qk_matrix(W_Q=torch.randn(4, 2), W_K=torch.randn(4, 3))
+    with pytest.raises(TypeError, match="not supported"):
+        qk_matrix(torch.nn.Linear(2, 2), 0, 0)
+
+
+def test_sad_firing_edges_follow_thresholds(tiny_models):
+    ids = torch.randint(3, 90, (3, 12), generator=_gen(12))
+    res = sparse_attention_decomposition(tiny_models["qwen2"], ids, 1, 0, firing_thresh=0.3)
+    assert len(res.edges) > 0
+    assert (res.probs >= 0.3).all() and (res.logits > 0).all() and (res.edges[:, 2] != 0).all()
+    n = res.relative.shape[1]
+    assert ((res.sparseness >= 1 / n - 1e-6) & (res.sparseness <= 1 + 1e-6)).all()
+    assert ((res.n_recon >= 1) & (res.n_recon <= n)).all()
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_rolls_tovee_properties():
+    n = 7
+    assert float(rolls_tovee(torch.eye(n)[2])) == pytest.approx(1 / n)
+    assert float(rolls_tovee(torch.tensor([1.0, -1, 1, -1]) * 3)) == pytest.approx(1.0)
+    v = torch.randn(50, n, generator=_gen(13))
+    s = rolls_tovee(v)
+    assert ((s >= 1 / n - 1e-6) & (s <= 1 + 1e-6)).all()
+    assert torch.allclose(rolls_tovee(-2.5 * v), s, atol=1e-6)
+    with pytest.raises(ValueError, match="all-zero"):
+        rolls_tovee(torch.zeros(2, 3))
+    assert torch.isnan(rolls_tovee(torch.zeros(3), nan_on_zero=True))
+
+
+def test_n_recon_matches_brute_force():
+    g = _gen(14)
+    for _ in range(200):
+        v = torch.randn(6, generator=g).double()
+        tau = float(torch.rand(1, generator=g)) * 0.9 + 0.1
+        tgt = float(v.sum())
+        best = None
+        for k in range(1, 7):  # brute force: best subset of size k in the target's direction
+            sums = [sum(v[list(c)]) for c in itertools.combinations(range(6), k)]
+            top = max(sums) if tgt > 0 else min(sums)
+            if (tgt > 0 and top >= tau * tgt - 1e-9) or (tgt < 0 and top <= tau * tgt + 1e-9):
+                best = k
+                break
+        assert int(n_recon(v, tau=tau)) == best
+    assert int(n_recon(torch.tensor([0.0, 5.0, 0.0]))) == 1
+    assert int(n_recon(torch.tensor([-3.0, 1.0, -0.5]), tau=0.9)) == 1  # negative: ascending order
+    assert (
+        int(n_recon(torch.tensor([4.0, -3.0, 2.0, -1.0]), tau=1.0)) == 1
+    )  # first prefix overshoots
+    assert int(n_recon(torch.tensor([1.0, -3.0, 2.0, 1.0]), tau=1.0)) == 4  # cancelling: needs all
+    assert int(n_recon(torch.tensor([1.0, -1.0]))) == 0  # zero target
+    with pytest.raises(ValueError, match="tau"):
+        n_recon(torch.ones(3), tau=0.0)
+
+
+def test_relative_contributions_identities():
+    g = _gen(15)
+    A = torch.randn(6, 5, generator=g)  # [m, r]
+    rel = relative_contributions(A)
+    ell = A.sum(-1)
+    rel_ell = ell - (ell.sum() - ell) / 5
+    assert torch.allclose(rel.sum(-1), rel_ell, atol=1e-5)
+    shifted = relative_contributions(A + torch.tensor([0.7, 0, 0, 0, 0]))  # constant on all logits
+    assert torch.allclose(shifted.sum(-1), rel.sum(-1), atol=1e-5)
+    assert int(rel.sum(-1).argmax()) == int(ell.argmax())
+    with pytest.raises(ValueError, match="m >= 2"):
+        relative_contributions(torch.randn(1, 4))
+
+
+def test_random_rotation_basis_preserves_omega_and_logits():
+    g = _gen(16)
+    A, B = torch.randn(9, 4, generator=g).double(), torch.randn(9, 4, generator=g).double()
+    U, S, Vh = factored_svd(A, B)
+    U2, C2, Vh2 = random_rotation_basis(U, S, Vh, _gen(17))
+    assert torch.allclose(U2 @ C2 @ Vh2, A @ B.T, atol=1e-10)
+    assert torch.allclose(U2.T @ U2, torch.eye(4, dtype=torch.float64), atol=1e-10)
+    assert torch.allclose(Vh2 @ Vh2.T, torch.eye(4, dtype=torch.float64), atol=1e-10)
+    x, Xs = torch.randn(9, generator=g).double(), torch.randn(5, 9, generator=g).double()
+    ell = Xs @ (A @ B.T).T @ x
+    assert torch.allclose(sv_contributions(x, Xs, U, S, Vh).sum(-1), ell, atol=1e-10)
+    assert torch.allclose(sv_contributions(x, Xs, U2, C2, Vh2).sum(-1), ell, atol=1e-10)
+    assert C2.abs().min() > 0  # dense core
+
+
+# ---------------------------------------------------------------- toy
+
+
+def test_toy_alignment_rises_only_with_attention_loss():
+    kw = dict(steps=150, batch=128, lr=2e-2, n_keys=4, feature_prob=0.2, seed=0)
+    _, hist = train_toy(ToyConfig(lam=1.0, **kw), log_every=150)
+    _, hist0 = train_toy(ToyConfig(lam=0.0, **kw), log_every=150)
+    assert hist[-1]["align_top"] > 0.9 > hist[0]["align_top"]
+    assert hist0[-1]["align_top"] < 0.6
+    assert hist[-1]["attn"] < hist[0]["attn"] and hist[-1]["recon"] < hist[0]["recon"]
+
+
+def test_toy_is_deterministic_and_validates():
+    kw = dict(steps=5, batch=16, seed=3)
+    m1, h1 = train_toy(ToyConfig(**kw), log_every=5)
+    m2, h2 = train_toy(ToyConfig(**kw), log_every=5)
+    assert torch.equal(m1.W, m2.W) and h1 == h2
+    assert m1.omega().shape == (10, 10)
+    for bad, match in (
+        (dict(lam=-1.0), "lam"),
+        (dict(feature_prob=0.0), "feature_prob"),
+        (dict(n_keys=0), "n_keys"),
+        (dict(attn_loss="kl"), "attn_loss"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            ToyConfig(**bad)
+    with pytest.raises(ValueError, match="non-empty"):
+        pair_template(5, [])
+    with pytest.raises(ValueError, match="out of range"):
+        pair_template(5, [(0, 5, 1.0)])
+    with pytest.raises(ValueError, match="T must have shape"):
+        train_toy(ToyConfig(**kw), T=torch.ones(3, 3))
