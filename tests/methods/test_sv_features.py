@@ -301,7 +301,8 @@ def test_n_recon_matches_brute_force():
     assert (
         int(n_recon(torch.tensor([4.0, -3.0, 2.0, -1.0]), tau=1.0)) == 1
     )  # first prefix overshoots
-    assert int(n_recon(torch.tensor([1.0, -3.0, 2.0, 1.0]), tau=1.0)) == 4  # cancelling: needs all
+    assert int(n_recon(torch.tensor([1.0, -3.0, 2.0, 1.0]), tau=1.0)) == 1  # cancelling: terminates
+    assert int(n_recon(torch.tensor([0.5, 1.0, 2.0]), tau=1.0)) == 3  # all positive: needs all
     assert int(n_recon(torch.tensor([1.0, -1.0]))) == 0  # zero target
     with pytest.raises(ValueError, match="tau"):
         n_recon(torch.ones(3), tau=0.0)
