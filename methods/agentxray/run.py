@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import statistics
 import time
@@ -220,6 +221,9 @@ def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[st
         raise ValueError(
             "data_root is required for task=paper (download shiowen/AgentXRay-Datasets)"
         )
+    if not os.environ.get("OPENAI_API_KEY"):
+        # fail before any search starts (spec §8); a local vLLM server accepts any key
+        raise ValueError("task=paper needs OPENAI_API_KEY set (any value for a local vLLM server)")
     train = load_split(cfg.data_root, cfg.dataset, "train")[: cfg.train_samples or None]
     test = load_split(cfg.data_root, cfg.dataset, "test")
     meter = CostMeter()

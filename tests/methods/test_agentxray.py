@@ -389,3 +389,15 @@ def test_run_config_strict(tmp_path):
     cfg = compose(["experiment=agentxray_toy", "+method.bogus=1"], run_dir=str(tmp_path))
     with pytest.raises((ConfigKeyError, ValueError)):
         run(cfg)
+
+
+def test_paper_path_needs_key_before_search(tmp_path, monkeypatch):
+    from common.registry import compose
+    from methods.agentxray.run import run
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = compose(
+        ["experiment=agentxray_paper", f"method.data_root={tmp_path}"], run_dir=str(tmp_path)
+    )
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        run(cfg)
