@@ -20,10 +20,11 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from common.tracking import write_results
+from common.tracking import save_plot, write_results
 
 from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
 from .mcts import AgentXRaySearch, MCTSConfig, extract_workflow
@@ -209,7 +210,33 @@ def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str,
                     agg["length"],
                     agg["tokens"],
                 )
+    _plot(metrics, run_dir)
     return metrics, {"example_workflows": examples, "hidden_chain": list(HIDDEN_CHAIN)}
+
+
+def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
+    """Test SFE against simulated tokens, one point per (arm, N) on the clean black box."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for arm in ARMS:
+        pts = [
+            (v["tokens"], v["test_sfe"], k)
+            for k, v in metrics.items()
+            if k.startswith(arm + "_n") and "noise" not in k
+        ]
+        if pts:
+            ax.plot([p[0] / 1e3 for p in pts], [p[1] for p in pts], "o-", label=arm)
+            for x, y, k in pts:
+                ax.annotate(k.rsplit("_", 1)[-1], (x / 1e3, y), fontsize=7)
+    ax.set_xlabel("simulated tokens during search (thousands)")
+    ax.set_ylabel("test SFE vs black box")
+    ax.set_title("XRayBench-lite: similarity vs cost (mean over seeds)")
+    ax.legend(fontsize=8)
+    save_plot(fig, Path(run_dir) / "agentxray_toy.png")
 
 
 def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
