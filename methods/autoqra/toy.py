@@ -92,7 +92,7 @@ def train_lm(model, data: torch.Tensor, steps: int, batch: int, lr: float, seed:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 @torch.no_grad()

@@ -388,3 +388,55 @@ def test_checkpoint_resume_skips_finished_evaluations(tmp_path):
     res = MultiFidelityEvolution(space, mem, imp, second, B, evo, seed=1, checkpoint=ck).run()
     assert not set(first.calls) & set(second.calls)  # nothing evaluated twice
     assert [(r.q, r.r) for r in res.pareto] == [(r.q, r.r) for r in ref.pareto]
+
+
+# ---------------------------------------------------------------- toy pieces
+def test_outlier_injection_preserves_function_and_hurts_low_bit_quantisation(tiny_llama):
+    import copy
+
+    from methods.autoqra.toy import MarkovSource, inject_outliers
+
+    ids = MarkovSource(128, seed=0).sample(8, 16, seed=1)
+    m2 = inject_outliers(copy.deepcopy(tiny_llama), blocks=(1,), channels=4, factor=16.0)
+    with torch.no_grad():
+        torch.testing.assert_close(m2(ids).logits, tiny_llama(ids).logits, atol=1e-4, rtol=1e-4)
+    x = torch.randn(64, 64)
+
+    def mlp_err(model):
+        mlp = copy.deepcopy(model.model.layers[1].mlp)
+        with torch.no_grad():
+            y = mlp(x)
+            for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+                lin.weight.copy_(fake_quantize(lin.weight, 2, 32))
+            return float((mlp(x) - y).norm() / y.norm())
+
+    assert mlp_err(m2) > 1.5 * mlp_err(tiny_llama)  # the rescaled block is harder to quantise
+
+
+def test_sequential_allocation_feasible_and_prefers_sensitive_blocks():
+    from methods.autoqra.run import sequential_allocation
+
+    space, mem, _ = _setup(L=4, seed=3)
+    mem = MemoryModel(np.full(4, 128 * 100), np.full(4, 10), group_size=128)
+    B = mem.budget_from_reference(4, 8)
+    c = sequential_allocation(space, mem, np.array([1.0, 50.0, 1.0, 1.0]), B, rank=8)
+    assert mem.total_bytes(c) <= B and set(c.r) == {8}
+    assert c.q[1] == max(c.q) and c.q[1] > min(c.q)
+
+
+def test_fake_quant_evaluator_trains_only_lora(tiny_llama):
+    from methods.autoqra.toy import FakeQuantEvaluator, MarkovSource
+
+    ids = MarkovSource(128, seed=0).sample(32, 12, seed=1)
+    mem = MemoryModel.from_hf_config(tiny_llama.config, group_size=32)
+    before = {k: v.clone() for k, v in tiny_llama.state_dict().items()}
+    ev = FakeQuantEvaluator(
+        tiny_llama, mem, ids, ids[:8], {"low": {"steps": 2, "n_train": 32}}, batch=4
+    )
+    res = ev.evaluate(QRConfig.uniform(3, 4, 4), "low")
+    assert np.isfinite(res.perf) and res.mem_bytes == mem.total_bytes(QRConfig.uniform(3, 4, 4))
+    assert all(
+        torch.equal(v, tiny_llama.state_dict()[k]) for k, v in before.items()
+    )  # base untouched
+    with pytest.raises(ValueError, match="fidelity"):
+        ev.evaluate(QRConfig.uniform(3, 4, 4), "medium")
