@@ -359,3 +359,31 @@ def test_build_cgke_dataset_malformed_generator_counts_and_aborts():
         build_cgke_dataset([unassigned], llm)
     with pytest.raises(ValueError, match="qa_template"):
         AugmentConfig(qa_template="no placeholder")
+
+
+# ---------------------------------------------------------------- toy pieces
+def test_toy_world_labels_and_generator():
+    from methods.kmkc.toy import FactWorld, ToyConfig, _batch, toy_generator
+
+    cfg = ToyConfig(n_per_tier=5)
+    w = FactWorld(cfg, seed=0)
+    assert [f[3] for f in w.facts].count("C") == 5
+    ids, labels = _batch(w, [("R0 S0", "O1"), ("R1 S1", "O2 not O3")])
+    # Loss only on the answer tokens after <a> (and <eos>), never on the question or padding.
+    assert labels[0].tolist()[:4] == [-100] * 4 and labels[0, 4] == w.ids["O1"]
+    assert labels[0, 5] == w.ids["<eos>"] and (labels[0, 6:] == -100).all()
+    assert labels[1, 4:8].tolist() == [w.ids[t] for t in ["O2", "not", "O3", "<eos>"]]
+    # The grounded generator's items are all in the toy vocabulary and keep the gold answer first.
+    q = w.facts[7][0]
+    p = build_profile(q, [w.gold[q]], _samples([w.distractor[q], "O99"], [[-1.0], [-2.0]]))
+    for region in ("mastered", "confused", "missing"):
+        p.region = region
+        ds = build_cgke_dataset(
+            [p],
+            toy_generator(w),
+            AugmentConfig(qa_template="{question}", answer_template="{answer} {rationale}"),
+        )
+        for m in ds["messages"]:
+            words = (m[0]["content"] + " " + m[1]["content"]).split()
+            assert all(t in w.ids for t in words), words
+            assert m[1]["content"].split()[0] == w.gold[q]

@@ -1,0 +1,278 @@
+"""CPU toy (spec §6): a synthetic fact world with well-seen, conflicting and never-seen tiers.
+
+A tiny GPT-2 is trained from scratch on question → object pairs: tier A facts are seen often with the
+right object, tier B with the right object 60% and a distractor 40% of the time, tier C never. We then
+(1) sample K answers per question and check the structural decay law, (2) assign regions with the
+rule and compare them to the designed tiers, and (3) compare CGKE (region-specific augmentation) with
+uniform SFT at the same number of SFT items, steps and learning rate.
+
+Tokens: ``<q> R S <a> O [not O'] <eos>``; the answer is the single object token after ``<a>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from common.llm import ScriptedChat
+
+from .augment import AugmentConfig, build_cgke_dataset
+from .decay_law import bin_by_uncertainty, fit_structural_decay
+from .metrics import expected_calibration_error
+from .profile import SampleOut, build_profile
+from .regions import REGIONS, RegionConfig, assign_regions
+from .signals import sequence_confidence, sequence_nll
+
+logger = logging.getLogger(__name__)
+
+TIERS = ("A", "B", "C")
+EXPECTED_REGION = {"A": "mastered", "B": "confused", "C": "missing"}
+SPECIALS = ["<pad>", "<q>", "<a>", "<eos>", "is", "not"]
+SEQ_LEN = 10
+
+
+@dataclass
+class ToyConfig:
+    """Sizes of the fact-world toy (spec §6; counts scaled to the CPU budget)."""
+
+    n_per_tier: int = 100
+    n_relations: int = 4
+    n_objects: int = 100
+    reps_seen: int = 20  # tier A: right object, reps_seen times
+    reps_conflict_right: int = 6  # tier B: right object ...
+    reps_conflict_wrong: int = 4  # ... and one distractor
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 2
+    pretrain_steps: int = 1500
+    batch_size: int = 64
+    lr: float = 3e-3
+    k: int = 8  # samples per question (paper: 16)
+    temperature: float = 1.0
+    n_bins: int = 10
+    mastered_threshold: float = 0.75
+    stable_kappa: float = 0.5
+    n_mastered: int = 1
+    n_confused: int = 3
+    n_missing: int = 3
+    sft_steps: int = 40
+    sft_lr: float = 3e-3
+    seeds: list[int] = field(default_factory=lambda: [0])
+
+
+class FactWorld:
+    """Vocabulary, facts and tier labels of one seed."""
+
+    def __init__(self, cfg: ToyConfig, seed: int) -> None:
+        rng = random.Random(seed)
+        n_s = 3 * cfg.n_per_tier
+        self.tokens = (
+            SPECIALS
+            + [f"R{i}" for i in range(cfg.n_relations)]
+            + [f"S{i}" for i in range(n_s)]
+            + [f"O{i}" for i in range(cfg.n_objects)]
+        )
+        self.ids = {t: i for i, t in enumerate(self.tokens)}
+        self.object_ids = torch.tensor([self.ids[f"O{i}"] for i in range(cfg.n_objects)])
+        self.facts = []  # (question, gold, distractor, tier)
+        for s in range(n_s):
+            o, d = rng.sample(range(cfg.n_objects), 2)
+            tier = TIERS[s // cfg.n_per_tier]
+            self.facts.append((f"R{s % cfg.n_relations} S{s}", f"O{o}", f"O{d}", tier))
+        self.gold = {q: g for q, g, _, _ in self.facts}
+        self.distractor = {q: d for q, _, d, _ in self.facts}
+
+    def encode(self, question: str, answer: str) -> list[int]:
+        words = ["<q>", *question.split(), "<a>", *answer.split(), "<eos>"][:SEQ_LEN]
+        return [self.ids[w] for w in words] + [0] * (SEQ_LEN - len(words))
+
+
+def _batch(world: FactWorld, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.tensor([world.encode(q, a) for q, a in pairs])  # [B, L]
+    a_pos = (ids == world.ids["<a>"]).float().argmax(1)  # [B]
+    pos = torch.arange(SEQ_LEN)[None]
+    # Loss on the answer tokens only (after <a>, through <eos>), never on padding.
+    labels = torch.where((pos > a_pos[:, None]) & (ids != 0), ids, torch.full_like(ids, -100))
+    return ids, labels
+
+
+def make_model(world: FactWorld, cfg: ToyConfig, seed: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    conf = GPT2Config(
+        vocab_size=len(world.tokens),
+        n_positions=SEQ_LEN,
+        n_embd=cfg.hidden,
+        n_layer=cfg.layers,
+        n_head=cfg.heads,
+        bos_token_id=1,
+        eos_token_id=3,
+        pad_token_id=0,
+    )
+    return GPT2LMHeadModel(conf)
+
+
+def train(model, world: FactWorld, pairs, steps: int, lr: float, batch: int, seed: int) -> float:
+    """AdamW on answer tokens; returns the last loss."""
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        ids, labels = _batch(world, [pairs[rng.randrange(len(pairs))] for _ in range(batch)])
+        loss = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def answer_logprobs(model, world: FactWorld, questions: list[str]) -> torch.Tensor:
+    """Log-probabilities of the answer token (objects only; −inf elsewhere): ``[N, V]``."""
+    ids = torch.tensor([world.encode(q, "")[:4] for q in questions])  # <q> R S <a>
+    logits = model(input_ids=ids).logits[:, -1].float()  # [N, V]
+    # Deviation: answers are constrained to object tokens (a one-token answer space, as a QA
+    # verifier would extract); log-probs are renormalised over the objects.
+    masked = torch.full_like(logits, float("-inf"))
+    masked[:, world.object_ids] = logits[:, world.object_ids]
+    return torch.log_softmax(masked, -1)
+
+
+def profile_model(model, world: FactWorld, cfg: ToyConfig, seed: int):
+    """K samples per question (temperature T) → behavioural profiles (spec §3.3)."""
+    g = torch.Generator().manual_seed(seed)
+    qs = [f[0] for f in world.facts]
+    lp = answer_logprobs(model, world, qs)  # [N, V]
+    draws = torch.multinomial(torch.softmax(lp / cfg.temperature, -1), cfg.k, True, generator=g)
+    profiles = []
+    for i, q in enumerate(qs):
+        samples = [
+            SampleOut(text=world.tokens[t], token_logprobs=[float(lp[i, t])]) for t in draws[i]
+        ]
+        profiles.append(build_profile(q, [world.gold[q]], samples, qid=q))
+    return profiles
+
+
+def greedy_eval(model, world: FactWorld) -> dict[str, float]:
+    """Greedy accuracy (overall and per tier) and equal-mass ECE with c = exp(−U)."""
+    qs = [f[0] for f in world.facts]
+    lp = answer_logprobs(model, world, qs)  # [N, V]
+    top = lp.argmax(-1)  # [N]
+    u = sequence_nll(lp.gather(1, top[:, None]), torch.ones(len(qs), 1, dtype=torch.bool))
+    conf = sequence_confidence(u).numpy()
+    correct = np.array([world.tokens[t] == world.gold[q] for t, q in zip(top.tolist(), qs)])
+    out = {"acc": float(correct.mean())}
+    tiers = np.array([f[3] for f in world.facts])
+    for t in TIERS:
+        out[f"acc_{t}"] = float(correct[tiers == t].mean())
+    out["ece"] = expected_calibration_error(conf, correct, n_bins=10)
+    out["mean_conf"] = float(conf.mean())
+    return out
+
+
+def toy_generator(world: FactWorld) -> ScriptedChat:
+    """A grounded stand-in for the augmentation LLM: it reads the gold from the prompt (spec §3.3)."""
+
+    def reply(messages):
+        text = messages[-1]["content"]
+        m = re.search(r"Question: (R\d+ S\d+)", text)
+        if m is None:  # a consistency re-ask: the question itself, possibly reversed
+            words = text.split()
+            q = " ".join(sorted(words, key=lambda w: w[0] != "R"))
+            return world.gold.get(q, "")
+        q = m.group(1)
+        r, s = q.split()
+        gold = world.gold[q]
+        if "neighbouring" in text:  # boundary expansion: the reversed question
+            return json.dumps([{"question": f"{s} {r}", "answer": gold}])
+        if "explanations" in text:  # structural disambiguation: contrast with the wrong answers
+            wrong = re.search(r"wrongly: (.*)", text).group(1).replace(",", " ").split()
+            wrong = [w.upper() for w in wrong if w.upper() in world.ids] or [world.distractor[q]]
+            return json.dumps([{"explanation": f"not {wrong[i % len(wrong)]}"} for i in range(8)])
+        if "background" in text:  # epistemic foundation: the fact as a statement, then the QA
+            return json.dumps([{"background": f"{s} {r} is {gold}", "question": q}] * 8)
+        return "[]"
+
+    return ScriptedChat(reply)
+
+
+def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
+    """One seed: pretrain, profile, regions, then each SFT arm from the same checkpoint."""
+    random.seed(seed)
+    np.random.seed(seed)
+    world = FactWorld(cfg, seed)
+    pre = []
+    for q, g, d, tier in world.facts:
+        if tier == "A":
+            pre += [(q, g)] * cfg.reps_seen
+        elif tier == "B":
+            pre += [(q, g)] * cfg.reps_conflict_right + [(q, d)] * cfg.reps_conflict_wrong
+    model = make_model(world, cfg, seed)
+    pre_loss = train(model, world, pre, cfg.pretrain_steps, cfg.lr, cfg.batch_size, seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    # (1) Structural decay law on per-question (Ū, p̂).
+    profiles = profile_model(model, world, cfg, seed)
+    u = np.array([p.U_mean for p in profiles])
+    acc = np.array([p.p_hat for p in profiles])
+    x, y, _ = bin_by_uncertainty(u, acc, n_bins=cfg.n_bins)
+    fit = fit_structural_decay(x, y)
+
+    # (2) Regions (rule; the tiny model cannot self-evaluate) vs designed tiers.
+    rcfg = RegionConfig(mastered_threshold=cfg.mastered_threshold, stable_kappa=cfg.stable_kappa)
+    assign_regions(profiles, rcfg)
+    tiers = [f[3] for f in world.facts]
+    confusion = {t: {r: 0 for r in REGIONS} for t in TIERS}
+    for t, p in zip(tiers, profiles, strict=True):
+        confusion[t][p.region] += 1
+    agree = float(np.mean([p.region == EXPECTED_REGION[t] for t, p in zip(tiers, profiles)]))
+
+    metrics = {
+        "profile": {
+            "decay_a": fit.a,
+            "decay_b": fit.b,
+            "decay_c": fit.c,
+            "decay_r2": fit.r2,
+            "decay_spearman": fit.spearman,
+            "region_agreement": agree,
+        },
+        "base": greedy_eval(model, world),
+    }
+
+    # (3) CGKE vs uniform SFT at equal budget (same #items, steps, lr, batch, init).
+    acfg = AugmentConfig(
+        n_mastered=cfg.n_mastered,
+        n_confused=cfg.n_confused,
+        n_missing=cfg.n_missing,
+        qa_template="{question}",
+        answer_template="{answer} {rationale}",
+    )
+    ds, aug_stats = build_cgke_dataset(profiles, toy_generator(world), acfg, return_stats=True)
+    cgke_pairs = [(m[0]["content"], m[1]["content"]) for m in ds["messages"]]
+    rng = random.Random(seed + 1)
+    uniform_pairs = [
+        (world.facts[i][0], world.facts[i][1])
+        for i in (rng.randrange(len(world.facts)) for _ in range(len(cgke_pairs)))
+    ]
+    data = {"vanilla_sft": uniform_pairs, "cgke": cgke_pairs}
+    for arm in arms:
+        model.load_state_dict(state)
+        train(model, world, data[arm], cfg.sft_steps, cfg.sft_lr, cfg.batch_size, seed + 2)
+        metrics[arm] = greedy_eval(model, world)
+        metrics[arm]["n_sft_items"] = float(len(data[arm]))
+    diag = {
+        "pretrain_loss": pre_loss,
+        "confusion": confusion,
+        "bins": {"x": x.tolist(), "y": y.tolist()},
+        "augmentation": aug_stats,
+    }
+    return metrics, diag
