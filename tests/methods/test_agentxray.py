@@ -401,3 +401,24 @@ def test_paper_path_needs_key_before_search(tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
         run(cfg)
+
+
+@pytest.mark.slow
+def test_toy_claim_red_black_extracts_longer_workflows():
+    """Spec §6 claim check: at N = 20 Red-Black extracts longer chains than unpruned MCTS."""
+    hidden = [Primitive("agent", n) for n in HIDDEN_CHAIN]
+    bb = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+    train = [(t, bb.run(hidden, t)) for t in make_tasks(4, 0)]
+
+    def length(coloring: bool, seed: int) -> int:
+        meter = CostMeter()
+        ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
+        gen = StaticProfileGenerator(toy_agent_pool(), seed=seed, meter=meter)
+        cfg = MCTSConfig(iterations=20, coloring=coloring, seed=seed)
+        return len(
+            AgentXRaySearch(PrimitiveSpace(list(TOY_TOOLS), gen), ex, sfe, cfg).search(train)
+        )
+
+    rb = [length(True, s) for s in range(3)]
+    nc = [length(False, s) for s in range(3)]
+    assert sum(rb) / 3 > sum(nc) / 3
