@@ -163,6 +163,23 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
         """
         return super()._compute_loss(model, inputs)
 
+    def log_metric(self, name: str, value: float, mode: str | None = None) -> None:
+        """Records a scalar in TRL's per-step log (averaged and logged with TRL's own metrics).
+
+        Methods log their namespaced keys (``"maxrl/frac_all_fail"``) through this instead of
+        writing to TRL's private metric store.
+
+        Args:
+            name: the metric key.
+            value: a float (or 0-d tensor).
+            mode: ``"train"`` or ``"eval"``; None infers it from the model's training flag.
+        """
+        if mode is None:
+            mode = "train" if self.model.training else "eval"
+        if mode not in ("train", "eval"):
+            raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        self._metrics[mode][name].append(float(value))
+
     def per_token_logps(self, model: torch.nn.Module, inputs: dict[str, Any]) -> Tensor:
         """Per-token log-probabilities ``[b', T]`` of the batch's completions under ``model``.
 

@@ -287,7 +287,7 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
             ent = -(logp.exp() * logp).sum(-1)  # [b, T]
             stats["entropy"] = float((ent * maskf).sum() / maskf.sum().clamp_min(1.0))
         for key, value in stats.items():
-            self._metrics[mode][f"apo/{key}"].append(value)
+            self.log_metric(f"apo/{key}", value, mode)
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
         return loss

@@ -145,12 +145,11 @@ class GeoRLTrainer(GroupAdvantageGRPOTrainer):
         adv[idx.reshape(-1)] = out["advantages"].reshape(-1)
         self.last_georl = {k: v.detach() for k, v in out.items()}
         mode = inputs.get("mode", "train")
-        metrics = self._metrics[mode]
-        metrics["georl/log_volume"].append(out["logvol"].mean().item())
-        metrics["georl/loo_gain"].append(out["r"].mean().item())
-        metrics["georl/quality"].append(out["q"].mean().item())
-        metrics["georl/cos_mean"].append(out["cos_mean"].mean().item())
-        metrics["georl/guarded_frac"].append(cache["guard"].float().mean().item())
+        self.log_metric("georl/log_volume", out["logvol"].mean().item(), mode)
+        self.log_metric("georl/loo_gain", out["r"].mean().item(), mode)
+        self.log_metric("georl/quality", out["q"].mean().item(), mode)
+        self.log_metric("georl/cos_mean", out["cos_mean"].mean().item(), mode)
+        self.log_metric("georl/guarded_frac", cache["guard"].float().mean().item(), mode)
         return adv.view(-1, n).to(rewards.dtype)  # [B, N]
 
 

@@ -146,3 +146,14 @@ def test_bad_hook_shape_raises(base_model, tmp_path):
 
     with pytest.raises(ValueError, match="compute_advantages must return"):
         _train(_Bad, base_model, tmp_path / "bad", steps=1)
+
+
+def test_log_metric_validates_mode():
+    trainer = GroupAdvantageGRPOTrainer.__new__(GroupAdvantageGRPOTrainer)
+    from collections import defaultdict
+
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    trainer.log_metric("x/y", 1.5, mode="train")
+    assert trainer._metrics["train"]["x/y"] == [1.5]
+    with pytest.raises(ValueError, match="mode"):
+        trainer.log_metric("x/y", 1.0, mode="test")
