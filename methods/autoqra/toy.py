@@ -23,25 +23,29 @@ logger = logging.getLogger(__name__)
 
 
 class MarkovSource:
-    """Sparse 2nd-order Markov chain over ``vocab`` tokens: each context (a, b) has ``support`` successors.
+    """Sparse Markov chain of order ``order`` (1 or 2) over ``vocab`` tokens; each context has ``support``
+    successors with Dirichlet(0.5) probabilities.
 
     Args:
-        vocab: number of tokens. support: successors per context. seed: table seed.
+        vocab: number of tokens. support: successors per context. order: 1 or 2. seed: table seed.
     """
 
-    def __init__(self, vocab: int = 128, support: int = 4, seed: int = 0) -> None:
+    def __init__(self, vocab: int = 128, support: int = 4, order: int = 2, seed: int = 0) -> None:
+        if order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {order}")
         rng = np.random.default_rng(seed)
-        self.vocab, self.support = vocab, support
-        self.succ = rng.integers(0, vocab, size=(vocab, vocab, support))  # [V, V, k]
-        self.prob = rng.dirichlet(np.full(support, 0.5), size=(vocab, vocab))  # [V, V, k]
+        self.vocab, self.support, self.order = vocab, support, order
+        shape = (vocab,) * order
+        self.succ = rng.integers(0, vocab, size=(*shape, support))  # [V(, V), k]
+        self.prob = rng.dirichlet(np.full(support, 0.5), size=shape)  # [V(, V), k]
 
     def shifted(self, frac: float, seed: int) -> MarkovSource:
         """A copy with ``frac`` of the context rows redrawn (the downstream task S_task)."""
         rng = np.random.default_rng(seed)
         out = MarkovSource.__new__(MarkovSource)
-        out.vocab, out.support = self.vocab, self.support
+        out.vocab, out.support, out.order = self.vocab, self.support, self.order
         out.succ, out.prob = self.succ.copy(), self.prob.copy()
-        mask = rng.random((self.vocab, self.vocab)) < frac
+        mask = rng.random(self.succ.shape[:-1]) < frac
         n = int(mask.sum())
         out.succ[mask] = rng.integers(0, self.vocab, size=(n, self.support))
         out.prob[mask] = rng.dirichlet(np.full(self.support, 0.5), size=n)
@@ -53,10 +57,10 @@ class MarkovSource:
         x = np.zeros((n, length), dtype=np.int64)
         x[:, :2] = rng.integers(0, self.vocab, size=(n, 2))
         for t in range(2, length):
-            a, b = x[:, t - 2], x[:, t - 1]
-            cdf = np.cumsum(self.prob[a, b], axis=1)  # [n, k]
+            ctx = (x[:, t - 2], x[:, t - 1]) if self.order == 2 else (x[:, t - 1],)
+            cdf = np.cumsum(self.prob[ctx], axis=1)  # [n, k]
             j = (rng.random((n, 1)) > cdf).sum(axis=1).clip(max=self.support - 1)
-            x[:, t] = self.succ[a, b, j]
+            x[:, t] = self.succ[ctx][np.arange(n), j]
         return torch.from_numpy(x)
 
 
