@@ -12,6 +12,7 @@ from .augment import (
     augment_structural_disambiguation,
     build_cgke_dataset,
 )
+from .cdkc import CalibrationWeights, cdkc_entropy_loss, correctness_reward
 from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
 from .metrics import (
     expected_calibration_error,
@@ -34,6 +35,7 @@ __all__ = [
     "REGIONS",
     "AugmentConfig",
     "BehaviorProfile",
+    "CalibrationWeights",
     "DecayFit",
     "RegionConfig",
     "SampleOut",
@@ -44,6 +46,8 @@ __all__ = [
     "bin_by_uncertainty",
     "build_cgke_dataset",
     "build_profile",
+    "cdkc_entropy_loss",
+    "correctness_reward",
     "expected_calibration_error",
     "fit_structural_decay",
     "mean_token_entropy",

@@ -387,3 +387,38 @@ def test_toy_world_labels_and_generator():
             words = (m[0]["content"] + " " + m[1]["content"]).split()
             assert all(t in w.ids for t in words), words
             assert m[1]["content"].split()[0] == w.gold[q]
+
+
+# ---------------------------------------------------------------- CDKC pieces (spec proposal)
+def test_cdkc_entropy_loss_signs_gate_and_sgd_step():
+    from methods.kmkc import CalibrationWeights, cdkc_entropy_loss, correctness_reward
+
+    w = CalibrationWeights(band=(0.5, 1.0))
+    h = torch.tensor([0.8, 0.8, 0.8, 1.5, 0.2, 0.8])
+    corr = torch.tensor([True, False, True, True, False, False])
+    regions = ["mastered", "mastered", "confused", "confused", "confused", "missing"]
+    # Hand: +0.01*0.8 − 0.001*0.8 + 0 (inside band) + 0.003*1.5 − 0.003*0.2 − 0.01*0.8, over 6.
+    expect = (0.008 - 0.0008 + 0.0 + 0.0045 - 0.0006 - 0.008) / 6
+    assert cdkc_entropy_loss(h, corr, regions, w).item() == pytest.approx(expect)
+    # All λ = 0 -> exactly zero (plain GRPO).
+    zero = CalibrationWeights((0, 0), (0, 0), (0, 0))
+    assert cdkc_entropy_loss(h, corr, regions, zero).item() == 0.0
+    # One SGD step on logits: a correct rollout's entropy falls, a wrong one's rises.
+    logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    before = mean_token_entropy(logits, mask).detach()
+    loss = cdkc_entropy_loss(
+        mean_token_entropy(logits, mask), torch.tensor([True, False]), ["mastered", "missing"]
+    )
+    loss.backward()
+    with torch.no_grad():
+        after = mean_token_entropy(logits - 50.0 * logits.grad, mask)
+    assert after[0] < before[0] and after[1] > before[1]
+    with pytest.raises(ValueError, match="regions"):
+        cdkc_entropy_loss(h[:1], corr[:1], ["unknown"])
+    assert correctness_reward(["p", "p"], ["Answer: Paris", "Lyon"], [["paris"], ["paris"]]) == [
+        1.0,
+        0.0,
+    ]
+    with pytest.raises(ValueError, match="golds"):
+        correctness_reward(["p"], ["x"], [])
