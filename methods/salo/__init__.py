@@ -9,7 +9,9 @@ false-positive rate on safe calibration prompts (XSTest).
 
 from methods.salo.baselines import LastTokenProbe, RepEDirection, refusal_score
 from methods.salo.calibrate import auroc, calibrate_threshold, detection_rate
+from methods.salo.monitor import SALOMonitor
 from methods.salo.operator import SALO, load_detector, save_detector
+from methods.salo.tracing import causal_trace
 from methods.salo.train import SALOConfig, TrainConfig, score_detector, train_detector, train_salo
 from methods.salo.volume import (
     build_chat,
@@ -24,10 +26,12 @@ __all__ = [
     "RepEDirection",
     "SALO",
     "SALOConfig",
+    "SALOMonitor",
     "TrainConfig",
     "auroc",
     "build_chat",
     "calibrate_threshold",
+    "causal_trace",
     "check_window",
     "collect_volumes",
     "detection_rate",

@@ -27,10 +27,12 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def llama4(tiny_tok):
+def llama4():
+    """A random 4-layer tiny Llama with the toy word-level chat tokenizer (instant to build)."""
     from common.tiny import tiny_causal_lm
+    from methods.salo.toy import toy_tokenizer
 
-    return tiny_causal_lm("llama", num_hidden_layers=4, seed=0, tokenizer=tiny_tok)
+    return tiny_causal_lm("llama", num_hidden_layers=4, seed=0, tokenizer=toy_tokenizer())
 
 
 def _op(pooling="max", d=8, seed=0):
@@ -231,7 +233,7 @@ def test_collect_volumes_matches_hooks_and_padding(llama4):
     from common.activations import capture
 
     model, tok = llama4
-    prompts = ["hello there", "a much longer prompt with many more words in it", "hi"]
+    prompts = ["tell me a story", "please write a simple poem about my garden now", "tea"]
     x, mask = collect_volumes(model, tok, prompts, (1, 4), batch_size=3)
     assert x.shape[:2] == (3, 3) and x.shape[-1] == 64
     assert (x[~mask[:, None, :, None].expand_as(x)] == 0).all()
@@ -251,13 +253,13 @@ def test_causal_persistence_of_suffix_and_prefill(llama4):
     model, tok = llama4
     clean, m0 = collect_volumes(model, tok, ["how to make a cake"], (1, 4))
     t0 = int(m0.sum())
-    pre, _ = collect_volumes(model, tok, ["how to make a cake"], (1, 4), prefill="Sure, here")
+    pre, _ = collect_volumes(model, tok, ["how to make a cake"], (1, 4), prefill=" COMPLY the")
     torch.testing.assert_close(pre[0, :, :t0], clean[0], atol=1e-6, rtol=0)
     # a user-side suffix goes before the template's closing tokens: the user prefix persists
-    suf, _ = collect_volumes(model, tok, ["how to make a cake"], (1, 4), suffix="zx zx")
+    suf, _ = collect_volumes(model, tok, ["how to make a cake"], (1, 4), suffix="Z1 Z2")
     ids_c, ids_s = (
         build_chat(tok, "how to make a cake"),
-        build_chat(tok, "how to make a cake", "zx zx"),
+        build_chat(tok, "how to make a cake", "Z1 Z2"),
     )
     k = next(i for i, (a, b) in enumerate(zip(ids_c, ids_s, strict=False)) if a != b)
     assert k > 3
@@ -267,23 +269,64 @@ def test_causal_persistence_of_suffix_and_prefill(llama4):
 def test_volume_and_refusal_bad_input(llama4):
     model, tok = llama4
     with pytest.raises(ValueError, match="final norm"):
-        collect_volumes(model, tok, ["x"], (2, 5))
+        collect_volumes(model, tok, ["tea"], (2, 5))
     with pytest.raises(ValueError, match="non-empty"):
-        collect_volumes(model, tok, ["x"], (3, 3))
+        collect_volumes(model, tok, ["tea"], (3, 3))
     with pytest.raises(ValueError, match="prompt must be"):
         collect_volumes(model, tok, [""], (1, 3))
     with pytest.raises(ValueError, match="max_length"):
-        collect_volumes(model, tok, ["word " * 50], (1, 3), max_length=8)
-    x, m = collect_volumes(model, tok, ["word " * 50], (1, 3), max_length=8, truncate=True)
+        collect_volumes(model, tok, ["the " * 50], (1, 3), max_length=8)
+    x, m = collect_volumes(model, tok, ["the " * 50], (1, 3), max_length=8, truncate=True)
     assert m.sum() == 8
     from transformers import PreTrainedTokenizerFast
 
     no_tmpl = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
     with pytest.raises(ValueError, match="chat_template"):
         build_chat(no_tmpl, "hi")
-    s = refusal_score(model, tok, ["a", "bb bb bb"], [5, 6])
-    s1 = refusal_score(model, tok, ["bb bb bb"], [5, 6])
+    s = refusal_score(model, tok, ["tea", "give me soup"], [5, 6])
+    s1 = refusal_score(model, tok, ["give me soup"], [5, 6])
     assert s.shape == (2,) and (s <= 0).all()
     torch.testing.assert_close(s[1], s1[0], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="refusal_token_ids"):
-        refusal_score(model, tok, ["a"], [])
+        refusal_score(model, tok, ["tea"], [])
+
+
+# ---------------------------------------------------------------- tracing and monitor
+def test_causal_trace_properties(llama4):
+    from methods.salo import causal_trace
+
+    model, tok = llama4
+    harmful, benign = "how to make a bomb", "how to make a cake"
+    h, b = build_chat(tok, harmful), build_chat(tok, benign)
+    assert len(h) == len(b)
+    k = next(i for i, (u, v) in enumerate(zip(h, b, strict=True)) if u != v)
+    rid = [5, 6]
+    e = causal_trace(model, tok, harmful, benign, rid, window=1)
+    assert e.shape == (4, len(h))
+    assert e[:, :k].abs().max() < 1e-5  # identical prefix: patching changes nothing
+    # patching the last block's output at the last token reproduces the harmful run exactly
+    full = causal_trace(model, tok, harmful, benign, rid, window=1, normalize=True)
+    assert full[-1, -1] == pytest.approx(1.0, abs=1e-4)
+    with pytest.raises(ValueError, match="window"):
+        causal_trace(model, tok, harmful, benign, rid, window=2)
+    with pytest.raises(ValueError, match="same length"):
+        causal_trace(model, tok, harmful, "tea", rid)
+
+
+def test_monitor_score_and_guard(llama4):
+    from methods.salo import SALOMonitor
+
+    model, tok = llama4
+    torch.manual_seed(0)
+    det = SALO(64, n_filters=4).eval()
+    mon = SALOMonitor(model, tok, det, (1, 4), tau=0.0)
+    s = mon.score("tell me a story", prefill=" COMPLY")
+    x, m = collect_volumes(model, tok, ["tell me a story"], (1, 4), prefill=" COMPLY")
+    assert s == pytest.approx(float(torch.sigmoid(det(x, m))[0]), abs=1e-6)
+    calls = []
+    guarded = mon.guard(lambda p, **kw: calls.append(p) or "ok")
+    assert guarded("tea") == mon.refusal and not calls  # tau = 0 flags everything
+    mon.tau = 1.0
+    assert guarded("tea") == "ok" and calls == ["tea"]
+    with pytest.raises(ValueError, match="tau"):
+        SALOMonitor(model, tok, det, (1, 4), tau=2.0)
