@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import time
@@ -36,12 +35,10 @@ def run(cfg: DictConfig) -> dict[str, float]:
     fields.pop("name", None)
     task = fields.pop("task", "toy")
     paper = fields.pop("paper", None)
+    if task == "paper":
+        return _run_paper(cfg, paper or {})
     if task != "toy":
-        raise ValueError(
-            f"method.task={task!r}: only the CPU toy is implemented in this package; the paper-scale "
-            f"setting ({json.dumps(paper)}) is documented in docs/methods/kore.md and "
-            "scripts/reproduce/kore.sh but its LLaVA/Qwen2.5-VL SFT driver is not written yet"
-        )
+        raise ValueError(f"method.task must be 'toy' or 'paper', got {task!r}")
     tc = ToyConfig(**fields)  # unknown keys raise TypeError
     torch.set_num_threads(min(2, torch.get_num_threads()))
     t0 = time.time()
@@ -72,4 +69,18 @@ def run(cfg: DictConfig) -> dict[str, float]:
             "ka: new facts under held-out phrasings (%); kr: old facts, all phrasings (%); "
             "rho: per-layer output drift on held-out old prompts."
         ),
+    )
+
+
+def _run_paper(cfg: DictConfig, fields: dict) -> dict[str, float]:
+    """Paper-scale path (spec §7): KORE init + Trainer on a LLaVA model (methods/kore/paper.py)."""
+    from pathlib import Path
+
+    from methods.kore.paper import PaperConfig, train_paper
+
+    pc = PaperConfig(**{"seed": int(cfg.seed), **fields})
+    t0 = time.time()
+    res = train_paper(pc, Path(cfg.run_dir) / "kore")
+    return write_results(
+        cfg.run_dir, "kore", {"kore_paper": res}, cfg=cfg, wall_time_s=time.time() - t0
     )

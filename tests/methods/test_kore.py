@@ -383,3 +383,57 @@ def test_tiny_llava_one_kore_step():
     opt.step()
     changed = {n for n, p in pm.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_B" in n for n in changed)
+
+
+def test_paper_path_on_tiny_llava(tmp_path):
+    import json
+
+    from PIL import Image
+    from safetensors.torch import load_file
+
+    from common.registry import compose
+    from methods.kore.run import run
+
+    torch.manual_seed(0)
+    Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy()).save(tmp_path / "0.png")
+    recs = [
+        {
+            "id": "a",
+            "image": "0.png",
+            "conversations": [
+                {"from": "human", "value": "<image>\nWho is this?"},
+                {"from": "gpt", "value": "Ann Lee."},
+                {"from": "human", "value": "Where?"},
+                {"from": "gpt", "value": "Oslo."},
+            ],
+        }
+    ]
+    (tmp_path / "d.json").write_text(json.dumps(recs))
+    from common.tiny import tiny_llava
+    from methods.kore.paper import encode_record
+
+    _, proc = tiny_llava()
+    enc = encode_record(recs[0], proc, str(tmp_path))
+    kept = enc["input_ids"][enc["labels"] != -100]
+    text = proc.tokenizer.decode(kept)
+    assert "Ann Lee." in text and "Oslo." in text and "Who" not in text and "Where" not in text
+    with pytest.raises(ValueError, match="alternate"):
+        encode_record({"id": "x", "conversations": [{"from": "gpt", "value": "a"}]}, proc)
+    cfg = compose(
+        [
+            "experiment=kore_paper",
+            "method.paper.model=tiny-llava",
+            f"method.paper.data_path={tmp_path / 'd.json'}",
+            f"method.paper.calib_path={tmp_path / 'd.json'}",
+            f"method.paper.image_root={tmp_path}",
+            "method.paper.rank=4",
+            "method.paper.max_steps=1",
+            "method.paper.grad_accum=1",
+            "method.paper.bf16=false",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
+    out = run(cfg)
+    assert math.isfinite(out["kore_paper/train_loss"]) and out["kore_paper/n_layers"] == 14
+    sd = load_file(str(tmp_path / "run" / "kore" / "kore_lora.safetensors"))
+    assert len(sd) == 28 and all("language_model" in k for k in sd)
