@@ -201,6 +201,7 @@ class MetricsLogger:
         if use_wandb:
             import wandb
 
+            # Offline unless a key is configured; the key itself is read by wandb, never logged here.
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
             self._wandb = wandb.init(
                 project=project, dir=str(self.path.parent), mode=mode, config=dict(config or {})
@@ -228,3 +229,24 @@ def save_plot(fig, path: str | Path, dpi: int = 120) -> Path:
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def metrics_logger(cfg: Any) -> MetricsLogger:
+    """The run's :class:`MetricsLogger` from a composed config: wandb only when ``logger=wandb``.
+
+    Raises:
+        ValueError: on a ``logger`` value other than ``none`` or ``wandb``.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    kind = str(cfg.get("logger", "none"))
+    if kind not in ("none", "wandb"):
+        raise ValueError(f"logger must be 'none' or 'wandb', got {kind!r}")
+    config = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    method = OmegaConf.select(cfg, "method.name") if isinstance(cfg, DictConfig) else None
+    return MetricsLogger(
+        cfg["run_dir"],
+        use_wandb=kind == "wandb",
+        project=f"icml26-{method or 'run'}",
+        config=config,
+    )

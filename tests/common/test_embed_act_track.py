@@ -6,7 +6,7 @@ import torch
 
 from common.activations import capture, hidden_states
 from common.embeddings import Embedder
-from common.tracking import MetricsLogger, markdown_table, write_results
+from common.tracking import MetricsLogger, markdown_table, metrics_logger, write_results
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +72,18 @@ def test_write_results_and_metrics_log(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["loss"] for r in rows] == [1.5, 1.0]
     assert markdown_table({"a": {"x": 1.0}}).splitlines()[0] == "| arm | x |"
+
+
+def test_wandb_is_opt_in_and_offline_without_a_key(tmp_path, monkeypatch):
+    from common.registry import compose
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    off = metrics_logger(compose([], run_dir=tmp_path / "a"))
+    assert off._wandb is None
+    on = metrics_logger(compose(["logger=wandb"], run_dir=tmp_path / "b"))
+    on.log({"loss": 2.0}, step=1)
+    on.close()
+    assert list((tmp_path / "b" / "wandb").glob("offline-run-*"))  # offline, no key, no network
+    with pytest.raises(ValueError, match="logger"):
+        metrics_logger(compose(["logger=tensorboard"], run_dir=tmp_path / "c"))
