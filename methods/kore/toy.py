@@ -181,10 +181,10 @@ def fact_accuracy(model, vb, cfg, table, entities, phrasings) -> float:
 def _prompts(vb, cfg, table, rng, n):
     rows = []
     for _ in range(n):
-        e, p, rel = rng.randrange(cfg.n_old), rng.randrange(cfg.n_phrasings), rng.randrange(4)
-        rows.append([vb.BOS, vb.T0 + p, vb.E0 + e, vb.R0 + rel % cfg.n_relations])
-    ids = torch.tensor(rows)
-    return ids
+        e, p = rng.randrange(cfg.n_old), rng.randrange(cfg.n_phrasings)
+        rel = rng.randrange(cfg.n_relations)
+        rows.append([vb.BOS, vb.T0 + p, vb.E0 + e, vb.R0 + rel])
+    return torch.tensor(rows)
 
 
 def linear_names(model) -> list[str]:

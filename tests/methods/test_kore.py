@@ -68,10 +68,11 @@ def test_nullspace_selection_matches_smallest_eigenvalues():
     all_ev = torch.linalg.eigvalsh(C)
     assert torch.allclose(torch.linalg.eigvalsh(U.T @ C @ U), all_ev[:4], atol=1e-8)
     assert torch.allclose(ev, all_ev[:4], atol=1e-8)
-    # A C A^T is diagonal with (singular value-weighted) small entries only in U_hat's span
+    assert torch.allclose(U.T @ C @ U, torch.diag(ev), atol=1e-8)  # diagonal, smallest eigenvalues
+    # the row space of A is exactly span(U_hat): C restricted to it has the r smallest eigenvalues
     f = kore_decompose(torch.randn(6, 10, dtype=torch.float64), C, 4)
-    Vh = f.A / f.A.norm(dim=1, keepdim=True)
-    assert torch.linalg.eigvalsh(Vh @ C @ Vh.T).max() <= all_ev[3] + 1e-8
+    Q, _ = torch.linalg.qr(f.A.T)  # [10, 4] orthonormal basis of A's rows
+    assert torch.allclose(torch.linalg.eigvalsh(Q.T @ C @ Q), all_ev[:4], atol=1e-8)
 
 
 def test_exact_retention_on_low_rank_data():
