@@ -1,0 +1,256 @@
+"""Tests for methods.llminertia: parsers, matching, notes, pipeline call budget, data, metrics."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from common.llm import ScriptedChat
+from methods.llminertia import (
+    COOCCURRENCE_TEMPLATES,
+    MEDICAL,
+    MEDICAL_PAIRS,
+    NEGATIVE_TEMPLATES,
+    SYNTHETIC_PAIRS,
+    LLMInertiaPipeline,
+    Pred,
+    build_note,
+    fill_template,
+    induction_metrics,
+    make_cooccurrence_corpus,
+    make_negative_evidence_tests,
+    match_pairs,
+    parse_entity_list,
+    parse_pairs,
+    parse_yes_no,
+)
+
+# ---------------------------------------------------------------- parsers
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("【Conclusion】No.", "no"),
+        ("[conclusion]: yes", "yes"),
+        ("Conclusion: No", "no"),
+        ("(Conclusion): Yes", "yes"),
+        ("Answer: yes", "yes"),
+        ("答案：否", "no"),
+        ("No", "no"),
+        (" yes. ", "yes"),
+        ("maybe", "error"),
+        ("", "error"),
+        ("I cannot tell.", "error"),
+        ("Yes, it seems so... 【Conclusion】: No", "no"),
+    ],
+)
+def test_parse_yes_no(text, want):
+    assert parse_yes_no(text) == want
+
+
+def test_parse_yes_no_type_error():
+    with pytest.raises(TypeError, match="text"):
+        parse_yes_no(None)
+
+
+def test_parse_pairs_cases():
+    assert parse_pairs("") == []
+    assert parse_pairs("no tuples here") == []
+    got = parse_pairs("(Cough ,  Pneumonia) (Cough, Asthma)\n(Fever (high), Flu) and so on (x, X)")
+    assert got == [("Cough", "Pneumonia"), ("Cough", "Asthma"), ("Fever (high)", "Flu")]
+    assert parse_pairs("(a, b) (A, B) (, b)") == [("a", "b")]  # dedup, empty side dropped
+
+
+def test_parse_entity_list():
+    assert parse_entity_list("Cough, fever, cough ,, Fever.") == ["Cough", "fever"]
+    assert parse_entity_list("just one entity") == ["just one entity"]
+    assert parse_entity_list("   ") == []
+
+
+# ---------------------------------------------------------------- matching and notes
+
+
+def test_match_pairs_matchers():
+    text = "The patient was coughing; no Pneumonia on CT."
+    pairs = [("Cough", "pneumonia"), ("cough", "asthma"), ("pneumonia", "Cough")]
+    assert match_pairs(text, pairs, "substring") == [("Cough", "pneumonia")]  # dedup either order
+    assert match_pairs(text, pairs, "word_boundary") == []  # "coughing" is not the word "cough"
+    assert match_pairs("A cough, and pneumonia.", pairs, "word_boundary") == [
+        ("Cough", "pneumonia")
+    ]
+    # both sides required; short entities excluded
+    assert match_pairs("cough only", [("cough", "flu")]) == []
+    assert match_pairs("an ox and flu", [("ox", "flu")]) == []
+    with pytest.raises(ValueError, match="matcher"):
+        match_pairs(text, pairs, "regex")
+
+
+def test_build_note():
+    assert build_note([], MEDICAL) == MEDICAL.reminder_generic
+    pairs = [("Cough", "Asthma"), ("Fever", "Flu"), ("Cough", "Asthma")]
+    note = build_note(pairs, MEDICAL)
+    assert note.count("not make them related") == 2
+    assert note.index("Cough") < note.index("Fever")
+    assert MEDICAL.reminder_generic not in note
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+class CountingChat(ScriptedChat):
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.batch_sizes: list[int] = []
+
+    def chat_batch(self, batch, **kw):
+        self.batch_sizes.append(len(batch))
+        return super().chat_batch(batch, **kw)
+
+
+def _scripted(msgs):
+    c = msgs[-1]["content"]
+    if c.startswith("List every important medical entity"):
+        text = c.split("Text: ")[-1]
+        return ", ".join(
+            e for e in ("Headache", "Hypertension", "Fever") if e.lower() in text.lower()
+        )
+    if c.startswith("For each entity"):
+        ents = c.split("Entities: ")[-1].split("\nReply")[0]
+        out = []
+        if "Headache" in ents:
+            out.append("(Headache, Hypertension) (Headache, Migraine) (Headache, Stroke)")
+        if "Fever" in ents:
+            out.append("(Fever, Flu) (Fever, Sepsis) (Fever, Malaria)")
+        return "\n".join(out) or "I do not know."
+    note = c.split("\nNote: ")[-1]  # the note of the actual question, after the few-shot examples
+    return "【Conclusion】: No" if "not make them related" in note else "【Conclusion】: Yes"
+
+
+def test_pipeline_three_batched_calls_and_adaptive_note():
+    llm = CountingChat(_scripted)
+    texts = [
+        "Headache present. No hypertension found. Does Hypertension exist?",  # pair matches
+        "Fever present. The patient is calm. Does Hypertension exist?",  # probe, no match
+        "Nothing notable. Does anything exist?",  # no entities -> no probe
+    ]
+    recs = LLMInertiaPipeline(llm, MEDICAL, k=3, batch_size=8).run(texts)
+    assert llm.batch_sizes == [3, 2, 3]  # extract, probe (non-empty lists), answer
+    assert len(llm.batch_sizes) == 3
+    assert recs[0].matched == [("Headache", "Hypertension")]
+    assert "Headache and Hypertension" in recs[0].note and recs[0].predict == "no"
+    assert recs[1].matched == [] and recs[1].note == MEDICAL.reminder_generic
+    assert recs[2].n_entities == 0 and recs[2].note == MEDICAL.reminder_generic
+    assert recs[1].predict == "yes"
+    assert all(r.note in r.augmented_input and r.prompt in r.augmented_input for r in recs)
+
+
+def test_pipeline_batches_and_bad_input():
+    llm = CountingChat(_scripted)
+    texts = ["Headache present. No hypertension. Does Hypertension exist?"] * 5
+    recs = LLMInertiaPipeline(llm, MEDICAL, batch_size=2, max_pairs=1).run(texts)
+    assert len(recs) == 5 and len(llm.batch_sizes) == 3 * 3  # 3 batches x 3 steps
+    with pytest.raises(ValueError, match="texts"):
+        LLMInertiaPipeline(llm).run([])
+    with pytest.raises(ValueError, match="texts"):
+        LLMInertiaPipeline(llm).run(["ok", "  "])
+    with pytest.raises(ValueError, match="matcher"):
+        LLMInertiaPipeline(llm, matcher="nope")
+
+
+def test_pipeline_unparsable_answer_is_error():
+    llm = ScriptedChat(lambda m: "Headache" if "entity" in m[-1]["content"][:40] else "hmm")
+    recs = LLMInertiaPipeline(llm).run(["Headache but what?"])
+    assert recs[0].predict == "error" and recs[0].pairs == []
+
+
+# ---------------------------------------------------------------- data
+
+
+def _glued(text: str, entity: str) -> bool:
+    return any(
+        (m.start() > 0 and text[m.start() - 1].isalnum())
+        or (m.end() < len(text) and text[m.end()].isalnum())
+        for m in re.finditer(re.escape(entity), text)
+    )
+
+
+def test_templates_never_glue_entities():
+    pairs = MEDICAL_PAIRS + SYNTHETIC_PAIRS
+    corpus = list(make_cooccurrence_corpus(pairs, 1.0, seed=0)["text"])
+    tests = list(make_negative_evidence_tests(pairs, seed=0)["input"])
+    assert any("Although" in t for t in corpus + tests)  # templates start words with A/B
+    for text in corpus + tests:
+        for a, b in pairs:
+            assert not _glued(text, a) and not _glued(text, b), text
+        assert "Headachelthough" not in text and "lue Map" not in text.replace("Blue Map", "")
+        for w in ("Although", "Before", "Because", "Beyond", "Both", "Analysts", "Across"):
+            if w.lower() in text.lower():
+                assert re.search(rf"\b{w}\b", text, re.IGNORECASE)
+    assert (
+        fill_template("Although {A}, {B}.", "Headache", "Blue Map")
+        == "Although Headache, Blue Map."
+    )
+    with pytest.raises(ValueError, match="fields"):
+        fill_template("{A} {C}", "x", "y")
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.25, 0.5, 0.75, 1.0])
+def test_cooccurrence_corpus_counts(ratio):
+    pairs = MEDICAL_PAIRS[:3]
+    ds = make_cooccurrence_corpus(pairs, ratio, seed=1)
+    n_t = len(COOCCURRENCE_TEMPLATES)
+    assert len(ds) == len(pairs) * n_t
+    for a, b in pairs:
+        assert sum(a in t and b in t for t in ds["text"]) == round(ratio * n_t)
+    if ratio == 1.0:
+        assert all(any(a in t for a, _ in pairs) for t in ds["text"])
+
+
+def test_data_bad_input_and_labels():
+    with pytest.raises(ValueError, match="ratio"):
+        make_cooccurrence_corpus(MEDICAL_PAIRS, 1.5)
+    with pytest.raises(ValueError, match="pairs"):
+        make_cooccurrence_corpus([], 0.5)
+    with pytest.raises(ValueError, match="placeholders"):
+        make_negative_evidence_tests(MEDICAL_PAIRS, ["no placeholder {A}"])
+    ds = make_negative_evidence_tests(MEDICAL_PAIRS, seed=0)
+    assert set(ds["output"]) == {"No."}
+    assert len(ds) == len(MEDICAL_PAIRS) * len(NEGATIVE_TEMPLATES)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _p(i, y, label="No."):
+    return Pred(i, y, label)
+
+
+def test_induction_metrics_hand_example():
+    pre = [_p(0, "no"), _p(1, "no"), _p(2, "no"), _p(3, "yes"), _p(4, "error"), _p(5, "no")]
+    post = [_p(0, "yes"), _p(1, "yes"), _p(2, "no"), _p(3, "yes"), _p(4, "no"), _p(5, "maybe")]
+    m = induction_metrics(pre, post)
+    assert m["n_aligned"] == 4 and m["n_dropped"] == 2
+    assert m["induction_rate"] == pytest.approx(2 / 3)
+    acc_pre, acc_post = 3 / 4, 1 / 4
+    assert m["acc_pre"] == pytest.approx(acc_pre) and m["acc_post"] == pytest.approx(acc_post)
+    e0, e1 = 1 - acc_pre, 1 - acc_post
+    assert m["rel_error_increase"] == pytest.approx((e1 - e0) / (1 - e0))
+    r, q = 3 / (1 + 1), (3 - 1) / 4
+    assert m["norm_drop"] == pytest.approx(1 - math.exp(-r * q))
+
+
+def test_induction_metrics_edge_cases():
+    pre = [_p(0, "yes"), _p(1, "yes")]
+    post = [_p(1, "no"), _p(0, "yes")]  # aligned by id, not position
+    m = induction_metrics(pre, post)
+    assert math.isnan(m["induction_rate"]) and m["ir_undefined"] == 1.0
+    assert m["norm_drop"] < 0  # fewer yes after
+    with pytest.raises(ValueError, match="N = 0"):
+        induction_metrics([_p(0, "error")], [_p(0, "no")])
+    with pytest.raises(ValueError, match="same ids"):
+        induction_metrics([_p(0, "no")], [_p(1, "no")])
+    with pytest.raises(ValueError, match="duplicate"):
+        induction_metrics([_p(0, "no"), _p(0, "no")], [_p(0, "no"), _p(0, "no")])
