@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from methods.salo.volume import build_chat
+from methods.salo.volume import _per_prompt, build_chat
 
 
 def _last_valid(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,14 @@ def refusal_score(
         raise ValueError("prompts must not be empty")
     if len(refusal_token_ids) == 0:
         raise ValueError("refusal_token_ids must not be empty")
-    ids = [build_chat(tokenizer, p, suffix=suffix, prefill=prefill) for p in prompts]
+    sfx, pre = (
+        _per_prompt(suffix, len(prompts), "suffix"),
+        _per_prompt(prefill, len(prompts), "prefill"),
+    )
+    ids = [
+        build_chat(tokenizer, p, suffix=s, prefill=f)
+        for p, s, f in zip(prompts, sfx, pre, strict=True)
+    ]
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     rid = torch.tensor(list(refusal_token_ids), device=device)

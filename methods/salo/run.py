@@ -98,6 +98,11 @@ def run(cfg: DictConfig) -> dict[str, float]:
     """Runs the toy and writes ``results.json`` / ``results.md`` into ``cfg.run_dir``."""
     t0 = time.time()
     mc = _to_config(cfg.method)
+    if mc.paper.get("model"):  # paper scale (GPU): hub model + data sets named in method.paper
+        from methods.salo.paper import run_paper
+
+        metrics = run_paper(mc, int(cfg.seed))
+        return write_results(cfg.run_dir, "salo", metrics, cfg=cfg, wall_time_s=time.time() - t0)
     toy, seed = mc.toy, int(cfg.seed)
     torch.manual_seed(seed)
     model, tok = train_refusal_lm(

@@ -32,6 +32,16 @@ def check_window(window: Sequence[int], num_hidden_layers: int, allow_final_norm
     return int(start), int(end)
 
 
+def _per_prompt(value, n: int, name: str) -> list:
+    """A single injection (or None) for all prompts, or one per prompt."""
+    if value is None or isinstance(value, str):
+        return [value] * n
+    value = list(value)
+    if len(value) != n:
+        raise ValueError(f"{name} must be a string or one entry per prompt ({n}), got {len(value)}")
+    return value
+
+
 def build_chat(
     tokenizer, prompt: str, suffix: str | None = None, prefill: str | None = None
 ) -> list[int]:
@@ -81,7 +91,7 @@ def collect_volumes(
         tokenizer: its tokenizer, with a chat template.
         prompts: user prompts.
         layers: end-exclusive window ``(l_s, l_e)`` into ``hidden_states``.
-        suffix / prefill: an optional attack injection applied to every prompt (see ``build_chat``).
+        suffix / prefill: an attack injection for every prompt, or a list with one per prompt.
         batch_size: prompts per forward pass.
         max_length: the longest allowed prompt (default: the model's ``max_position_embeddings``).
         truncate: cut longer prompts to ``max_length`` instead of raising.
@@ -101,7 +111,14 @@ def collect_volumes(
     n_layers = model.config.num_hidden_layers
     start, end = check_window(layers, n_layers, allow_final_norm)
     limit = max_length or getattr(model.config, "max_position_embeddings", None)
-    ids = [build_chat(tokenizer, p, suffix=suffix, prefill=prefill) for p in prompts]
+    sfx, pre = (
+        _per_prompt(suffix, len(prompts), "suffix"),
+        _per_prompt(prefill, len(prompts), "prefill"),
+    )
+    ids = [
+        build_chat(tokenizer, p, suffix=s, prefill=f)
+        for p, s, f in zip(prompts, sfx, pre, strict=True)
+    ]
     for i, row in enumerate(ids):
         if limit is not None and len(row) > limit:
             if not truncate:
