@@ -440,3 +440,33 @@ def test_fake_quant_evaluator_trains_only_lora(tiny_llama):
     )  # base untouched
     with pytest.raises(ValueError, match="fidelity"):
         ev.evaluate(QRConfig.uniform(3, 4, 4), "medium")
+
+
+def test_importance_from_json_both_schemas(tmp_path):
+    shipped = {
+        "model_name": "x",
+        "loss": {
+            f"{i}.{m}": float(i + 1) for i in range(3) for m in ("self_attn.q_proj", "mlp.up_proj")
+        },
+    }
+    p = tmp_path / "shipped.json"
+    p.write_text(json.dumps(shipped))
+    imp = Importance.from_json(p, 3)
+    assert np.allclose(imp.raw_q, [2.0, 4.0, 6.0]) and imp.I_q.max() == 1 and imp.I_q.min() == 0
+    p2 = tmp_path / "loader.json"
+    p2.write_text(
+        json.dumps(
+            {
+                "backbone_metric_per_layer": {"0": 1, "1": 3, "2": 2},
+                "lora_metric_per_layer": {"0": 0, "1": 1, "2": 2},
+            }
+        )
+    )
+    imp2 = Importance.from_json(p2, 3)
+    assert np.allclose(imp2.I_q, [0, 1, 0.5]) and np.allclose(imp2.score, [0, 0.75, 0.75])
+    p3 = tmp_path / "bad.json"
+    p3.write_text(json.dumps({"foo": 1}))
+    with pytest.raises(ValueError, match="schema"):
+        Importance.from_json(p3, 3)
+    with pytest.raises(ValueError, match="out of range"):
+        Importance.from_json(p, 2)
