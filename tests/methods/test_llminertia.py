@@ -254,3 +254,23 @@ def test_induction_metrics_edge_cases():
         induction_metrics([_p(0, "no")], [_p(1, "no")])
     with pytest.raises(ValueError, match="duplicate"):
         induction_metrics([_p(0, "no"), _p(0, "no")], [_p(0, "no"), _p(0, "no")])
+
+
+# ---------------------------------------------------------------- toy mechanism
+
+
+def test_toy_mechanism_small():
+    from methods.llminertia.run import LLMInertiaRunConfig, run_toy
+
+    rc = LLMInertiaRunConfig(ratios=[0.0, 0.5, 1.0], n_test_templates=2)
+    per, _ = run_toy(rc, seed=0)
+    assert per["llminertia"]["calls_per_input"] == 3.0
+    assert (
+        per["plain"]["wrong_yes_r0"]
+        <= per["plain"]["wrong_yes_r50"]
+        <= per["plain"]["wrong_yes_r100"]
+    )
+    assert per["llminertia"]["probe_recall_r100"] >= per["llminertia"]["probe_recall_r0"]
+    assert per["llminertia"]["probe_recall_r100"] == 1.0
+    for r in ("r50", "r100"):
+        assert per["llminertia"][f"wrong_yes_{r}"] < per["plain"][f"wrong_yes_{r}"]

@@ -1,0 +1,307 @@
+"""LLMInertia experiments for the CLI: ``icml26 experiment=llminertia_toy`` and ``llminertia_paper``.
+
+Toy (``task=toy``; a *simulated* inert LLM, it tests the probe-and-remind mechanism only): for each
+co-occurrence share rho, a fixed-size corpus is generated with :func:`make_cooccurrence_corpus`; a
+deterministic stand-in model (:class:`InertToyLLM`, wrapped in ``common.llm.ScriptedChat``) takes
+its association strengths from the pair counts in that corpus. It extracts entities by lookup,
+answers the probe with its strongest associations, and on a negative-evidence question says a
+wrong "yes" with probability ``strength(A, B)`` scaled down by a generic note
+(``generic_damping``) or by a pair reminder naming (A, B) (``pair_damping``). Those two dampings
+are assumptions of the simulator, not measurements; what the toy does measure is whether the
+pipeline finds the pairs (probe recall, matched-pair rate), which notes it injects, the LLM-call
+budget, and the induction metrics of §3.1 against rho. Arms: ``plain`` (no note), ``generic``
+(always the generic note) and ``llminertia`` (adaptive notes).
+
+Paper (``task=paper``): the negative-evidence test set (generated, or a repo-format JSONL from
+``data_path``) answered by an OpenAI-compatible server (``vllm serve``) with the three arms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from common.llm import ChatLLM, ScriptedChat
+from common.tracking import write_results
+
+from .core import LLMInertiaPipeline, answer_plain
+from .induction_data import (
+    COOCCURRENCE_TEMPLATES,
+    MEDICAL_PAIRS,
+    SYNTHETIC_PAIRS,
+    make_cooccurrence_corpus,
+    make_negative_evidence_tests,
+)
+from .metrics import Pred, induction_metrics
+from .prompts import PROMPT_SETS, PromptSet
+
+logger = logging.getLogger(__name__)
+
+DEMO_OVERRIDES: list[str] = ["method.ratios=[0.0,0.5,1.0]", "method.n_test_templates=2"]
+HEADLINE: tuple[str, str] = ("llminertia/wrong_yes_max_ratio", "plain/wrong_yes_max_ratio")
+ARMS = ("plain", "generic", "llminertia")
+
+
+@dataclass
+class LLMInertiaRunConfig:
+    """``cfg.method``: pipeline settings (paper defaults) plus toy and paper-path fields."""
+
+    name: str = "llminertia"
+    task: str = "toy"  # toy | paper
+    prompt_set: str = "medical"  # medical | synthetic | generic
+    k: int = 3  # associations per entity, repo
+    matcher: str = "substring"  # repo
+    max_pairs: int | None = None
+    batch_size: int = 8  # repo
+    temperature: float = 0.0  # repo
+    max_tokens: int = 512  # repo
+    # toy
+    family: str = "medical"  # medical | synthetic pairs
+    ratios: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    n_test_templates: int = 4
+    exposure_tau: float = 3.0  # strength = 1 - exp(-count / tau)
+    generic_damping: float = 0.2  # simulator assumption
+    pair_damping: float = 0.9  # simulator assumption
+    base_error: float = 0.02  # base model's wrong-yes rate without induction
+    # paper path
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    base_url: str | None = None
+    data_path: str | None = None
+    max_items: int | None = None
+
+
+def _u01(*keys: object) -> float:
+    h = hashlib.sha256("|".join(map(str, keys)).encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+class InertToyLLM:
+    """Deterministic "inert" chat model for the toy (not a language model).
+
+    Args:
+        strengths: ``{(a, b): strength in [0, 1]}`` learned from co-occurrence counts.
+        entities: the vocabulary it can extract.
+        prompts: the prompt set whose step prefixes it recognises.
+        generic_damping / pair_damping: fraction of inert "yes" answers removed by a generic
+            note / by a reminder naming the asked pair.
+        base_error: wrong-yes probability independent of associations.
+        seed: seed of the per-item coin flips.
+    """
+
+    def __init__(
+        self,
+        strengths: dict[tuple[str, str], float],
+        entities: list[str],
+        prompts: PromptSet,
+        generic_damping: float,
+        pair_damping: float,
+        base_error: float,
+        seed: int,
+    ) -> None:
+        self.s = {(a.lower(), b.lower()): v for (a, b), v in strengths.items()}
+        self.entities = entities
+        self.p = prompts
+        self.gd, self.pd, self.base, self.seed = generic_damping, pair_damping, base_error, seed
+
+    def _strength(self, a: str, b: str) -> float:
+        return max(self.s.get((a.lower(), b.lower()), 0.0), self.s.get((b.lower(), a.lower()), 0.0))
+
+    def __call__(self, messages: list[dict]) -> str:
+        c = messages[-1]["content"]
+        head = self.p.extract.split("{")[0]
+        if c.startswith(head):
+            text = c.rsplit("Text: ", 1)[-1].lower()
+            return ", ".join(e for e in self.entities if e.lower() in text)
+        if c.startswith(self.p.probe.split("{")[0]):
+            ents = c.rsplit("Entities: ", 1)[-1].split("\n")[0].split(", ")
+            lines = []
+            for e in ents:
+                ranked = sorted(
+                    (x for x in self.entities if x.lower() != e.lower()),
+                    key=lambda x: (-self._strength(e, x), _u01("rank", e, x, self.seed)),
+                )
+                lines.append(" ".join(f"({e}, {x})" for x in ranked[:3]))
+            return "\n".join(lines)
+        question = c.rsplit("\n\nQuestion: ", 1)[-1].split("\nNote: ")[0]
+        note = c.rsplit("\nNote: ", 1)[-1].split("\nAnswer:")[0]
+        present = [e for e in self.entities if e.lower() in question.lower()]
+        asked = question.rsplit("Question:", 1)[-1]
+        b = next((e for e in present if e.lower() in asked.lower()), None)
+        s = max((self._strength(a, b) for a in present if b and a != b), default=0.0)
+        if note.strip() == self.p.reminder_generic:
+            s *= 1 - self.gd
+        elif b is not None and b.lower() in note.lower() and "related" in note:
+            s *= 1 - self.pd
+        p_yes = self.base + (1 - self.base) * s
+        return (
+            "【Conclusion】: Yes"
+            if _u01("ans", question, self.seed) < p_yes
+            else "【Conclusion】: No"
+        )
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3 or len(set(y)) < 2:
+        return math.nan
+    return float(spearmanr(x, y).statistic)
+
+
+def _strengths(corpus: list[str], pairs: list[tuple[str, str]], tau: float) -> dict:
+    out = {}
+    for a, b in pairs:
+        cnt = sum(1 for t in corpus if a in t and b in t)
+        out[(a, b)] = 1 - math.exp(-cnt / tau)
+    return out
+
+
+def _wrong_yes(preds: list[str]) -> float:
+    ok = [p for p in preds if p != "error"]
+    return sum(p == "yes" for p in ok) / max(len(ok), 1)
+
+
+def run_toy(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
+    """Runs the simulated induction sweep; returns ``(metrics, extra)``."""
+    prompts = PROMPT_SETS[rc.prompt_set]
+    pairs = MEDICAL_PAIRS if rc.family == "medical" else SYNTHETIC_PAIRS
+    entities = sorted({e for p in pairs for e in p})
+    from .induction_data import NEGATIVE_TEMPLATES
+
+    tests = make_negative_evidence_tests(pairs, NEGATIVE_TEMPLATES[: rc.n_test_templates], seed)
+    texts, ids, labels = list(tests["input"]), list(tests["id"]), list(tests["output"])
+    gold = {(a.lower(), b.lower()) for a, b in pairs}
+
+    def model(strengths: dict) -> ScriptedChat:
+        return ScriptedChat(
+            InertToyLLM(
+                strengths,
+                entities,
+                prompts,
+                rc.generic_damping,
+                rc.pair_damping,
+                rc.base_error,
+                seed,
+            )
+        )
+
+    pre_llm = model({})
+    pre = answer_plain(pre_llm, texts, prompts, note="")
+    pre_preds = [Pred(i, p, lab) for i, p, lab in zip(ids, pre, labels, strict=True)]
+    per: dict[str, dict[str, float]] = {a: {} for a in ARMS}
+    curves: dict[str, list[float]] = {a: [] for a in ARMS}
+    irs: dict[str, list[float]] = {a: [] for a in ARMS}
+    recall, matched_rate, calls = [], [], 0
+    for ratio in rc.ratios:
+        tag = f"r{round(100 * ratio)}"
+        corpus = list(
+            make_cooccurrence_corpus(pairs, ratio, COOCCURRENCE_TEMPLATES, seed=seed)["text"]
+        )
+        llm = model(_strengths(corpus, pairs, rc.exposure_tau))
+        preds = {
+            "plain": answer_plain(llm, texts, prompts, note=""),
+            "generic": answer_plain(llm, texts, prompts, note=prompts.reminder_generic),
+        }
+        n_before = len(llm.calls)
+        pipe = LLMInertiaPipeline(
+            llm,
+            prompts,
+            k=rc.k,
+            matcher=rc.matcher,
+            max_pairs=rc.max_pairs,
+            batch_size=rc.batch_size,
+        )
+        recs = pipe.run(texts)
+        calls = (len(llm.calls) - n_before) / len(texts)
+        preds["llminertia"] = [r.predict for r in recs]
+        probed = {(a.lower(), b.lower()) for r in recs for a, b in r.pairs}
+        recall.append(len(probed & gold) / len(gold))
+        matched_rate.append(sum(bool(r.matched) for r in recs) / len(recs))
+        for arm in ARMS:
+            post = [Pred(i, p, lab) for i, p, lab in zip(ids, preds[arm], labels, strict=True)]
+            m = induction_metrics(pre_preds, post)
+            wy = _wrong_yes(preds[arm])
+            per[arm][f"wrong_yes_{tag}"] = wy
+            per[arm][f"induction_rate_{tag}"] = m["induction_rate"]
+            per[arm][f"norm_drop_{tag}"] = m["norm_drop"]
+            per[arm][f"acc_post_{tag}"] = m["acc_post"]
+            curves[arm].append(wy)
+            irs[arm].append(m["induction_rate"])
+        per["llminertia"][f"probe_recall_{tag}"] = recall[-1]
+        per["llminertia"][f"matched_rate_{tag}"] = matched_rate[-1]
+    for arm in ARMS:
+        per[arm]["wrong_yes_max_ratio"] = curves[arm][-1]
+        per[arm]["induction_rate_max_ratio"] = irs[arm][-1]
+        per[arm]["spearman_ir_vs_ratio"] = _spearman(list(rc.ratios), irs[arm])
+    per["llminertia"]["calls_per_input"] = float(calls)
+    per["plain"]["acc_pre"] = sum(p == "no" for p in pre) / len(pre)
+    extra = {
+        "toy": "simulated inert LLM; tests probe/match/remind mechanics, not real reminders",
+        "n_test": len(texts),
+        "ratios": list(rc.ratios),
+        "wrong_yes_curves": curves,
+    }
+    return per, extra
+
+
+def _paper_llm(rc: LLMInertiaRunConfig) -> ChatLLM:
+    from common.llm import OpenAIChat
+
+    return OpenAIChat(
+        rc.model, base_url=rc.base_url, temperature=rc.temperature, max_tokens=rc.max_tokens
+    )
+
+
+def run_paper(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
+    """Three arms on a negative-evidence test set with an OpenAI-compatible model."""
+    prompts = PROMPT_SETS[rc.prompt_set]
+    if rc.data_path:
+        rows = [json.loads(x) for x in Path(rc.data_path).read_text().splitlines() if x.strip()]
+        texts = [r["input"] for r in rows]
+    else:
+        pairs = MEDICAL_PAIRS if rc.family == "medical" else SYNTHETIC_PAIRS
+        texts = list(make_negative_evidence_tests(pairs, seed=seed)["input"])
+    texts = texts[: rc.max_items] if rc.max_items else texts
+    llm = _paper_llm(rc)
+    preds = {
+        "plain": answer_plain(llm, texts, prompts, note=""),
+        "generic": answer_plain(llm, texts, prompts, note=prompts.reminder_generic),
+    }
+    recs = LLMInertiaPipeline(
+        llm, prompts, k=rc.k, matcher=rc.matcher, max_pairs=rc.max_pairs, batch_size=rc.batch_size
+    ).run(texts)
+    preds["llminertia"] = [r.predict for r in recs]
+    per = {
+        a: {
+            "wrong_yes_max_ratio": _wrong_yes(p),
+            "accuracy": sum(x == "no" for x in p) / len(p),
+            "n_error": float(sum(x == "error" for x in p)),
+        }
+        for a, p in preds.items()
+    }
+    per["llminertia"]["matched_rate"] = sum(bool(r.matched) for r in recs) / len(recs)
+    return per, {"n_test": len(texts), "model": rc.model}
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Entry point for ``icml26 experiment=llminertia_{toy,paper}``."""
+    schema = OmegaConf.structured(LLMInertiaRunConfig)
+    rc: LLMInertiaRunConfig = OmegaConf.to_object(OmegaConf.merge(schema, cfg.method))
+    if rc.task not in ("toy", "paper"):
+        raise ValueError(f"method.task must be 'toy' or 'paper', got {rc.task!r}")
+    if rc.prompt_set not in PROMPT_SETS:
+        raise ValueError(f"method.prompt_set must be one of {sorted(PROMPT_SETS)}")
+    seed = int(cfg.get("seed", 0) or 0)
+    t0 = time.time()
+    per, extra = (run_toy if rc.task == "toy" else run_paper)(rc, seed)
+    run_dir = cfg.get("run_dir") or "outputs/llminertia"
+    return write_results(
+        run_dir, "llminertia", per, cfg=cfg, extra=extra, wall_time_s=time.time() - t0
+    )
