@@ -6,7 +6,7 @@ Row-vector conventions (as in TransformerLens): ``W_Q, W_K, W_V [d_model, d_head
 ``x~ = [LN(x); 1]`` and ``R_p`` the rotary rotation at position ``p`` (identity without RoPE). The model's
 softmax input is that logit times :func:`attention_scale` (``1/sqrt(d_head)``).
 
-Supported: GPT-2 (``GPT2LMHeadModel``, absolute positions) and Llama-style rotary models with separate
+Supported: GPT-2 (``GPT2LMHeadModel``, absolute positions), GPT-NeoX / Pythia (partial rotary) and Llama-style rotary models with separate
 ``q_proj``/``k_proj`` (Llama, Qwen2, Mistral; grouped-query heads handled). Models with per-head q/k
 normalisation (Qwen3, OLMo2) are rejected, since their logit is not bilinear in ``x~``.
 """
@@ -42,6 +42,9 @@ def _layers(model: nn.Module):
     base = getattr(model, "model", None)
     if base is not None and hasattr(base, "layers"):
         return "llama", base.layers, "model.layers"
+    nx = getattr(model, "gpt_neox", None)
+    if nx is not None and hasattr(nx, "layers"):
+        return "neox", nx.layers, "gpt_neox.layers"
     tr = getattr(model, "transformer", None)
     if tr is not None and hasattr(tr, "h"):
         return "gpt2", tr.h, "transformer.h"
@@ -93,6 +96,19 @@ def head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
         if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
             scale /= float(layer + 1)
         return HeadFactors(A, B, scale, False, f"{prefix}.{layer}.ln_1")
+    if kind == "neox":
+        attn = blk.attention
+        n_heads = cfg.num_attention_heads
+        dh = cfg.hidden_size // n_heads
+        w = attn.query_key_value.weight.detach()  # [3d, d], rows per head: q | k | v
+        b = attn.query_key_value.bias
+        b = torch.zeros(w.shape[0]) if b is None else b.detach()
+        base = head * 3 * dh
+        sl_q, sl_k = slice(base, base + dh), slice(base + dh, base + 2 * dh)
+        A = torch.cat([w[sl_q].T, b[sl_q][None]], 0)
+        B = torch.cat([w[sl_k].T, b[sl_k][None]], 0)
+        scale = float(getattr(attn, "scaling", dh**-0.5))
+        return HeadFactors(A, B, scale, True, f"{prefix}.{layer}.input_layernorm")
     attn = blk.self_attn
     if getattr(attn, "q_norm", None) is not None or getattr(attn, "k_norm", None) is not None:
         raise ValueError(
@@ -121,7 +137,7 @@ def rope_rotations(model: nn.Module, positions: torch.Tensor) -> torch.Tensor:
     Built from the model's own ``rotary_emb`` (so scaling variants are respected): ``R_p = diag(cos_p)
     + diag(sin_p) M`` with ``M x = rotate_half(x) = [-x_2, x_1]``.
     """
-    base = model.model if hasattr(model, "model") else model
+    base = getattr(model, "model", None) or getattr(model, "gpt_neox", None) or model
     rot = getattr(base, "rotary_emb", None)
     if rot is None:
         raise TypeError(f"{type(model).__name__} has no rotary_emb: not a rotary model")
@@ -130,12 +146,15 @@ def rope_rotations(model: nn.Module, positions: torch.Tensor) -> torch.Tensor:
     dh = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     dummy = torch.zeros(1, positions.numel(), dh, dtype=torch.float32)
     cos, sin = rot(dummy, positions[None])
-    cos, sin = cos[0].float(), sin[0].float()  # [P, dh]
-    half = dh // 2
-    M = torch.zeros(dh, dh)
+    cos, sin = cos[0].float(), sin[0].float()  # [P, rd]; rd < dh for partial rotary (GPT-NeoX)
+    rd = cos.shape[-1]
+    half = rd // 2
+    M = torch.zeros(rd, rd)
     M[torch.arange(half), torch.arange(half) + half] = -1.0
     M[torch.arange(half) + half, torch.arange(half)] = 1.0
-    return torch.diag_embed(cos) + torch.diag_embed(sin) @ M
+    R = torch.eye(dh).repeat(positions.numel(), 1, 1)
+    R[:, :rd, :rd] = torch.diag_embed(cos) + torch.diag_embed(sin) @ M
+    return R
 
 
 def qk_matrix(
@@ -219,6 +238,12 @@ def ov_matrix(model: nn.Module, layer: int, head: int) -> torch.Tensor:
         w = blk.attn.c_attn.weight.detach()
         wv = w[:, 2 * d + head * dh : 2 * d + (head + 1) * dh]  # [d, dh]
         wo = blk.attn.c_proj.weight.detach()[head * dh : (head + 1) * dh]  # [dh, d]
+        return wv @ wo
+    if kind == "neox":
+        dh = cfg.hidden_size // cfg.num_attention_heads
+        w = blk.attention.query_key_value.weight.detach()
+        wv = w[head * 3 * dh + 2 * dh : (head + 1) * 3 * dh].T  # [d, dh]
+        wo = blk.attention.dense.weight.detach()[:, head * dh : (head + 1) * dh].T  # [dh, d]
         return wv @ wo
     attn = blk.self_attn
     n_heads = cfg.num_attention_heads

@@ -174,10 +174,29 @@ def tiny_models():
             blk.attn.c_attn.weight.mul_(5.0)
             blk.attn.c_attn.bias.normal_(0, 0.5, generator=_gen(8))
     out["gpt2"] = gpt2
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(1)
+    ncfg = GPTNeoXConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        rotary_pct=0.25,  # Pythia's partial rotary
+        max_position_embeddings=32,
+        attn_implementation="eager",
+    )
+    neox = GPTNeoXForCausalLM(ncfg).eval()
+    with torch.no_grad():
+        for blk in neox.gpt_neox.layers:
+            blk.attention.query_key_value.weight.mul_(8.0)
+            blk.attention.query_key_value.bias.normal_(0, 0.5, generator=_gen(6))
+    out["neox"] = neox
     return out
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2", "neox"])
 def test_contributions_sum_to_model_attention_logits(tiny_models, arch):
     model = tiny_models[arch]
     ids = torch.randint(3, 90, (2, 10), generator=_gen(9))
@@ -222,14 +241,32 @@ def test_rank_of_augmented_qk_bounded_by_head_dim(tiny_models):
 def test_ov_matrix_reproduces_attention_output(tiny_models):
     from common.activations import capture
 
-    model = tiny_models["llama"]
     ids = torch.randint(3, 90, (1, 7), generator=_gen(10))
-    X = head_inputs(model, ids, 0)[..., :-1]
-    with torch.no_grad(), capture(model, ["model.layers.0.self_attn.o_proj"]) as st:
-        att = model(input_ids=ids, output_attentions=True).attentions[0]
-    expect = st["model.layers.0.self_attn.o_proj"][0]
-    got = sum(att[:, h] @ X @ ov_matrix(model, 0, h) for h in range(4))
-    assert torch.allclose(got, expect, atol=1e-4)
+    for arch, name in (
+        ("llama", "model.layers.0.self_attn.o_proj"),
+        ("gpt2", "transformer.h.0.attn.c_proj"),
+        ("neox", "gpt_neox.layers.0.attention.dense"),
+    ):
+        model = tiny_models[arch]
+        with torch.no_grad():  # the OV matrix excludes the value bias (it adds b_V W_O per head)
+            if arch == "gpt2":
+                model.transformer.h[0].attn.c_attn.bias[64:] = 0
+            if arch == "neox":
+                model.gpt_neox.layers[0].attention.query_key_value.bias.view(4, 3, 8)[:, 2] = 0
+        X = head_inputs(model, ids, 0)[..., :-1]
+        with torch.no_grad(), capture(model, [name], what="input") as st_in:
+            att = model(input_ids=ids, output_attentions=True).attentions[0]
+        z = st_in[name][0]  # concatenated per-head values, before the output projection
+        with torch.no_grad(), capture(model, [name]) as st_out:
+            model(input_ids=ids)
+        bias = st_out[name][0] - (z @ _out_weight(model, name))
+        got = sum(att[:, h] @ X @ ov_matrix(model, 0, h) for h in range(4)) + bias
+        assert torch.allclose(got, st_out[name][0], atol=1e-4), arch
+
+
+def _out_weight(model, name):
+    mod = dict(model.named_modules())[name]
+    return mod.weight if name.endswith("c_proj") else mod.weight.T
 
 
 def test_sad_rejects_bad_models_and_inputs(tiny_models):
