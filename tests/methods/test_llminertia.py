@@ -274,3 +274,18 @@ def test_toy_mechanism_small():
     assert per["llminertia"]["probe_recall_r100"] == 1.0
     for r in ("r50", "r100"):
         assert per["llminertia"][f"wrong_yes_{r}"] < per["plain"][f"wrong_yes_{r}"]
+
+
+def test_spearman_helper():
+    from methods.llminertia.run import _spearman
+
+    x = [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert _spearman(x, [0.1, 0.2, 0.3, 0.4, 0.9]) == pytest.approx(1.0)
+    assert _spearman(x, [5, 4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(_spearman(x, [0.0] * 5))
+    # ties: x ranks 0..4, y ranks (0.5, 0.5, 2, 3, 4) -> closed form
+    rx, ry = [0, 1, 2, 3, 4], [0.5, 0.5, 2, 3, 4]
+    mx, my = 2.0, 2.0
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    assert _spearman(x, [1, 1, 2, 3, 4]) == pytest.approx(num / den)
