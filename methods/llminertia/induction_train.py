@@ -44,10 +44,10 @@ def continued_pretrain(model: Any, tokenizer: Any, dataset: Any, cfg: InductionC
     Raises:
         ValueError: if the dataset has no ``text`` column or is empty.
     """
-    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
-
     if "text" not in dataset.column_names or len(dataset) == 0:
         raise ValueError("dataset must be a non-empty Dataset with a 'text' column")
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
     if isinstance(model, str):
         from common.models import load_model, load_tokenizer
 
@@ -68,7 +68,7 @@ def continued_pretrain(model: Any, tokenizer: Any, dataset: Any, cfg: InductionC
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_ratio=cfg.warmup_ratio,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
         save_steps=cfg.save_steps,
         bf16=cfg.bf16,
         deepspeed=cfg.deepspeed,

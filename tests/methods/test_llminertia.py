@@ -289,3 +289,14 @@ def test_spearman_helper():
     num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
     den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
     assert _spearman(x, [1, 1, 2, 3, 4]) == pytest.approx(num / den)
+
+
+def test_continued_pretrain_rejects_bad_dataset():
+    import datasets
+
+    from methods.llminertia import InductionConfig, continued_pretrain
+
+    with pytest.raises(ValueError, match="dataset"):
+        continued_pretrain(None, None, datasets.Dataset.from_dict({"text": []}), InductionConfig())
+    with pytest.raises(ValueError, match="dataset"):
+        continued_pretrain(None, None, datasets.Dataset.from_dict({"x": ["a"]}), InductionConfig())
