@@ -45,9 +45,11 @@ from methods.sv_features.toy import (
     toy_metrics,
     train_toy,
 )
+from methods.sv_features.toy_sad import MatchTaskConfig, run_match_toy
 
 __all__ = [
     "HeadFactors",
+    "MatchTaskConfig",
     "SADResult",
     "ToyAttentionAutoencoder",
     "ToyConfig",
@@ -68,6 +70,7 @@ __all__ = [
     "random_rotation_basis",
     "relative_contributions",
     "rolls_tovee",
+    "run_match_toy",
     "rope_rotations",
     "sample_features",
     "sparse_attention_decomposition",
