@@ -130,7 +130,12 @@ def _contains(text: str, entity: str, matcher: str, fuzzy_threshold: float) -> b
         return e in t
     if matcher == "word_boundary":
         return re.search(r"(?<!\w)" + re.escape(e) + r"(?!\w)", t) is not None
-    from rapidfuzz import fuzz  # optional dependency, only for matcher="fuzzy"
+    try:
+        from rapidfuzz import fuzz  # optional dependency, only for matcher="fuzzy"
+    except ImportError as err:
+        raise ImportError(
+            'matcher="fuzzy" needs rapidfuzz: pip install icml26[fuzzy] (or pip install rapidfuzz)'
+        ) from err
 
     return fuzz.partial_ratio(e, t) >= fuzzy_threshold
 
