@@ -406,3 +406,20 @@ def test_toy_is_deterministic_and_validates():
         pair_template(5, [(0, 5, 1.0)])
     with pytest.raises(ValueError, match="T must have shape"):
         train_toy(ToyConfig(**kw), T=torch.ones(3, 3))
+
+
+def test_match_task_batches_are_well_posed():
+    from methods.sv_features import MatchTaskConfig
+    from methods.sv_features.toy_sad import sample_match_batch
+
+    cfg = MatchTaskConfig(n_classes=6, tokens_per_class=3, seq_len=5)
+    ids, tgt, jstar = sample_match_batch(cfg, 64, _gen(20))
+    cls = ids % cfg.n_classes
+    assert ids.shape == (64, 5) and int(ids.max()) < 18
+    for b in range(64):
+        ctx = cls[b, :-1].tolist()
+        assert len(set(ctx)) == len(ctx)  # distinct classes: the match is unique
+        assert ctx.index(int(cls[b, -1])) == int(jstar[b])
+        assert int(tgt[b]) == int(ids[b, jstar[b]])
+    with pytest.raises(ValueError, match="seq_len - 1"):
+        MatchTaskConfig(n_classes=4, seq_len=8)
