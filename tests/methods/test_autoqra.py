@@ -470,3 +470,21 @@ def test_importance_from_json_both_schemas(tmp_path):
         Importance.from_json(p3, 3)
     with pytest.raises(ValueError, match="out of range"):
         Importance.from_json(p, 2)
+
+
+def test_paper_and_toy_configs_compose_strictly():
+    from common.registry import compose
+    from methods.autoqra.run import DEMO_OVERRIDES, _to_config
+
+    paper = _to_config(compose(["experiment=autoqra_paper"]).method)
+    assert (paper.Q, paper.R, paper.pop, paper.gens, paper.promote_k) == (
+        [2, 3, 4, 8],
+        [4, 8, 16],
+        20,
+        6,
+        3,
+    )
+    toy = _to_config(compose(["experiment=autoqra_toy", *DEMO_OVERRIDES]).method)
+    assert toy.R == [2, 4, 8] and toy.group_size == 32
+    with pytest.raises(Exception, match="not_a_field"):
+        _to_config(compose(["experiment=autoqra_toy", "+method.not_a_field=1"]).method)
