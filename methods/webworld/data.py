@@ -1,0 +1,118 @@
+"""Trajectory containers and the trajectory-level filters of spec §3.3 (paper §3.3, App. H)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["Trajectory", "drop_noop_transitions", "filter_trajectory"]
+
+
+@dataclass
+class Trajectory:
+    """One interaction trajectory ``tau = (I, s_0, a_0, ..., s_T)`` (paper Eq. 2).
+
+    Attributes:
+        instruction: the task instruction I ('' for random crawls).
+        states: page states ``s_0 .. s_T`` (T+1 strings).
+        actions: actions ``a_0 .. a_{T-1}`` (T strings).
+        fmt: state format, e.g. ``a11y``, ``html``, ``xml``, ``markdown``.
+        source: provenance tag (e.g. ``level1``).
+    """
+
+    instruction: str
+    states: list[str]
+    actions: list[str]
+    fmt: str = "a11y"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.states) != len(self.actions) + 1:
+            raise ValueError(
+                f"states must have len(actions) + 1 entries, got {len(self.states)} states and "
+                f"{len(self.actions)} actions"
+            )
+
+    @property
+    def n_transitions(self) -> int:
+        """Number of ``(s_t, a_t, s_{t+1})`` transitions T."""
+        return len(self.actions)
+
+
+def _count_tokens(tok: Any, text: str) -> int:
+    if tok is None:
+        return len(text.split())
+    if hasattr(tok, "encode"):
+        return len(tok.encode(text, add_special_tokens=False))
+    if callable(tok):
+        return len(tok(text))
+    raise TypeError(f"tok must be None, a tokenizer with .encode or a callable, got {type(tok)}")
+
+
+def filter_trajectory(
+    traj: Trajectory,
+    tok: Any = None,
+    max_tokens: int = 30_000,
+    max_turns: int = 30,
+    blocklist: Sequence[str] = (),
+) -> bool:
+    """Returns True if a trajectory passes the trajectory-level filters (paper §3.3).
+
+    A trajectory is dropped when it has no transitions, more than ``max_turns`` transitions, more than
+    ``max_tokens`` tokens over instruction + states + actions, or contains a block-listed keyword
+    (case-insensitive).
+
+    Args:
+        traj: the trajectory.
+        tok: a tokenizer with ``encode`` (HF), a callable ``str -> list``, or None (whitespace words).
+        max_tokens: token budget (paper: 30K).
+        max_turns: transition budget (paper: 30).
+        blocklist: keywords whose presence drops the trajectory.
+    """
+    if not isinstance(traj, Trajectory):
+        raise TypeError(f"traj must be a Trajectory, got {type(traj).__name__}")
+    if max_tokens <= 0 or max_turns <= 0:
+        raise ValueError(
+            f"max_tokens and max_turns must be positive, got {max_tokens}, {max_turns}"
+        )
+    if traj.n_transitions == 0 or traj.n_transitions > max_turns:
+        return False
+    texts = [traj.instruction, *traj.states, *traj.actions]
+    if blocklist:
+        low = "\n".join(texts).lower()
+        if any(w.lower() in low for w in blocklist):
+            return False
+    return sum(_count_tokens(tok, t) for t in texts) <= max_tokens
+
+
+def _default_norm(s: str) -> str:
+    return "\n".join(ln.rstrip() for ln in s.strip().splitlines())
+
+
+def drop_noop_transitions(
+    traj: Trajectory, normalise: Callable[[str], str] | None = _default_norm
+) -> Trajectory:
+    """Removes transitions ``(s_t, a_t, s_{t+1})`` with no observable change, ``s_{t+1} == s_t``.
+
+    Dropping transition t removes ``a_t`` and ``s_{t+1}``; since ``s_{t+1}`` equals ``s_t`` the
+    remaining sequence is still a valid trajectory. States are compared after ``normalise``
+    (default: strip trailing whitespace per line).
+
+    Args:
+        traj: the trajectory.
+        normalise: state normaliser before comparison, or None for exact comparison.
+
+    Returns:
+        A new trajectory (the input is not modified); it may have zero transitions.
+    """
+    if not isinstance(traj, Trajectory):
+        raise TypeError(f"traj must be a Trajectory, got {type(traj).__name__}")
+    norm = normalise or (lambda s: s)
+    states, actions = [traj.states[0]], []
+    for a, s_next in zip(traj.actions, traj.states[1:], strict=True):
+        if norm(s_next) == norm(states[-1]):
+            continue
+        actions.append(a)
+        states.append(s_next)
+    return replace(traj, states=states, actions=actions)
