@@ -44,6 +44,7 @@ DEMO_OVERRIDES: list[str] = [
     "method.toy.hf_steps=3",
     "method.toy.final_steps=2",
     "method.toy.random_search=false",
+    "method.toy.arms=[uniform4,autoqra]",
     "method.toy.final_seeds=[0]",
     "method.toy.outlier_blocks=[1]",
     "method.pop=2",
@@ -81,6 +82,16 @@ class ToyConfig:
     lr: float = 3e-3
     batch: int = 16
     random_search: bool = True
+    arms: list[str] = field(  # arms fine-tuned at the end (the demo keeps only the headline pair)
+        default_factory=lambda: [
+            "fp_lora",
+            "uniform4",
+            "uniform3_hi_rank",
+            "sequential",
+            "random_search",
+            "autoqra",
+        ]
+    )
 
 
 @dataclass
@@ -258,7 +269,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         "uniform3_hi_rank": QRConfig.uniform(t.num_layers, lo_bits, hi_rank),
         "sequential": sequential_allocation(space, memory, raw_q, budget, ref_rank),
     }
-    if t.random_search:
+    if t.random_search and "random_search" in t.arms:
         rng = np.random.default_rng(seed + 100)
         best, best_p = None, -np.inf
         for _ in range(max(n_hf, 1)):
@@ -274,7 +285,12 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
     # 5) final fine-tune of every arm over the seeds
     metrics: dict[str, dict[str, float]] = {}
+    unknown = sorted(set(t.arms) - set(arms) - {"random_search"})
+    if unknown:
+        raise ValueError(f"method.toy.arms has unknown arms {unknown}; choose from {sorted(arms)}")
     for name, ac in arms.items():
+        if name not in t.arms:
+            continue
         ces = []
         for s in t.final_seeds:
             ev_s = FakeQuantEvaluator(
