@@ -260,13 +260,16 @@ def test_filter_trajectory_hand_cases():
         filter_trajectory(["x"])  # type: ignore[arg-type]
 
 
-def test_filter_with_hf_tokenizer():
-    from common.tiny import tiny_tokenizer
+class _CharTok:
+    """Stands in for an HF tokenizer (``encode(text, add_special_tokens=False)``), one id per char."""
 
-    tok = tiny_tokenizer()
+    def encode(self, text, add_special_tokens=True):
+        return [ord(c) for c in text] + ([0] if add_special_tokens else [])
+
+
+def test_filter_with_tokenizer_encode():
+    tok = _CharTok()
     t = _traj(["RootWebArea 'a'", "RootWebArea 'b'"])
-    n = sum(
-        len(tok.encode(x, add_special_tokens=False)) for x in [t.instruction, *t.states, *t.actions]
-    )
+    n = sum(len(x) for x in [t.instruction, *t.states, *t.actions])
     assert filter_trajectory(t, tok=tok, max_tokens=n)
     assert not filter_trajectory(t, tok=tok, max_tokens=n - 1)
