@@ -12,7 +12,7 @@ import random
 from methods.webworld.a11y import A11yNode, to_a11y
 from methods.webworld.data import Trajectory
 
-__all__ = ["random_crawl", "random_page", "random_tree"]
+__all__ = ["naive_flat_xml_round_trip", "parent_map", "random_crawl", "random_page", "random_tree"]
 
 _WORDS = ["home", "shop", "news", "about", "help", "sale", "cart", "blog", "team", "jobs", "docs"]
 _LEAF_ROLES = ["link", "button", "StaticText", "checkbox", "textbox", "img", "heading"]
@@ -97,3 +97,38 @@ def random_crawl(rng: random.Random, n_pages: int = 5, min_steps: int = 3, max_s
             n_noop += 1
         states.append(state)
     return Trajectory("", states, actions, source="level1"), n_noop
+
+
+def naive_flat_xml_round_trip(text: str) -> A11yNode:
+    """Baseline converter: each A11y line becomes a top-level XML element (indentation ignored).
+
+    This is what a line-by-line regex rewrite does without App. G's depth stack; it keeps ids and
+    names but loses every parent/child link below the top level.
+    """
+    from methods.webworld.a11y import _ROOT, from_xml, parse_a11y, to_xml
+
+    flat = "\n".join(ln.strip() for ln in text.split("\n") if ln.strip())
+    t = parse_a11y(flat)
+    return from_xml(to_xml(t)) if t.role == _ROOT else A11yNode(_ROOT, children=[t])
+
+
+def parent_map(t: A11yNode) -> dict[int, str]:
+    """Pre-order index -> parent signature (role/bid/name of the parent, '' for top level)."""
+    from methods.webworld.a11y import _ROOT
+
+    out: dict[int, str] = {}
+    idx = 0
+
+    def rec(n: A11yNode, parent: str) -> None:
+        nonlocal idx
+        if n.role != _ROOT:
+            out[idx] = parent
+            idx += 1
+            parent = f"{n.role}|{n.bid}|{n.name}"
+        else:
+            parent = ""
+        for c in n.children:
+            rec(c, parent)
+
+    rec(t, "")
+    return out
