@@ -17,6 +17,16 @@ from methods.kore import (
     token_f1,
 )
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls: one thread avoids contention on the shared 2-core box; restored afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -130,7 +140,6 @@ def test_bad_input_decompose(kwargs, exc, msg):
 
 
 def test_covariance_hook_matches_hand_computation_and_masks_padding():
-    torch.set_num_threads(1)
     model, tok = _lm()
     batches = _batches(tok, n=2)
     name = "model.layers.0.mlp.down_proj"
@@ -179,7 +188,6 @@ def test_covariance_bad_input():
 
 @pytest.fixture(scope="module")
 def kore_setup():
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     model, tok = _lm(seed=2)
     calib = _batches(tok, n=3, seed=1)
