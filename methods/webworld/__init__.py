@@ -27,11 +27,11 @@ from methods.webworld.actions import (
 from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory
 
 __all__ = [
-    "ACTION_NAMES",
-    "BID_ACTIONS",
     "A11yNode",
+    "ACTION_NAMES",
     "Action",
     "ActionParseError",
+    "BID_ACTIONS",
     "Trajectory",
     "drop_noop_transitions",
     "filter_trajectory",
