@@ -25,6 +25,13 @@ from methods.webworld.actions import (
     render_action,
 )
 from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory
+from methods.webworld.prompts import (
+    CONTINUE_TURN,
+    FIRST_TURN,
+    SYSTEM_PROMPT,
+    build_messages,
+    strip_reasoning,
+)
 
 __all__ = [
     "A11yNode",
@@ -32,13 +39,18 @@ __all__ = [
     "Action",
     "ActionParseError",
     "BID_ACTIONS",
+    "CONTINUE_TURN",
+    "FIRST_TURN",
+    "SYSTEM_PROMPT",
     "Trajectory",
+    "build_messages",
     "drop_noop_transitions",
     "filter_trajectory",
     "from_xml",
     "parse_a11y",
     "parse_action",
     "render_action",
+    "strip_reasoning",
     "to_a11y",
     "to_html",
     "to_markdown",

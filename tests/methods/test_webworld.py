@@ -273,3 +273,44 @@ def test_filter_with_tokenizer_encode():
     n = sum(len(x) for x in [t.instruction, *t.states, *t.actions])
     assert filter_trajectory(t, tok=tok, max_tokens=n)
     assert not filter_trajectory(t, tok=tok, max_tokens=n - 1)
+
+
+# ---------------------------------------------------------------- chat format
+
+
+def test_build_messages_roles_and_first_turn():
+    from methods.webworld import FIRST_TURN, build_messages
+
+    msgs = build_messages("S0", ["click('1')", "go_back()"], ["S1"])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[1]["content"] == FIRST_TURN.format(state="S0", action="click('1')")
+    assert "go_back()" in msgs[3]["content"] and "S0" not in msgs[3]["content"]
+    full = build_messages("S0", ["a()", "b()"], ["S1", "S2"])
+    assert full[-1] == {"role": "assistant", "content": "S2"}
+    with pytest.raises(ValueError, match="states"):
+        build_messages("S0", ["a()"], ["S1", "S2"])
+    with pytest.raises(ValueError, match="actions"):
+        build_messages("S0", [])
+
+
+def test_config_prompts_match_module_defaults():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from methods.webworld import CONTINUE_TURN, FIRST_TURN, SYSTEM_PROMPT
+
+    cfg = OmegaConf.load(Path(__file__).parents[2] / "configs/method/webworld.yaml")
+    assert cfg.prompts.system == SYSTEM_PROMPT
+    assert cfg.prompts.first_turn == FIRST_TURN and cfg.prompts.continue_turn == CONTINUE_TURN
+
+
+def test_strip_reasoning():
+    from methods.webworld import strip_reasoning
+
+    assert (
+        strip_reasoning("<think>hmm\nok</think>\n```text\nRootWebArea 'a'\n```")
+        == "RootWebArea 'a'"
+    )
+    assert strip_reasoning("<reason>x</reason>S") == "S"
+    assert strip_reasoning("plain") == "plain"
