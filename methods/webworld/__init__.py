@@ -8,6 +8,7 @@ parser and multi-format converters (App. G), and the trajectory filters (§3.3).
 
 from methods.webworld.a11y import (
     A11yNode,
+    convert_sample,
     from_xml,
     parse_a11y,
     to_a11y,
@@ -24,7 +25,7 @@ from methods.webworld.actions import (
     parse_action,
     render_action,
 )
-from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory
+from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory, to_chat
 from methods.webworld.prompts import (
     CONTINUE_TURN,
     FIRST_TURN,
@@ -44,6 +45,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "Trajectory",
     "build_messages",
+    "convert_sample",
     "drop_noop_transitions",
     "filter_trajectory",
     "from_xml",
@@ -52,6 +54,7 @@ __all__ = [
     "render_action",
     "strip_reasoning",
     "to_a11y",
+    "to_chat",
     "to_html",
     "to_markdown",
     "to_playwright",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "A11yNode",
+    "convert_sample",
     "from_xml",
     "parse_a11y",
     "to_a11y",
@@ -286,3 +287,47 @@ def to_playwright(node: A11yNode) -> str:
     for t in _tops(node):
         rec(t, 0)
     return "\n".join(out)
+
+
+_CONVERTERS = {
+    "a11y": to_a11y,
+    "xml": to_xml,
+    "html": to_html,
+    "markdown": to_markdown,
+    "playwright": to_playwright,
+}
+
+
+def convert_sample(
+    messages: list[dict],
+    fmt: str,
+    start: str = "Initial Page State:\n",
+    end: str = "\n\nFirst Action:",
+) -> list[dict]:
+    """Rewrites the initial A11y state of a chat sample into another format (App. G).
+
+    Only the text between the ``start`` and ``end`` markers of the first user message that has both
+    is converted; every other message is copied unchanged, as in the paper's pipeline.
+
+    Args:
+        messages: chat messages (``role``/``content`` dicts).
+        fmt: one of ``a11y``, ``xml``, ``html``, ``markdown``, ``playwright``.
+        start, end: the markers around the tree text.
+
+    Returns:
+        A new message list.
+
+    Raises:
+        ValueError: if ``fmt`` is unknown or no user message holds both markers.
+    """
+    if fmt not in _CONVERTERS:
+        raise ValueError(f"fmt must be one of {sorted(_CONVERTERS)}, got {fmt!r}")
+    out = [dict(m) for m in messages]
+    for m in out:
+        c = m.get("content", "")
+        if m.get("role") == "user" and start in c and end in c[c.index(start) :]:
+            i = c.index(start) + len(start)
+            j = c.index(end, i)
+            m["content"] = c[:i] + _CONVERTERS[fmt](parse_a11y(c[i:j])) + c[j:]
+            return out
+    raise ValueError("messages: no user message contains the initial-state markers")

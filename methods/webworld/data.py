@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Trajectory", "drop_noop_transitions", "filter_trajectory"]
+__all__ = ["Trajectory", "drop_noop_transitions", "filter_trajectory", "to_chat"]
 
 
 @dataclass
@@ -116,3 +116,16 @@ def drop_noop_transitions(
         actions.append(a)
         states.append(s_next)
     return replace(traj, states=states, actions=actions)
+
+
+def to_chat(traj: Trajectory, **templates: str) -> dict:
+    """Renders a trajectory as one training chat ``{"messages": [...]}`` (spec §3.2).
+
+    Every state after ``s_0`` becomes an assistant turn. ``templates`` go to
+    :func:`methods.webworld.prompts.build_messages` (``system``, ``first_turn``, ``continue_turn``).
+    """
+    from methods.webworld.prompts import build_messages
+
+    if not isinstance(traj, Trajectory):
+        raise TypeError(f"traj must be a Trajectory, got {type(traj).__name__}")
+    return {"messages": build_messages(traj.states[0], traj.actions, traj.states[1:], **templates)}

@@ -314,3 +314,24 @@ def test_strip_reasoning():
     )
     assert strip_reasoning("<reason>x</reason>S") == "S"
     assert strip_reasoning("plain") == "plain"
+
+
+def test_to_chat_and_convert_sample_only_touch_the_initial_tree():
+    from methods.webworld import convert_sample, to_chat
+
+    t, _ = random_crawl(random.Random(3))
+    chat = to_chat(t)["messages"]
+    assert len(chat) == 1 + 2 * t.n_transitions
+    assert [m["content"] for m in chat if m["role"] == "assistant"] == t.states[1:]
+    for fmt, conv in [("xml", to_xml), ("markdown", to_markdown), ("playwright", to_playwright)]:
+        out = convert_sample(chat, fmt)
+        assert conv(parse_a11y(t.states[0])) in out[1]["content"]
+        assert out[1]["content"].endswith(
+            chat[1]["content"][chat[1]["content"].index("\n\nFirst") :]
+        )
+        assert out[0] == chat[0] and out[2:] == chat[2:]  # rest of the chat untouched
+    assert convert_sample(chat, "a11y") == chat  # the A11y writer reproduces its input
+    with pytest.raises(ValueError, match="fmt"):
+        convert_sample(chat, "pdf")
+    with pytest.raises(ValueError, match="messages"):
+        convert_sample([{"role": "user", "content": "hi"}], "xml")
