@@ -23,10 +23,10 @@ from methods.apo.topk import reference_topk, topk_from_logits
 from methods.apo.trainer import APOConfig, APOTrainer
 
 __all__ = [
-    "APOConfig",
-    "APOTrainer",
     "ANCHOR_FORMS",
     "CLIP_MODES",
+    "APOConfig",
+    "APOTrainer",
     "aggregate_tokens",
     "anchor_set_mask",
     "apo_policy_loss",

@@ -24,9 +24,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "l_ensemble",
     "log_volume",
+    "loo_advantages",
     "loo_gains",
     "loo_gains_bruteforce",
-    "loo_advantages",
 ]
 
 _NORM_TOL = 1e-12

@@ -20,7 +20,7 @@ from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TextEmbedder", "MiniLMEmbedder", "BagOfFactsEmbedder", "split_sentences"]
+__all__ = ["BagOfFactsEmbedder", "MiniLMEmbedder", "TextEmbedder", "split_sentences"]
 
 _SENTENCE_RE = re.compile(r"(?<=[.!?;])\s+|\n+")
 

@@ -20,7 +20,7 @@ from methods.georl.embed import split_sentences
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FactPrecision", "ClipSentenceGrounding", "KeywordGrounding", "repetition_rate"]
+__all__ = ["ClipSentenceGrounding", "FactPrecision", "KeywordGrounding", "repetition_rate"]
 
 
 def repetition_rate(text: str, n: int = 3) -> float:

@@ -23,7 +23,7 @@ from methods.georl.grounding import repetition_rate
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GeoRLConfig", "GeoRLGroupReward", "score_groups", "regroup_by_prompt"]
+__all__ = ["GeoRLConfig", "GeoRLGroupReward", "regroup_by_prompt", "score_groups"]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from methods.georl.reward import GeoRLConfig, score_groups
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FactSlotToy", "ToyConfig", "FACT_PHRASES", "GENERIC_PHRASE", "synthetic_scenes"]
+__all__ = ["FACT_PHRASES", "GENERIC_PHRASE", "FactSlotToy", "ToyConfig", "synthetic_scenes"]
 
 # English renderings for the MiniLM variant (30 facts; each one a distinct visual concept).
 FACT_PHRASES = [

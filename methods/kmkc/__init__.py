@@ -32,11 +32,11 @@ from .regions import (
 from .signals import mean_token_entropy, sequence_confidence, sequence_nll
 
 __all__ = [
+    "REGIONS",
     "AugmentConfig",
     "BehaviorProfile",
     "CalibrationWeights",
     "DecayFit",
-    "REGIONS",
     "RegionConfig",
     "SampleOut",
     "assign_regions",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GENERIC", "MEDICAL", "SYNTHETIC", "PROMPT_SETS", "PromptSet"]
+__all__ = ["GENERIC", "MEDICAL", "PROMPT_SETS", "SYNTHETIC", "PromptSet"]
 
 
 @dataclass(frozen=True)

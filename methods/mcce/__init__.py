@@ -28,6 +28,7 @@ from .toy import SelfiesExplorer, TinyLMChat, build_selfies_tokenizer, pretrain_
 from .train import DPORoundConfig, dpo_loss_closed_form, run_dpo_round, run_sft_round
 
 __all__ = [
+    "MODES",
     "Archive",
     "Candidate",
     "DPORoundConfig",
@@ -35,7 +36,6 @@ __all__ = [
     "MCCEConfig",
     "MCCEOptimizer",
     "MCCEResult",
-    "MODES",
     "MoleculeProblem",
     "ParseStats",
     "Problem",

@@ -35,7 +35,7 @@ from methods.sacopt.schema import ProblemState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BACKENDS", "ExecResult", "RESULT_TAG", "assemble_program", "run_sandboxed"]
+__all__ = ["BACKENDS", "RESULT_TAG", "ExecResult", "assemble_program", "run_sandboxed"]
 
 BACKENDS = ("highspy", "gurobipy")
 RESULT_TAG = "SACOPT_RESULT"

@@ -22,9 +22,9 @@ from methods.salo.volume import (
 )
 
 __all__ = [
+    "SALO",
     "LastTokenProbe",
     "RepEDirection",
-    "SALO",
     "SALOConfig",
     "SALOMonitor",
     "TrainConfig",

@@ -28,6 +28,7 @@ from methods.swordsman.uncertainty import token_entropy, uncertainty
 from methods.swordsman.unmask import select_transfer
 
 __all__ = [
+    "SCHEDULES",
     "DLMAdapter",
     "DecodeResult",
     "DreamAdapter",
@@ -35,7 +36,6 @@ __all__ = [
     "HFMaskedLMAdapter",
     "LLaDAAdapter",
     "PhraseGrammar",
-    "SCHEDULES",
     "SwordsmanConfig",
     "boundary_alignment",
     "dynamic_threshold",

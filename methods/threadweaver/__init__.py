@@ -48,12 +48,13 @@ from .trie import (
 )
 
 __all__ = [
+    "JOIN_SUFFIX",
+    "TAGS",
     "CompletionEngine",
     "EngineCompletion",
     "FormatError",
     "FormatReport",
     "HFGenerateEngine",
-    "JOIN_SUFFIX",
     "OrchestratorConfig",
     "Packed",
     "ParallelBlock",
@@ -61,7 +62,6 @@ __all__ = [
     "PipelineReport",
     "Rollout",
     "Stats",
-    "TAGS",
     "ThreadWeaverConfig",
     "Trajectory",
     "TrieCollator",

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, fields
 
 __all__ = [
     "NO_TARGET_ACTIONS",
-    "PruneStats",
     "TARGET_ACTIONS",
+    "PruneStats",
     "extract_target_bid",
     "prune_axtree_centered",
     "prune_axtree_prefix",

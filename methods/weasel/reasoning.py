@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["SynthesisConfig", "SynthStats", "normalize_action", "synthesize_rationales"]
+__all__ = ["SynthStats", "SynthesisConfig", "normalize_action", "synthesize_rationales"]
 
 logger = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from typing import Any
 __all__ = [
     "SITES",
     "build_word_tokenizer",
+    "evaluate_policy",
     "make_synthweb",
     "policy_example",
     "train_policy",
-    "evaluate_policy",
 ]
 
 logger = logging.getLogger(__name__)

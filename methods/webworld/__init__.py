@@ -35,14 +35,14 @@ from methods.webworld.prompts import (
 )
 
 __all__ = [
-    "A11yNode",
     "ACTION_NAMES",
-    "Action",
-    "ActionParseError",
     "BID_ACTIONS",
     "CONTINUE_TURN",
     "FIRST_TURN",
     "SYSTEM_PROMPT",
+    "A11yNode",
+    "Action",
+    "ActionParseError",
     "Trajectory",
     "build_messages",
     "convert_sample",
