@@ -107,8 +107,10 @@ class SliceFineLinear(nn.Module):
     def move_to(self, pos: int, orient: Orient | None = None) -> None:
         """Activates the slice at ``pos`` (and ``orient``); the old ``delta`` must be committed.
 
-        The ``delta`` Parameter object is kept (only its data is replaced), so optimiser parameter
-        groups that hold it stay valid; its optimiser state must be reset by the caller.
+        When the orientation (hence the shape) is unchanged, the ``delta`` Parameter object is kept
+        (only its data is replaced), so optimiser parameter groups that hold it stay valid; on an
+        orientation flip a new Parameter replaces it (``reset_slice_optimizer_state`` swaps it in).
+        Either way its optimiser state must be reset by the caller.
 
         Raises:
             ValueError: on a position out of range, or an uncommitted non-zero ``delta``.
@@ -120,9 +122,13 @@ class SliceFineLinear(nn.Module):
         if self.delta.numel() and self.delta.abs().sum() > 0:
             raise ValueError("commit() the active slice before moving it (delta is non-zero)")
         shape = (self.r, self.d_in) if orient == "row" else (self.d_out, self.r)
-        self.delta.data = torch.zeros(
-            shape, dtype=self.base.weight.dtype, device=self.base.weight.device
-        )
+        zeros = torch.zeros(shape, dtype=self.base.weight.dtype, device=self.base.weight.device)
+        if tuple(self.delta.shape) == shape:
+            self.delta.data = zeros  # same Parameter object: optimiser groups stay valid
+        else:
+            # An orientation flip changes the shape; autograd's grad accumulator is tied to the old
+            # shape, so a new Parameter is needed (SliceFineModel.switch swaps it into optimisers).
+            self.delta = nn.Parameter(zeros)
         self.orient, self.pos = orient, pos
         touched = self.touched_rows if orient == "row" else self.touched_cols
         touched.update(range(pos, pos + self.r))

@@ -99,6 +99,7 @@ class SliceFineModel(nn.Module):
         # Independent cursors for the alternate mode: {name: {"row": pos, "column": pos}}.
         self._cursor = {n: {layers[n].orient: layers[n].pos} for n in layers}
         self.num_switches = 0
+        self._replaced: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
 
         # Expose the wrapped model's forward signature (HF Trainer drops dataset columns by it).
         def forward(*args, **kwargs):
@@ -129,8 +130,13 @@ class SliceFineModel(nn.Module):
 
     @torch.no_grad()
     def switch(self) -> None:
-        """Commits every active slice and activates the next one (Alg. line 3-6, synchronous)."""
+        """Commits every active slice and activates the next one (Alg. line 3-6, synchronous).
+
+        Call :func:`reset_slice_optimizer_state` afterwards (the callback does): it clears the
+        moments and swaps in the new ``delta`` Parameters created by orientation flips.
+        """
         for name, layer in self.layers.items():
+            old_delta = layer.delta
             layer.commit()
             cursors = self._cursor[name]
             orient = layer.orient
@@ -139,6 +145,8 @@ class SliceFineModel(nn.Module):
                 orient = "row" if orient == "column" else "column"
                 cursors.setdefault(orient, 0)
             layer.move_to(cursors[orient], orient)
+            if layer.delta is not old_delta:
+                self._replaced[id(old_delta)] = (old_delta, layer.delta)
         self.num_switches += 1
 
     @torch.no_grad()
@@ -280,12 +288,25 @@ def apply_slicefine(
 def reset_slice_optimizer_state(optimizer: torch.optim.Optimizer, model: SliceFineModel) -> int:
     """Empties the optimiser state of every ``delta`` (a new slice is a new set of weights, §9.3).
 
+    Also swaps the new ``delta`` Parameters of orientation flips (alternate mode) into the
+    optimiser's parameter groups, so the optimiser keeps training the active slices.
+
     Returns:
         The number of parameters whose state was reset.
     """
+    if model._replaced:
+        for group in optimizer.param_groups:
+            group["params"] = [
+                model._replaced[id(p)][1] if id(p) in model._replaced else p
+                for p in group["params"]
+            ]
+        for old, _ in model._replaced.values():
+            optimizer.state.pop(old, None)
+        model._replaced.clear()
     n = 0
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
     for p in model.delta_parameters():
-        if p in optimizer.state:
+        if id(p) in held:
             optimizer.state[p] = {}
             n += 1
     return n

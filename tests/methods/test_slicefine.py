@@ -130,6 +130,24 @@ def test_alternate_mode_flips_orientation(lm):
     assert layer.delta.shape == (4, layer.d_in)
 
 
+def test_alternate_mode_keeps_training_across_flips(lm, tiny_tok):
+    ids = _ids(tiny_tok)
+    sm = apply_slicefine(lm, ["q_proj"], r=2, mode="alternate", seed=0)
+    opt = torch.optim.AdamW(sm.delta_parameters(), lr=1e-2)
+    for step in range(6):
+        opt.zero_grad()
+        sm(ids, labels=ids).loss.backward()
+        opt.step()
+        if step % 2 == 1:
+            sm.switch()
+            assert reset_slice_optimizer_state(opt, sm) == len(sm.layers)
+            held = [p for g in opt.param_groups for p in g["params"]]
+            # The optimiser now trains the new slices (a flip makes new delta Parameters).
+            assert {id(p) for p in held} == {id(p) for p in sm.delta_parameters()}
+    layer = next(iter(sm.layers.values()))
+    assert layer.touched_rows and layer.touched_cols
+
+
 def test_slice_artifact_roundtrip_bit_exact(lm, tiny_tok):
     base_copy = copy.deepcopy(lm)
     ids = _ids(tiny_tok)
