@@ -113,6 +113,9 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
       The default reproduces TRL's advantage for ``scale_rewards`` in ``{"group", "none"}``.
     * :meth:`policy_loss` receives the local batch (TRL's input dict, with the hooked
       ``"advantages"``) and returns the scalar loss; the default is TRL's ``_compute_loss``.
+    * :meth:`completion_extras` (optional) carries per-completion values computed at generation
+      time (a correctness flag, a region label) into :meth:`policy_loss`, aligned with the
+      completions through TRL's shuffle and micro-batch split.
 
     After each generation the trainer keeps ``last_rewards`` (``[B, N]``) and ``last_advantages``
     (the hook's output) for logging and tests; TRL's completion table shows the hooked values.
@@ -135,7 +138,8 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             rewards: ``[B, N]`` rewards gathered over all processes and summed over reward functions
                 with ``reward_weights``; NaN marks a completion no reward function could score.
             inputs: Context for the hook: ``"rewards_per_func"`` (``[B, N, F]``, gathered),
-                ``"completion_ids"`` and ``"completion_mask"`` (``[b·N, T]``, local), ``"process_slice"`` (the rows of the
+                ``"completion_ids"`` and ``"completion_mask"`` (``[b·N, T]``, local), ``"prompt_ids"``
+                and ``"prompt_mask"`` (``[b·N, P]``, local), ``"process_slice"`` (the rows of the
                 flattened ``[B·N]`` batch that belong to this process), ``"mode"`` ("train" or
                 "eval") and ``"trainer_inputs"`` (the local dataset rows, one per completion).
 
@@ -163,6 +167,25 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
         """
         return super()._compute_loss(model, inputs)
 
+    def completion_extras(self, rewards: Tensor, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """Per-completion values to carry from generation into :meth:`policy_loss` (override this).
+
+        Called right after :meth:`compute_advantages` with the same arguments. Each returned tensor
+        has one row per **local** completion (``[b·N, ...]``, the rows of
+        ``inputs["completion_ids"]``; slice gathered quantities with ``inputs["process_slice"]``).
+        The trainer stores it in the batch under its name, so TRL shuffles and splits it into
+        micro-batches together with the completions and ``policy_loss`` finds ``inputs[name]``
+        aligned with ``inputs["completion_ids"]``. Names may not shadow TRL's own batch keys.
+
+        Args:
+            rewards: ``[B, N]`` gathered rewards, as for :meth:`compute_advantages`.
+            inputs: The same context dict as for :meth:`compute_advantages`.
+
+        Returns:
+            A dict name -> ``[b·N, ...]`` tensor; the default carries nothing.
+        """
+        return {}
+
     def log_metric(self, name: str, value: float, mode: str | None = None) -> None:
         """Records a scalar in TRL's per-step log (averaged and logged with TRL's own metrics).
 
@@ -180,19 +203,32 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         self._metrics[mode][name].append(float(value))
 
-    def per_token_logps(self, model: torch.nn.Module, inputs: dict[str, Any]) -> Tensor:
+    def per_token_logps(
+        self, model: torch.nn.Module, inputs: dict[str, Any], with_entropy: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Per-token log-probabilities ``[b', T]`` of the batch's completions under ``model``.
 
-        A helper for :meth:`policy_loss` overrides, so they need not call TRL private methods.
+        A helper for :meth:`policy_loss` and hook overrides, so they need not call TRL private
+        methods. ``inputs`` needs ``prompt_ids``, ``prompt_mask``, ``completion_ids`` and
+        ``completion_mask`` (the batch, or the :meth:`compute_advantages` context).
+
+        Args:
+            model: The model to score with (gradients flow unless called under ``no_grad``).
+            inputs: The batch.
+            with_entropy: Also return the per-token entropy of the full next-token
+                distribution, ``[b', T]`` (at the sampling temperature, as TRL computes it).
+
+        Returns:
+            ``logps`` or ``(logps, entropies)``.
         """
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [b', P + T]
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logps, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1)
+        logps, entropies = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=with_entropy
         )[:2]
-        return logps  # [b', T]
+        return (logps, entropies) if with_entropy else logps  # [b', T]
 
     # ----- wiring into TRL 1.16 private methods -------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -221,6 +257,8 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             "rewards_per_func": per_func.view(-1, n, per_func.size(1)),  # [B, N, F]
             "completion_ids": output["completion_ids"],
             "completion_mask": output["completion_mask"],
+            "prompt_ids": output["prompt_ids"],
+            "prompt_mask": output["prompt_mask"],
             "process_slice": process_slice,
             "mode": mode,
             "trainer_inputs": inputs,
@@ -243,6 +281,15 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
                 )
             local_adv = local_adv[:, :t]  # [b·N, T]
         output["advantages"] = local_adv.to(output["completion_mask"].device)
+        for name, value in self.completion_extras(grouped, context).items():
+            if name in output:
+                raise ValueError(f"completion_extras: name {name!r} shadows a key of TRL's batch")
+            if not isinstance(value, Tensor) or value.dim() == 0 or value.size(0) != local:
+                raise ValueError(
+                    f"completion_extras[{name!r}] must be a tensor with one row per local "
+                    f"completion ({local}), got {getattr(value, 'shape', type(value))}"
+                )
+            output[name] = value.to(output["completion_mask"].device)
         # TRL logged its own advantages for this batch; show the hooked ones instead.
         logged = self._logs["advantages"]
         for _ in range(min(grouped.numel(), len(logged))):

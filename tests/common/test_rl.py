@@ -157,3 +157,61 @@ def test_log_metric_validates_mode():
     assert trainer._metrics["train"]["x/y"] == [1.5]
     with pytest.raises(ValueError, match="mode"):
         trainer.log_metric("x/y", 1.0, mode="test")
+
+
+def test_completion_extras_stay_aligned_through_shuffle_and_split(base_model, tmp_path):
+    """An extra computed per completion at generation time reaches policy_loss on the same row."""
+    seen = []
+
+    class _Extras(GroupAdvantageGRPOTrainer):
+        def completion_extras(self, rewards, inputs):
+            ids = inputs["completion_ids"] * inputs["completion_mask"]  # [b·N, T]
+            return {"id_checksum": ids.sum(dim=1), "row_reward": rewards.flatten()}
+
+        def policy_loss(self, model, inputs):
+            ids = inputs["completion_ids"] * inputs["completion_mask"]
+            assert torch.equal(inputs["id_checksum"], ids.sum(dim=1))
+            seen.append(inputs["id_checksum"].numel())
+            return super().policy_loss(model, inputs)
+
+    # 2 micro-batches per generation: TRL shuffles the 16 completions, then splits them.
+    _train(_Extras, base_model, tmp_path / "extras", steps=2, gradient_accumulation_steps=2)
+    assert seen and all(n == 8 for n in seen)
+
+
+def test_completion_extras_bad_rows_or_name_raise(base_model, tmp_path):
+    class _WrongRows(GroupAdvantageGRPOTrainer):
+        def completion_extras(self, rewards, inputs):
+            return {"x": torch.zeros(3)}
+
+    class _Shadow(GroupAdvantageGRPOTrainer):
+        def completion_extras(self, rewards, inputs):
+            return {"advantages": torch.zeros(rewards.numel())}
+
+    with pytest.raises(ValueError, match="one row per local completion"):
+        _train(_WrongRows, base_model, tmp_path / "rows", steps=1)
+    with pytest.raises(ValueError, match="shadows"):
+        _train(_Shadow, base_model, tmp_path / "shadow", steps=1)
+
+
+def test_per_token_entropy_matches_categorical(base_model, tmp_path):
+    """per_token_logps(..., with_entropy=True) gives the entropy of the next-token distribution."""
+    got = {}
+
+    class _Probe(GroupAdvantageGRPOTrainer):
+        def policy_loss(self, model, inputs):
+            logps, ent = self.per_token_logps(model, inputs, with_entropy=True)
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+            t = inputs["completion_ids"].size(1)
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=mask).logits[:, -t - 1 : -1]
+                logits = logits / self.temperature
+                ref = torch.distributions.Categorical(logits=logits.float()).entropy()
+            got["ent"], got["ref"] = ent.detach(), ref
+            got["mask"] = inputs["completion_mask"].bool()
+            return super().policy_loss(model, inputs)
+
+    _train(_Probe, base_model, tmp_path / "ent", steps=1)
+    m = got["mask"]
+    torch.testing.assert_close(got["ent"][m], got["ref"][m], rtol=1e-4, atol=1e-4)
