@@ -12,7 +12,14 @@ from .augment import (
     augment_structural_disambiguation,
     build_cgke_dataset,
 )
-from .cdkc import CalibrationWeights, cdkc_entropy_loss, correctness_reward
+from .cdkc import (
+    CalibrationWeights,
+    CDKCConfig,
+    CDKCTrainer,
+    cdkc_entropy_loss,
+    correctness_reward,
+    masked_mean,
+)
 from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
 from .metrics import (
     expected_calibration_error,
@@ -35,6 +42,8 @@ __all__ = [
     "REGIONS",
     "AugmentConfig",
     "BehaviorProfile",
+    "CDKCConfig",
+    "CDKCTrainer",
     "CalibrationWeights",
     "DecayFit",
     "RegionConfig",
@@ -50,6 +59,7 @@ __all__ = [
     "correctness_reward",
     "expected_calibration_error",
     "fit_structural_decay",
+    "masked_mean",
     "mean_token_entropy",
     "normalize_answer",
     "parse_region_reply",

@@ -422,3 +422,103 @@ def test_cdkc_entropy_loss_signs_gate_and_sgd_step():
     ]
     with pytest.raises(ValueError, match="golds"):
         correctness_reward(["p"], ["x"], [])
+
+
+# ---------------------------------------------------------------- CDKC trainer (E5–E8)
+def _cdkc_setup(tmp_path, steps=2, regions=True, **cfg):
+    import copy
+
+    from datasets import Dataset
+
+    from common.rl import cpu_grpo_kwargs
+    from common.tiny import tiny_causal_lm
+    from methods.kmkc import CDKCConfig
+
+    model, tok = tiny_causal_lm("qwen2", seed=0)
+    rows = {"prompt": ["1+1=", "2+3=", "hello", "abc"] * 2}
+    if regions:
+        rows["region"] = ["mastered", "confused", "missing", "missing"] * 2
+
+    def half_right(completions, **kw):  # a 0/1 "correctness" with spread inside each group
+        return [float(len(c) % 2 == 0) for c in completions]
+
+    cfg.setdefault("per_device_train_batch_size", 8)
+    args = CDKCConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path), max_steps=steps, **cfg))
+    return copy.deepcopy(model), tok, half_right, args, Dataset.from_dict(rows)
+
+
+def _train_cdkc(tmp_path, trainer_cls=None, **cfg):
+    from methods.kmkc import CDKCTrainer
+
+    model, tok, reward, args, ds = _cdkc_setup(tmp_path, **cfg)
+    trainer = (trainer_cls or CDKCTrainer)(
+        model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok
+    )
+    trainer.train()
+    return trainer, {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def test_cdkc_with_zero_weights_is_grpo_bit_for_bit(tmp_path):
+    """λ = 0 (loss mode) and α = 0 (reward mode) both reproduce plain GRPO exactly (E8)."""
+    from common.rl import GroupAdvantageGRPOTrainer
+
+    torch.set_num_threads(1)
+    zero = {"mastered": [0.0, 0.0], "confused": [0.0, 0.0], "missing": [0.0, 0.0]}
+    _, ref = _train_cdkc(tmp_path / "ref", trainer_cls=GroupAdvantageGRPOTrainer)
+    _, loss0 = _train_cdkc(tmp_path / "l0", region_weights=zero)
+    _, rew0 = _train_cdkc(
+        tmp_path / "r0",
+        calibration_mode="reward",
+        reward_alpha={"mastered": 0.0, "confused": 0.0, "missing": 0.0},
+    )
+    _, rew = _train_cdkc(tmp_path / "r1", calibration_mode="reward")
+    for k in ref:
+        assert torch.equal(loss0[k], ref[k]), k
+        assert torch.equal(rew0[k], ref[k]), k
+    assert any(not torch.equal(rew[k], ref[k]) for k in ref), "α > 0 must change the update"
+
+
+def test_cdkc_policy_loss_adds_the_signed_term(tmp_path):
+    """On a fixed batch with zero advantages the loss is exactly (1/b) Σ λ[g, s]·s·H̄ (E7)."""
+    from methods.kmkc import CDKCTrainer
+
+    torch.set_num_threads(1)
+    model, tok, reward, args, ds = _cdkc_setup(tmp_path, stabilize_batches=1, beta=0.0)
+    trainer = CDKCTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    g = torch.Generator().manual_seed(0)
+    b, p, t = 4, 3, 5
+    batch = {
+        "prompt_ids": torch.randint(5, 100, (b, p), generator=g),
+        "prompt_mask": torch.ones(b, p, dtype=torch.long),
+        "completion_ids": torch.randint(5, 100, (b, t), generator=g),
+        "completion_mask": torch.tensor([[1] * 5, [1] * 3 + [0] * 2, [1] * 5, [1] * 4 + [0]]),
+        "advantages": torch.zeros(b),
+        "num_items_in_batch": torch.tensor(17),
+        "cdkc_correct": torch.tensor([True, False, True, False]),
+        "cdkc_region": torch.tensor([0, 0, 2, 2]),  # mastered, mastered, missing, missing
+    }
+    model.train()
+    loss = trainer.policy_loss(model, batch)
+    with torch.no_grad():
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        logits = model(input_ids=ids).logits[:, p - 1 : -1] / trainer.temperature
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, batch["completion_ids"][..., None])
+        m = batch["completion_mask"].float()
+        nll = -(lp[..., 0] * m).sum(1) / m.sum(1)
+    lam_sign = torch.tensor([1e-2, -1e-3, 1e-3, -1e-2])  # λ[g, s]·s, spec defaults
+    assert loss.item() == pytest.approx(float((lam_sign * nll).mean()), rel=1e-4, abs=1e-7)
+    assert trainer.band is not None  # frozen after stabilize_batches=1
+
+
+def test_cdkc_trainer_bad_input(tmp_path):
+    from methods.kmkc import CDKCConfig
+
+    with pytest.raises(ValueError, match="calibration_mode"):
+        CDKCConfig(output_dir=str(tmp_path), calibration_mode="both", use_cpu=True)
+    with pytest.raises(ValueError, match="region_weights"):
+        CDKCConfig(output_dir=str(tmp_path), region_weights={"known": [1, 1]}, use_cpu=True)
+    with pytest.raises(ValueError, match="region"):
+        _train_cdkc(tmp_path / "noreg", regions=False, steps=1)
