@@ -7,7 +7,7 @@ middle layers with global max pooling, trained on plain harmful/benign prompts a
 false-positive rate on safe calibration prompts (XSTest).
 """
 
-from methods.salo.baselines import LastTokenProbe, RepEDirection, refusal_score
+from methods.salo.baselines import LastTokenProbe, MeanPoolMLP, RepEDirection, refusal_score
 from methods.salo.calibrate import auroc, calibrate_threshold, detection_rate
 from methods.salo.monitor import SALOMonitor
 from methods.salo.operator import SALO, load_detector, save_detector
@@ -24,6 +24,7 @@ from methods.salo.volume import (
 __all__ = [
     "SALO",
     "LastTokenProbe",
+    "MeanPoolMLP",
     "RepEDirection",
     "SALOConfig",
     "SALOMonitor",

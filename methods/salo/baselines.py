@@ -1,4 +1,4 @@
-"""Static baselines (spec §3.6): last-token linear probe, RepE mean direction, the LM's refusal score."""
+"""Static baselines (spec §3.6): last-token probe, mean-pooled MLP, RepE direction, the LM's refusal."""
 
 from __future__ import annotations
 
@@ -47,6 +47,48 @@ class LastTokenProbe(nn.Module):
             raise ValueError(f"x hidden size {x.shape[-1]} != probe hidden_dim {self.hidden_dim}")
         h = _last_valid(x.float(), mask)[:, -1]  # [B, D]
         return self.head(self.norm(h)).squeeze(-1)
+
+
+class MeanPoolMLP(nn.Module):
+    """Sequence-level pooled MLP (repo baseline): masked token mean per layer, flattened, 512-ReLU-1.
+
+    ``x`` ``[B, L, T, D]`` -> mean over the valid tokens -> ``[B, L·D]`` -> Linear(L·D, hidden) -> ReLU
+    -> Linear(hidden, 1). The mean divides by the real token count (spec §9.10).
+
+    Args:
+        hidden_dim: the LLM hidden size ``D``.
+        n_layers: the window length ``L_w`` (the flattened input is ``L_w · D``).
+        mlp_dim: width of the hidden layer (repo: 512).
+
+    Raises:
+        ValueError: on non-positive sizes.
+    """
+
+    def __init__(self, hidden_dim: int, n_layers: int, mlp_dim: int = 512) -> None:
+        super().__init__()
+        if hidden_dim <= 0 or n_layers <= 0 or mlp_dim <= 0:
+            raise ValueError(
+                f"hidden_dim, n_layers, mlp_dim must be > 0, got {hidden_dim}, {n_layers}, {mlp_dim}"
+            )
+        self.config = dict(hidden_dim=hidden_dim, n_layers=n_layers, mlp_dim=mlp_dim)
+        self.hidden_dim, self.n_layers = hidden_dim, n_layers
+        self.net = nn.Sequential(
+            nn.Linear(n_layers * hidden_dim, mlp_dim), nn.ReLU(), nn.Linear(mlp_dim, 1)
+        )
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[B]`` from ``x`` ``[B, L, T, D]``."""
+        mask = _mask_or_ones(x, mask)
+        if x.shape[-1] != self.hidden_dim or x.shape[1] != self.n_layers:
+            raise ValueError(
+                f"x is [B, {x.shape[1]}, T, {x.shape[-1]}], probe expects L={self.n_layers}, "
+                f"D={self.hidden_dim}"
+            )
+        if not mask.any(dim=1).all():
+            raise ValueError("every mask row needs at least one valid token (all-zero row)")
+        m = mask[:, None, :, None].to(x.device, torch.float32)  # [B, 1, T, 1]
+        pooled = (x.float() * m).sum(dim=2) / m.sum(dim=2)  # [B, L, D]
+        return self.net(pooled.flatten(1)).squeeze(-1)
 
 
 class RepEDirection:

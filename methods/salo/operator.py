@@ -160,7 +160,7 @@ def load_detector(path: str | Path, expect: dict[str, Any] | None = None) -> tup
     Raises:
         ValueError: if a key of ``expect`` differs from the stored metadata.
     """
-    from methods.salo.baselines import LastTokenProbe
+    from methods.salo.baselines import LastTokenProbe, MeanPoolMLP
 
     payload = torch.load(Path(path), map_location="cpu", weights_only=False)
     meta = payload["meta"]
@@ -170,7 +170,7 @@ def load_detector(path: str | Path, expect: dict[str, Any] | None = None) -> tup
             list(v) if isinstance(v, (tuple, list)) else v
         ):
             raise ValueError(f"detector metadata {k}={stored!r} does not match expected {v!r}")
-    classes = {"SALO": SALO, "LastTokenProbe": LastTokenProbe}
+    classes = {"SALO": SALO, "LastTokenProbe": LastTokenProbe, "MeanPoolMLP": MeanPoolMLP}
     if payload["class"] not in classes:
         raise ValueError(f"unknown detector class {payload['class']!r}")
     det = classes[payload["class"]](**payload["config"])

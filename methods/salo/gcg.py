@@ -1,0 +1,178 @@
+"""A small Greedy Coordinate Gradient (GCG) suffix attack (Zou et al. 2023), optionally detector-aware.
+
+Used to *generate* suffix attack sets on a local model (spec §5: GCG regenerated per model; §9.8: an
+adaptive GCG adds ``λ · detector logit`` to the target loss). One step: the gradient of the loss with
+respect to the one-hot suffix tokens gives, per position, the ``topk`` most promising replacements;
+``n_candidates`` single-token swaps are drawn from them and evaluated exactly, and the best one is kept.
+The suffix goes into the user turn exactly as :func:`methods.salo.volume.build_chat` places it
+(``f"{prompt} {suffix}"``), and the target follows the assistant header.
+
+This is a compact re-implementation for small models and tests; for 7-8B models ``nanogcg`` is faster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+_SLOT = "\x00SUFFIX\x00"
+
+
+@dataclass
+class GCGResult:
+    """The best suffix found, its token ids, and the best objective after each step."""
+
+    suffix: str
+    suffix_ids: list[int]
+    losses: list[float] = field(default_factory=list)
+    target_loss: float = float("nan")
+
+
+def _segments(tokenizer, prompt: str, target: str) -> tuple[list[int], list[int], list[int]]:
+    """Token ids before the suffix slot, after it (template tail), and of the target."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": f"{prompt} {_SLOT}"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    before, after = text.split(_SLOT)
+    enc = lambda s: list(tokenizer(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return enc(before), enc(after), enc(target)
+
+
+def gcg_attack(
+    model: nn.Module,
+    tokenizer,
+    prompt: str,
+    target: str,
+    *,
+    n_tokens: int = 8,
+    steps: int = 50,
+    topk: int = 32,
+    n_candidates: int = 64,
+    allowed_token_ids: Sequence[int] | None = None,
+    init_ids: Sequence[int] | None = None,
+    detector: nn.Module | None = None,
+    window: tuple[int, int] | None = None,
+    detector_weight: float = 0.0,
+    seed: int = 0,
+) -> GCGResult:
+    """Optimises a user-turn suffix so that the model's reply starts with ``target``.
+
+    Objective: mean cross-entropy of the ``target`` tokens after the assistant header, plus
+    ``detector_weight · detector(volume)`` (the detector's logit on the prompt's hidden-state volume
+    ``hidden_states[window[0]:window[1]]``; causal masking keeps it independent of the target tokens).
+
+    Args:
+        model, tokenizer: an HF causal LM and its chat tokenizer.
+        prompt: the harmful request (user turn); target: the wanted reply prefix.
+        n_tokens: suffix length in tokens; steps: GCG iterations.
+        topk: replacements per position from the gradient; n_candidates: swaps evaluated per step.
+        allowed_token_ids: the vocabulary the suffix may use (default: all non-special tokens).
+        init_ids: initial suffix ids (default: ``n_tokens`` copies of the first allowed id).
+        detector, window, detector_weight: the adaptive (detector-aware) term, spec §9.8.
+        seed: seeds the candidate sampling.
+
+    Returns:
+        :class:`GCGResult` with the best suffix over all steps; its ``suffix`` string is decoded from
+        ``suffix_ids`` (re-tokenisation of the string is not guaranteed for BPE vocabularies).
+
+    Raises:
+        ValueError: on bad sizes, an empty target, or a detector without a window.
+    """
+    if n_tokens < 1 or steps < 0 or topk < 1 or n_candidates < 1:
+        raise ValueError(
+            f"n_tokens, topk, n_candidates must be >= 1 and steps >= 0, got {n_tokens}, {topk}, "
+            f"{n_candidates}, {steps}"
+        )
+    if not target:
+        raise ValueError("target must be a non-empty string")
+    if detector is not None and window is None:
+        raise ValueError("window is required when a detector is given")
+    before, after, tgt = _segments(tokenizer, prompt, target)
+    embed = model.get_input_embeddings()
+    vocab = embed.weight.shape[0]
+    device = embed.weight.device
+    if allowed_token_ids is None:
+        special = set(tokenizer.all_special_ids)
+        allowed_token_ids = [i for i in range(len(tokenizer)) if i not in special and i < vocab]
+    allowed = torch.tensor(sorted(set(allowed_token_ids)), device=device)
+    if allowed.numel() == 0:
+        raise ValueError("allowed_token_ids must not be empty")
+    block = torch.ones(vocab, dtype=torch.bool, device=device)
+    block[allowed] = False
+    suffix = torch.tensor(
+        list(init_ids) if init_ids is not None else [int(allowed[0])] * n_tokens, device=device
+    )
+    if suffix.numel() != n_tokens:
+        raise ValueError(f"init_ids must have n_tokens={n_tokens} ids, got {suffix.numel()}")
+    pre = torch.tensor(before, device=device)
+    post = torch.tensor(after + tgt, device=device)
+    t0 = len(before) + n_tokens + len(after)  # first target position
+    tgt_ids = torch.tensor(tgt, device=device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def objective(embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[C, S, D]`` input embeddings -> (objective [C], target loss [C])."""
+        out = model(inputs_embeds=embeds, output_hidden_states=detector is not None)
+        logits = out.logits[:, t0 - 1 : t0 - 1 + len(tgt)].float()  # predict the target tokens
+        ce = nn.functional.cross_entropy(
+            logits.transpose(1, 2), tgt_ids.expand(embeds.shape[0], -1), reduction="none"
+        ).mean(1)
+        if detector is None or detector_weight == 0.0:
+            return ce, ce
+        vol = torch.stack(out.hidden_states[window[0] : window[1]], dim=1)[:, :, :t0]  # [C,L,T,D]
+        return ce + detector_weight * detector(vol.float()), ce
+
+    def embeds_for(suffixes: torch.Tensor) -> torch.Tensor:  # [C, n] -> [C, S, D]
+        c = suffixes.shape[0]
+        ids = torch.cat([pre.expand(c, -1), suffixes, post.expand(c, -1)], dim=1)
+        return embed(ids)
+
+    best_ids, best_obj, best_ce, history = suffix.clone(), float("inf"), float("nan"), []
+    was_training = model.training
+    model.eval()
+    if detector is not None:
+        detector.eval()
+    for step in range(steps + 1):
+        one_hot = torch.zeros(n_tokens, vocab, device=device, dtype=embed.weight.dtype)
+        one_hot[torch.arange(n_tokens), suffix] = 1.0
+        one_hot.requires_grad_(True)
+        full = torch.cat([embed(pre), one_hot @ embed.weight, embed(post)], dim=0).unsqueeze(
+            0
+        )  # [1, S, D]
+        obj, ce = objective(full)
+        if float(obj.detach()) < best_obj:
+            best_obj, best_ce, best_ids = float(obj.detach()), float(ce.detach()), suffix.clone()
+        history.append(best_obj)
+        if step == steps:
+            break
+        (grad,) = torch.autograd.grad(obj.sum(), one_hot)  # [n, V]
+        grad = grad.masked_fill(block, float("inf"))
+        top = (-grad).topk(min(topk, allowed.numel()), dim=1).indices  # [n, k]
+        pos = torch.randint(0, n_tokens, (n_candidates,), generator=gen).to(device)
+        pick = torch.randint(0, top.shape[1], (n_candidates,), generator=gen).to(device)
+        cands = suffix.expand(n_candidates, -1).clone()
+        cands[torch.arange(n_candidates, device=device), pos] = top[pos, pick]
+        with torch.no_grad():
+            c_obj, _ = objective(embeds_for(cands))
+        suffix = cands[int(c_obj.argmin())]
+        logger.debug("gcg step %d best %.4f", step, best_obj)
+    model.train(was_training)
+    ids = best_ids.tolist()
+    return GCGResult(tokenizer.decode(ids), ids, history, best_ce)
+
+
+def target_loss(model: nn.Module, tokenizer, prompt: str, suffix_ids: Sequence[int], target: str):
+    """Mean cross-entropy of ``target`` after the chat prompt with ``suffix_ids`` in the user turn."""
+    before, after, tgt = _segments(tokenizer, prompt, target)
+    ids = torch.tensor([before + list(suffix_ids) + after + tgt])
+    t0 = ids.shape[1] - len(tgt)
+    with torch.no_grad():
+        logits = model(input_ids=ids.to(next(model.parameters()).device)).logits[0].float().cpu()
+    return float(nn.functional.cross_entropy(logits[t0 - 1 : -1], torch.tensor(tgt)))
