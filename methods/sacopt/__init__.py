@@ -10,9 +10,16 @@ regenerate only the fragments that disagree — fixing silent modelling errors a
 
 from methods.sacopt.backend import ExecResult, assemble_program, run_sandboxed
 from methods.sacopt.codegen import LLMCoder, generate_fragment, reconstruct, static_check
+from methods.sacopt.data import (
+    CLEAN_BENCHMARKS,
+    ORProblem,
+    load_clean_benchmark,
+    write_problem_dirs,
+)
 from methods.sacopt.debug import debug_loop
 from methods.sacopt.evaluate import (
     SACOptConfig,
+    format_paper_table,
     is_correct,
     load_problems,
     run_benchmark,
@@ -46,6 +53,7 @@ from methods.sacopt.schema import (
 from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier, Verifier
 
 __all__ = [
+    "CLEAN_BENCHMARKS",
     "Anchor",
     "EmbeddingVerifier",
     "ExecResult",
@@ -53,6 +61,7 @@ __all__ = [
     "LLMCoder",
     "LLMJudgeVerifier",
     "LoopTrace",
+    "ORProblem",
     "Parameter",
     "ProblemState",
     "SACOptConfig",
@@ -66,8 +75,10 @@ __all__ = [
     "extract_parameters",
     "extract_state",
     "extract_variables",
+    "format_paper_table",
     "generate_fragment",
     "is_correct",
+    "load_clean_benchmark",
     "load_problems",
     "parse_delimited_block",
     "parse_json_from_end",
@@ -82,4 +93,5 @@ __all__ = [
     "solve_problem",
     "static_check",
     "validate_state",
+    "write_problem_dirs",
 ]

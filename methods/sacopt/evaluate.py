@@ -27,6 +27,7 @@ TOY_ARMS = ("single_pass", "debug_only", "sacopt_judge", "sacopt_minilm", "sacop
 __all__ = [
     "TOY_ARMS",
     "SACOptConfig",
+    "format_paper_table",
     "is_correct",
     "load_problems",
     "run_benchmark",
@@ -85,6 +86,7 @@ class SACOptConfig:
     datasets: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     workers: int = 8
+    max_problems: int | None = None  # first k problems per dataset (smoke runs); None = all
 
     def __post_init__(self) -> None:
         if not isinstance(self.t_max, int) or self.t_max < 0:
@@ -98,6 +100,10 @@ class SACOptConfig:
         bad = [a for a in self.arms if a not in TOY_ARMS]
         if bad:
             raise ValueError(f"arms {bad} unknown; choose from {TOY_ARMS}")
+        if self.max_problems is not None and self.max_problems < 1:
+            raise ValueError(f"max_problems must be >= 1 or null, got {self.max_problems!r}")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
         for n in ("p_err", "p_syntax", "judge_false_pass", "judge_false_fail"):
             if not 0 <= getattr(self, n) <= 1:
                 raise ValueError(f"{n} must be in [0, 1], got {getattr(self, n)!r}")
@@ -180,97 +186,162 @@ def _gurobi_unavailable(stderr: str) -> bool:
 def load_problems(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Read ``<root>/<id>/description.txt`` + ``answer.txt`` (+ optional ``sample.json``).
 
-    Problems without a numeric answer are excluded, with the reason returned (spec §8).
+    The official repo's processed layout; see :mod:`methods.sacopt.data` for the benchmarks'
+    own formats. Problems without a numeric answer are excluded, with the reason returned
+    (spec §8).
 
     Returns:
-        ``(problems, excluded_reasons)``; each problem is ``{id, description, answer, input}``.
+        ``(problems, excluded_reasons)``; each problem is ``{id, dataset, description, answer,
+        input, meta}`` (:class:`~methods.sacopt.data.ORProblem`).
     """
+    from methods.sacopt.data import convert_problem_dirs
+
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"dataset folder {root} does not exist")
-    problems, excluded = [], []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
-        desc, ans = d / "description.txt", d / "answer.txt"
-        if not desc.exists() or not desc.read_text().strip():
-            excluded.append(f"{d.name}: missing or empty description.txt")
-            continue
-        try:
-            answer = float(ans.read_text().strip())
-        except (OSError, ValueError):
-            excluded.append(f"{d.name}: missing or non-numeric answer.txt")
-            continue
-        inp = None
-        if (d / "sample.json").exists():
-            inp = json.loads((d / "sample.json").read_text())[0]["input"]
-        problems.append(
-            {"id": d.name, "description": desc.read_text(), "answer": answer, "input": inp}
-        )
+    problems, excluded = convert_problem_dirs(root)
     for r in excluded:
         logger.warning("excluded %s", r)
-    return problems, excluded
+    return list(problems), excluded
+
+
+def _score(rec: dict[str, Any], answer: float, cfg: SACOptConfig) -> None:
+    ok = rec["status"] == "optimal"
+    rec["correct"] = ok and is_correct(rec["objective"], answer, cfg.rtol, cfg.atol)
+    rec["correct_1e-2"] = ok and is_correct(rec["objective"], answer, 1e-2, cfg.atol)
 
 
 def run_benchmark(
     cfg: SACOptConfig, llm: ChatLLM | None = None, out_dir: str | Path | None = None
 ) -> dict[str, dict[str, float]]:
-    """Paper-scale evaluation: every dataset under ``cfg.data_root``, every seed (spec §5, §7).
+    """Paper-scale evaluation: every dataset in ``cfg.datasets``, every seed (spec §5, §7).
+
+    Each seed is one full pass over every dataset with a fresh chat client whose request seed is
+    ``cfg.llm_seed + seed`` (temperature ``cfg.temperature``); the paper reports the mean over 5
+    such runs. Problems run concurrently (``cfg.workers`` threads; each solve is a separate
+    sandboxed process, so threads are enough).
 
     Args:
-        cfg: Settings; ``data_root/<dataset>/<id>/`` must hold the cleaned problems.
-        llm: Chat model; default :class:`common.llm.OpenAIChat` from ``cfg.llm_*``.
-        out_dir: Where to write one ``results_<dataset>_seed<k>.jsonl`` per run.
+        cfg: Settings; ``cfg.data_root`` holds the benchmarks in the LLM4OR ``clean_benchmarks``
+            layout or the official repo's processed layout
+            (:func:`~methods.sacopt.data.load_clean_benchmark`).
+        llm: Chat model for every seed (tests); default a fresh
+            :class:`common.llm.OpenAIChat` per seed from ``cfg.llm_*``.
+        out_dir: Where to write ``results_<dataset>_seed<k>.jsonl`` (one record per problem)
+            and ``paper_table.md``.
 
     Returns:
-        ``{dataset: {"accuracy_mean", "accuracy_std", "accuracy_1e-2_mean", "n", "n_excluded"}}``.
+        ``{dataset: {"accuracy_mean", "accuracy_std", "accuracy_1e-2_mean", "accuracy_1e-2_std",
+        "n", "n_excluded", "mean_llm_calls", "mean_runtime_s"}}`` plus an ``"average"`` row:
+        the macro-average over datasets, its std taken over the seeds' macro-averages.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from common.llm import OpenAIChat
+    from methods.sacopt.data import load_clean_benchmark
 
     if not cfg.data_root:
         raise ValueError(
             "data_root must point at the cleaned benchmarks (see docs/methods/sacopt.md)"
         )
+    if not cfg.datasets:
+        raise ValueError("datasets must list at least one benchmark, e.g. [IndustryOR]")
+    if not cfg.seeds:
+        raise ValueError("seeds must list at least one seed")
     out = Path(out_dir) if out_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    table: dict[str, dict[str, float]] = {}
+    loaded = {}
     for name in cfg.datasets:
-        problems, excluded = load_problems(Path(cfg.data_root) / name)
-        accs, accs2 = [], []
-        for seed in cfg.seeds:
-            client = llm or OpenAIChat(
-                cfg.llm_model,
-                base_url=cfg.llm_base_url,
-                api_key_env=cfg.llm_api_key_env,
-                temperature=cfg.temperature,
-                seed=cfg.llm_seed + seed,
+        problems, excluded = load_clean_benchmark(name, cfg.data_root)
+        if cfg.max_problems is not None:
+            problems = problems[: cfg.max_problems]
+        if not problems:
+            raise ValueError(f"benchmark {name} under {cfg.data_root} has no usable problem")
+        loaded[name] = (problems, excluded)
+
+    # per_seed[name][k] = list of records of seed k
+    per_seed: dict[str, list[list[dict[str, Any]]]] = {n: [] for n in loaded}
+    for seed in cfg.seeds:
+        client = llm or OpenAIChat(
+            cfg.llm_model,
+            base_url=cfg.llm_base_url,
+            api_key_env=cfg.llm_api_key_env,
+            temperature=cfg.temperature,
+            seed=cfg.llm_seed + seed,
+        )
+
+        def one(task, client=client, seed=seed):
+            name, p = task
+            rec = solve_problem(client, p["description"], cfg, input_data=p["input"])
+            rec.update(id=p["id"], dataset=name, answer=p["answer"], seed=seed)
+            _score(rec, p["answer"], cfg)
+            return rec
+
+        # one pool over every dataset's problems, so small benchmarks do not idle the workers
+        tasks = [(name, p) for name, (problems, _) in loaded.items() for p in problems]
+        with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+            done = list(pool.map(one, tasks))
+        for name in loaded:
+            recs = [r for r in done if r["dataset"] == name]
+            logger.info(
+                "%s seed %d: accuracy %.3f over %d",
+                name,
+                seed,
+                float(np.mean([r["correct"] for r in recs])),
+                len(recs),
             )
-
-            def one(p, client=client):
-                rec = solve_problem(client, p["description"], cfg, input_data=p["input"])
-                rec.update(id=p["id"], answer=p["answer"])
-                rec["correct"] = rec["status"] == "optimal" and is_correct(
-                    rec["objective"], p["answer"], cfg.rtol, cfg.atol
-                )
-                rec["correct_1e-2"] = rec["status"] == "optimal" and is_correct(
-                    rec["objective"], p["answer"], 1e-2, cfg.atol
-                )
-                return rec
-
-            with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
-                recs = list(pool.map(one, problems))
             if out:
                 with open(out / f"results_{name}_seed{seed}.jsonl", "w") as f:
                     for r in recs:
                         f.write(json.dumps({k: v for k, v in r.items() if k != "state"}) + "\n")
-            accs.append(float(np.mean([r["correct"] for r in recs])) if recs else 0.0)
-            accs2.append(float(np.mean([r["correct_1e-2"] for r in recs])) if recs else 0.0)
+            per_seed[name].append(recs)
+
+    table: dict[str, dict[str, float]] = {}
+    macro = np.zeros(len(cfg.seeds))  # (n_seeds,) macro-average accuracy of each seed
+    macro2 = np.zeros(len(cfg.seeds))
+    for name, runs in per_seed.items():
+        acc = np.array([np.mean([r["correct"] for r in recs]) for recs in runs])  # (n_seeds,)
+        acc2 = np.array([np.mean([r["correct_1e-2"] for r in recs]) for recs in runs])
+        macro += acc / len(per_seed)
+        macro2 += acc2 / len(per_seed)
+        allrecs = [r for recs in runs for r in recs]
         table[name] = {
-            "accuracy_mean": float(np.mean(accs)),
-            "accuracy_std": float(np.std(accs)),
-            "accuracy_1e-2_mean": float(np.mean(accs2)),
-            "n": float(len(problems)),
-            "n_excluded": float(len(excluded)),
+            "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()),
+            "accuracy_1e-2_mean": float(acc2.mean()),
+            "accuracy_1e-2_std": float(acc2.std()),
+            "n": float(len(loaded[name][0])),
+            "n_excluded": float(len(loaded[name][1])),
+            "mean_llm_calls": float(np.mean([r.get("n_llm_calls", 0) for r in allrecs])),
+            "mean_runtime_s": float(np.mean([r.get("runtime_s", 0.0) for r in allrecs])),
         }
+    table["average"] = {
+        "accuracy_mean": float(macro.mean()),
+        "accuracy_std": float(macro.std()),
+        "accuracy_1e-2_mean": float(macro2.mean()),
+        "accuracy_1e-2_std": float(macro2.std()),
+        "n": float(sum(len(p) for p, _ in loaded.values())),
+        "n_excluded": float(sum(len(e) for _, e in loaded.values())),
+    }
+    if out:
+        (out / "paper_table.md").write_text(format_paper_table(table, cfg))
     return table
+
+
+def format_paper_table(table: dict[str, dict[str, float]], cfg: SACOptConfig) -> str:
+    """Markdown table in the paper's style: accuracy (%) as mean ± std over the seeds."""
+    lines = [
+        f"SAC-Opt, {cfg.llm_model}, verifier={cfg.verifier}, T_max={cfg.t_max}, "
+        f"{len(cfg.seeds)} seeds (mean ± std, population std over seeds)",
+        "",
+        "| dataset | N | excluded | accuracy % (rel 1e-4) | accuracy % (rel 1e-2) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in table.items():
+        lines.append(
+            f"| {name} | {int(row['n'])} | {int(row['n_excluded'])} | "
+            f"{100 * row['accuracy_mean']:.1f} ± {100 * row['accuracy_std']:.1f} | "
+            f"{100 * row['accuracy_1e-2_mean']:.1f} ± {100 * row['accuracy_1e-2_std']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"

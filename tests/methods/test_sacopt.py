@@ -629,33 +629,6 @@ def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
     assert out["single_pass/mean_rounds"] == 0
 
 
-def test_run_benchmark_on_a_local_dataset_with_scripted_llm(tmp_path):
-    from methods.sacopt import load_problems, run_benchmark
-
-    root = tmp_path / "data" / "Farm"
-    for pid, answer in (("p1", "30400"), ("p2", "30400.001"), ("p3", "34400"), ("p4", "n/a")):
-        (root / pid).mkdir(parents=True)
-        (root / pid / "description.txt").write_text(FARMER)
-        (root / pid / "answer.txt").write_text(answer)
-    problems, excluded = load_problems(root)
-    assert [p["id"] for p in problems] == ["p1", "p2", "p3"] and len(excluded) == 1
-    cfg = SACOptConfig(
-        data_root=str(tmp_path / "data"),
-        datasets=["Farm"],
-        seeds=[0],
-        workers=1,
-        timeout_s=60,
-        mem_mb=2048,
-    )
-    table = run_benchmark(cfg, llm=_extraction_llm(), out_dir=tmp_path / "out")
-    row = table["Farm"]
-    assert row["n"] == 3 and row["n_excluded"] == 1
-    assert row["accuracy_mean"] == pytest.approx(2 / 3) and row["accuracy_std"] == 0
-    assert (tmp_path / "out" / "results_Farm_seed0.jsonl").exists()
-    with pytest.raises(ValueError, match="data_root"):
-        run_benchmark(SACOptConfig(datasets=["Farm"]))
-
-
 def test_paper_config_composes_to_the_paper_settings():
     from common.registry import compose
     from methods.sacopt.run import to_config
@@ -665,6 +638,14 @@ def test_paper_config_composes_to_the_paper_settings():
     assert len(cfg.datasets) == 7 and cfg.seeds == [0, 1, 2, 3, 4] and cfg.temperature == 0.0
     with pytest.raises(Exception, match="bogus"):
         to_config({"bogus": 1})
+    from methods.sacopt import run_benchmark
+
+    with pytest.raises(ValueError, match="data_root"):
+        run_benchmark(SACOptConfig(datasets=["IndustryOR"]))
+    with pytest.raises(ValueError, match="datasets"):
+        run_benchmark(SACOptConfig(data_root="x"))
+    with pytest.raises(ValueError, match="max_problems"):
+        SACOptConfig(max_problems=0)
 
 
 def test_gurobipy_backend_falls_back_to_highs_when_unavailable():
@@ -683,3 +664,233 @@ def test_gurobipy_backend_falls_back_to_highs_when_unavailable():
     assert (
         rec["status"] == "error" and rec["stage"] == "solver" and "solver_fallback" in rec["error"]
     )
+
+
+# ----------------------------------------------------------------------------- Must show 4: data
+
+
+def _write_clean_benchmarks(root, text=FARMER, answer=30400.0, extra=True):
+    """Write one small file set per benchmark in the LLM4OR ``static/clean_benchmarks`` format.
+
+    Every benchmark gets one usable problem (``text``/``answer``); with ``extra`` each also gets
+    a second usable record and one that must be excluded, in that source's own way.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+
+    def jsonl(path, rows):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+    def sample_dir(d, description, output, inp):
+        d.mkdir(parents=True)
+        (d / "description.txt").write_text(description)
+        (d / "sample.json").write_text(json.dumps([{"input": inp, "output": [output]}], indent=4))
+        (d / "code_example.py").write_text("def f():\n    obj = 1e9\n    return obj\n")
+
+    # NL4Opt: prob_<k>/{description.txt, sample.json}; sample input = harness args, not data
+    sample_dir(root / "NL4Opt" / "prob_10", text, answer, {"var1": 12, "constraint1": 219})
+    if extra:
+        sample_dir(root / "NL4Opt" / "prob_2", "Make 3 chairs; max profit 7 each.", 21, {"x": 1})
+        sample_dir(root / "NL4Opt" / "prob_57", "Broken record with 5 units.", None, {"x": 1})
+    # IndustryOR: jsonl with en_question / en_answer (string)
+    rows = [{"en_answer": str(answer), "difficulty": "Easy", "en_question": text,
+             "question_type": "IP"}]  # fmt: skip
+    if extra:
+        rows += [
+            {"en_answer": "No Best Solution", "difficulty": "Hard", "en_question": "Q 1",
+             "question_type": "MILP"},
+            {"en_answer": "135000.0", "difficulty": "Easy", "en_question": "Buy 4 houses.",
+             "question_type": "IP"},
+        ]  # fmt: skip
+    jsonl(root / "IndustryOR.jsonl", rows)
+    # MAMO EasyLP / ComplexLP: jsonl with id / Question / Answer (string), ids with gaps
+    for fname, typ in (("Mamo_easy_lp_clean.jsonl", "easy_lp"), ("Mamo_complex_lp_clean.jsonl",
+                                                                   "complex_lp")):  # fmt: skip
+        rows = [{"id": 4, "Question": text, "Answer": str(int(answer)),
+                 "Category": "optimization", "Type": typ}]  # fmt: skip
+        if extra:
+            rows += [{"id": 9, "Question": "Diet with 83 g protein.", "Answer": "57.0",
+                      "Category": "optimization", "Type": typ},
+                     {"id": 11, "Question": "", "Answer": "1.0", "Category": "optimization",
+                      "Type": typ}]  # fmt: skip
+        jsonl(root / "Mamo" / fname, rows)
+    # NLP4LP (folder NL4LP): <k>/{description.txt, solution.json, parameters.json, ...}
+    d = root / "NL4LP" / "0"
+    d.mkdir(parents=True)
+    (d / "description.txt").write_text(text)
+    (d / "parameters.json").write_text(json.dumps({"ManureCap": 800}))
+    (d / "problem_info.json").write_text(json.dumps({"parametrized_description": "..."}))
+    (d / "solution.json").write_text(json.dumps({"variables": {"x": {"0": 1.0}},
+                                                 "objective": answer}))  # fmt: skip
+    if extra:
+        d = root / "NL4LP" / "1"
+        d.mkdir(parents=True)
+        (d / "description.txt").write_text("Sandwiches: 40 eggs, 70 bacon.")  # no solution.json
+    # ReSocratic: jsonl with question / index / type / results{label: str}
+    rows = [{"question": text, "index": 2, "type": "linear-notable",
+             "results": {"The number of cows": "60.0", "The maximum profit": f"{answer}"}}]  # fmt: skip
+    if extra:
+        rows.append({"question": "Fire stations for 6 cities, 15 minutes.", "index": 4,
+                     "type": "linear-table",
+                     "results": {"The optimal number of fire stations to be built is": "2.0",
+                                 "Whether a fire stations should be built in City 1": "0.0",
+                                 "Whether a fire stations should be built in City 2": "1.0"}})  # fmt: skip
+        rows.append({"question": "Pick 2 items.", "index": 5, "type": "linear-notable",
+                     "results": {}})  # fmt: skip
+    jsonl(root / "ReSocratic.jsonl", rows)
+    # ComplexOR: abstract problems; sample input = the instance data
+    farm_input = {"Profit": [400, 120, 3], "Manure": [10, 5, 2], "ManureCap": 800}
+    abstract = "A farm raises animal kinds; maximise profit under a manure cap and head limits."
+    sample_dir(root / "ComplexOR" / "farm_planning", abstract, answer, farm_input)
+    if extra:
+        (root / "ComplexOR" / "tsp").mkdir()
+        (root / "ComplexOR" / "tsp" / "description.txt").write_text("Visit every city once.")
+    return farm_input
+
+
+def test_converters_read_each_benchmark_in_its_published_format(tmp_path):
+    from methods.sacopt import CLEAN_BENCHMARKS, load_clean_benchmark
+
+    farm_input = _write_clean_benchmarks(tmp_path)
+    got = {n: load_clean_benchmark(n, tmp_path) for n in CLEAN_BENCHMARKS}
+    keys = {"id", "dataset", "description", "answer", "input", "meta"}
+    for name, (problems, excluded) in got.items():
+        assert problems and all(set(p) == keys and p["dataset"] == name for p in problems)
+        assert all(isinstance(p["answer"], float) for p in problems)
+        assert len(excluded) == 1, (name, excluded)  # every fixture plants one unusable record
+    ids = {n: [(p["id"], p["answer"]) for p in ps] for n, (ps, _) in got.items()}
+    assert ids["NL4Opt"] == [("prob_2", 21.0), ("prob_10", 30400.0)]  # natural order
+    assert ids["IndustryOR"] == [("1", 30400.0), ("3", 135000.0)]  # 1-based line ids
+    assert ids["EasyLP"] == ids["ComplexLP"] == [("4", 30400.0), ("9", 57.0)]
+    assert ids["NLP4LP"] == [("0", 30400.0)]
+    assert ids["ReSocratic"] == [("2", 30400.0), ("4", 2.0)]  # objective listed first in 4
+    assert ids["ComplexOR"] == [("farm_planning", 30400.0)]
+    # only the abstract benchmark passes instance data to the model
+    assert got["ComplexOR"][0][0]["input"] == farm_input
+    assert all(p["input"] is None for n, (ps, _) in got.items() if n != "ComplexOR" for p in ps)
+    assert got["NL4Opt"][0][0]["meta"]["harness_input"] == {"x": 1}
+    assert "No Best Solution" in got["IndustryOR"][1][0]
+    assert got["ComplexLP"][0][0]["meta"]["Type"] == "complex_lp"
+    # names are case-insensitive, NL4LP is an alias; unknown names and layouts fail clearly
+    assert load_clean_benchmark("nl4lp", tmp_path)[0] == got["NLP4LP"][0]
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        load_clean_benchmark("MIPLIB", tmp_path)
+    with pytest.raises(ValueError, match="found neither"):
+        load_clean_benchmark("IndustryOR", tmp_path / "nowhere")
+
+
+def test_processed_layout_round_trips_and_reads_json_answers(tmp_path):
+    from methods.sacopt import load_clean_benchmark, load_problems, write_problem_dirs
+
+    _write_clean_benchmarks(tmp_path / "src")
+    for name in ("ReSocratic", "ComplexOR"):
+        problems, _ = load_clean_benchmark(name, tmp_path / "src")
+        write_problem_dirs(problems, tmp_path / "proc" / name.lower())
+        back, excluded = load_clean_benchmark(name, tmp_path / "proc")  # lower-case folder
+        strip = [{k: v for k, v in p.items() if k != "meta"} for p in problems]
+        assert [{k: v for k, v in p.items() if k != "meta"} for p in back] == strip
+        assert not excluded
+    # the official repo stores ReSocratic answers as the JSON results dict
+    d = tmp_path / "repo" / "resocratic" / "1"
+    d.mkdir(parents=True)
+    (d / "description.txt").write_text(FARMER)
+    (d / "answer.txt").write_text(json.dumps({"The maximum profit you can get": "3600.0"}))
+    (tmp_path / "repo" / "resocratic" / "2").mkdir()
+    (tmp_path / "repo" / "resocratic" / "2" / "description.txt").write_text(FARMER)
+    problems, excluded = load_problems(tmp_path / "repo" / "resocratic")
+    assert [p["answer"] for p in problems] == [3600.0] and "answer.txt missing" in excluded[0]
+
+
+class _FakeOpenAI:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1 answering with ``reply``."""
+
+    def __init__(self, reply):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[dict] = []
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    outer.requests.append({"auth": self.headers.get("Authorization"), **body})
+                text = reply(body)
+                out = json.dumps(
+                    {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_path, monkeypatch):
+    """experiment=sacopt_paper end to end: converters -> OpenAIChat over HTTP -> SAC-Opt ->
+    sandbox -> mean ± std over seeds. Seed 1's model cannot extract anything, so the table
+    must read 50 ± 50 for every benchmark."""
+    from common.registry import compose
+    from methods.sacopt.run import run
+
+    data = tmp_path / "clean_benchmarks"
+    _write_clean_benchmarks(data, extra=False)
+    script = _extraction_llm()._fn  # the scripted model's reply function
+
+    def reply(body):
+        if body["seed"] != 42:  # the second seed's run: unparsable extraction answers
+            return "I am not sure."
+        return script(body["messages"])
+
+    server = _FakeOpenAI(reply)
+    monkeypatch.setenv("SACOPT_TEST_KEY", "sk-local-test")
+    try:
+        cfg = compose(
+            [
+                "experiment=sacopt_paper",
+                f"method.data_root={data}",
+                f"method.llm_base_url={server.url}",
+                "method.llm_api_key_env=SACOPT_TEST_KEY",
+                "method.seeds=[0,1]",
+                "method.workers=2",
+                "method.timeout_s=60",
+                "method.mem_mb=2048",
+            ],
+            run_dir=str(tmp_path / "run"),
+        )
+        out = run(cfg)
+    finally:
+        server.close()
+    names = ["NL4Opt", "IndustryOR", "EasyLP", "ComplexLP", "NLP4LP", "ReSocratic", "ComplexOR"]
+    for name in names:
+        assert out[f"{name}/n"] == 1 and out[f"{name}/accuracy_mean"] == pytest.approx(0.5)
+        assert out[f"{name}/accuracy_std"] == pytest.approx(0.5)
+        recs = [
+            json.loads(line)
+            for s in (0, 1)
+            for line in (tmp_path / "run" / f"results_{name}_seed{s}.jsonl").open()
+        ]
+        assert [r["correct"] for r in recs] == [True, False]
+        assert recs[0]["objective"] == pytest.approx(30400) and recs[1]["stage"] == "extract"
+    assert out["average/accuracy_mean"] == pytest.approx(0.5) and out["average/n"] == 7
+    reqs = server.requests
+    assert {r["model"] for r in reqs} == {"gpt-4o"} and {r["temperature"] for r in reqs} == {0.0}
+    assert {r["seed"] for r in reqs} == {42, 43}  # llm_seed + seed
+    assert {r["auth"] for r in reqs} == {"Bearer sk-local-test"}
+    assert sum("Input data (JSON)" in r["messages"][-1]["content"] for r in reqs) >= 1  # ComplexOR
+    table = (tmp_path / "run" / "paper_table.md").read_text()
+    assert "| ComplexOR | 1 | 0 | 50.0 ± 50.0 |" in table and "gpt-4o" in table
+    assert (tmp_path / "run" / "results.json").exists()
