@@ -25,7 +25,13 @@ from .problems import (
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
 from .selection import non_dominated_fronts, nsga2_so_select
 from .toy import SelfiesExplorer, TinyLMChat, build_selfies_tokenizer, pretrain_tiny_lm, tiny_gpt
-from .train import DPORoundConfig, dpo_loss_closed_form, run_dpo_round, run_sft_round
+from .train import (
+    DPORoundConfig,
+    dpo_loss_closed_form,
+    run_dpo_round,
+    run_rl_round,
+    run_sft_round,
+)
 
 __all__ = [
     "MODES",
@@ -62,6 +68,7 @@ __all__ = [
     "pick_parents",
     "pretrain_tiny_lm",
     "run_dpo_round",
+    "run_rl_round",
     "run_sft_round",
     "tanimoto",
     "tiny_gpt",

@@ -5,7 +5,7 @@ trainable local model (Qwen2.5-7B). Each generation makes ⌈pop/n_off⌉ calls 
 and a crossover or mutation prompt; children are canonicalised, deduplicated against all history and
 evaluated; survivors are chosen from the whole archive by :func:`nsga2_so_select`. After every
 explorer+local pair of generations the local model gets one preference round on similarity-
-synthesised pairs from the shared trajectory memory (DPO; SFT as a baseline). The state is
+synthesised pairs from the shared trajectory memory (DPO; SFT and GRPO as baselines). The state is
 checkpointed every generation so a killed run resumes without re-evaluating anything.
 """
 
@@ -25,10 +25,10 @@ from .core import Archive, Candidate
 from .dpo_data import build_similarity_pairs
 from .memory import TrajectoryMemory
 from .metrics import archive_metrics, hypervolume, top_k_mean
-from .problems import MoleculeProblem
+from .problems import MoleculeProblem, fitness
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
 from .selection import nsga2_so_select
-from .train import DPORoundConfig, run_dpo_round, run_sft_round
+from .train import DPORoundConfig, run_dpo_round, run_rl_round, run_sft_round
 
 logger = logging.getLogger(__name__)
 
@@ -154,14 +154,10 @@ class MCCEOptimizer:
         if needs["local"] and local is None:
             raise ValueError(f"local must be a ChatLLM in mode {cfg.mode!r}")
         self.trains = cfg.mode in ("coevolve_dpo", "coevolve_sft", "coevolve_rl")
-        if cfg.mode == "coevolve_rl":
-            raise NotImplementedError(
-                "mode 'coevolve_rl' is not implemented yet (see docs/methods/mcce.md)"
-            )
         if self.trains and not (hasattr(local, "model") and hasattr(local, "tokenizer")):
             raise TypeError("local must expose .model and .tokenizer in a training mode")
         self.ref_model = ref_model
-        if self.trains and cfg.mode == "coevolve_dpo" and ref_model is None:
+        if self.trains and cfg.mode in ("coevolve_dpo", "coevolve_rl") and ref_model is None:
             self.ref_model = copy.deepcopy(local.model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
@@ -176,6 +172,8 @@ class MCCEOptimizer:
         self.history: list[dict[str, float]] = []
         self.train_log: list[dict[str, float]] = []
         self.parse_stats = {"api": ParseStats(), "local": ParseStats()}
+        self._rl_cache: dict[str, float] = {}  # F of molecules scored only as RL rewards
+        self.rl_oracle_calls = 0
         self.state = {
             "generation": 0,
             "rounds_api": 0,
@@ -367,6 +365,9 @@ class MCCEOptimizer:
                 cfg.min_archive_for_training,
             )
             return
+        if cfg.mode == "coevolve_rl":
+            self._rl_round()
+            return
         ds = build_similarity_pairs(
             self.memory.latest(cfg.n_pairs_max),
             self.archive,
@@ -389,6 +390,56 @@ class MCCEOptimizer:
             log = run_sft_round(self.local.model, self.local.tokenizer, ds, cfg.dpo)
         log["generation"] = float(st["generation"])
         log["n_unique"] = float(len(self.archive))
+        self.train_log.append(log)
+        if self.on_update is not None:
+            self.on_update(self.local)
+
+    def rl_reward(self, prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
+        """GRPO reward of the RL baseline (spec §9.9), in TRL's reward-function signature.
+
+        A completion's reward is the mean F of its valid candidates that are new to the archive,
+        0 when all its valid candidates are repeats, and ``cfg.dpo.rl_invalid_reward`` when none is
+        valid. Scoring new molecules calls the objectives outside the archive (they are not added
+        and do not consume the search budget); the count is kept in ``rl_oracle_calls``.
+        """
+        out: list[float] = []
+        for comp in completions:
+            text = comp[-1]["content"] if isinstance(comp, list) else str(comp)
+            canon = [self.problem.canonicalize(c) for c in parse_candidates(text)]
+            valid = [c for c in canon if c is not None]
+            if not valid:
+                out.append(float(self.cfg.dpo.rl_invalid_reward))
+                continue
+            fresh = sorted({c for c in valid if c not in self.archive})
+            if not fresh:
+                out.append(0.0)
+                continue
+            todo = [c for c in fresh if c not in self._rl_cache]
+            if todo:
+                tot = fitness(self.problem.transform(self.problem.evaluate(todo)))  # [n]
+                self._rl_cache.update(zip(todo, (float(x) for x in tot)))
+                self.rl_oracle_calls += len(todo)
+            out.append(float(np.mean([self._rl_cache[c] for c in fresh])))
+        return out
+
+    def _rl_round(self) -> None:
+        cfg, st = self.cfg, self.state
+        recs = self.memory.latest(cfg.n_pairs_max)
+        prompts: list[Any] = [
+            [{"role": "user", "content": r["prompt"]}] if cfg.conversational else r["prompt"]
+            for r in recs
+        ]
+        log = run_rl_round(
+            self.local.model,
+            self.local.tokenizer,
+            prompts,
+            self.rl_reward,
+            cfg.dpo,
+            ref=self.ref_model,
+        )
+        log["generation"] = float(st["generation"])
+        log["n_unique"] = float(len(self.archive))
+        log["rl_oracle_calls"] = float(self.rl_oracle_calls)
         self.train_log.append(log)
         if self.on_update is not None:
             self.on_update(self.local)
@@ -429,6 +480,8 @@ class MCCEOptimizer:
         finished = len(self.archive) >= self.cfg.budget or self.state["stall"] > 0
         metrics = archive_metrics(self.archive, self.cfg.budget, finished=True)
         metrics["auc_finished"] = float(finished)
+        if self.cfg.mode == "coevolve_rl":
+            metrics["rl_oracle_calls"] = float(self.rl_oracle_calls)
         for who in ("api", "local"):
             own = [c for c in self.archive.items if c.origin == who]
             st = self.archive.stats(who)

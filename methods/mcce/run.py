@@ -40,6 +40,7 @@ ARM_MODES = {
     "coevolve_frozen": "coevolve_frozen",
     "coevolve_dpo": "coevolve_dpo",
     "coevolve_sft": "coevolve_sft",
+    "coevolve_rl": "coevolve_rl",
 }
 
 DEMO_OVERRIDES: list[str] = [
@@ -208,7 +209,9 @@ def run_toy(rc: MCCERunConfig, run_dir: Path) -> tuple[dict[str, dict[str, float
                 top_p=rc.local_top_p,
                 seed=seed,
             )
-            ref = copy.deepcopy(warm).eval() if cfg.mode == "coevolve_dpo" else None
+            ref = (
+                copy.deepcopy(warm).eval() if cfg.mode in ("coevolve_dpo", "coevolve_rl") else None
+            )
             t = time.time()
             res: MCCEResult = MCCEOptimizer(
                 toy_problem(), api, local, cfg, init, ref_model=ref

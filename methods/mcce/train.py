@@ -3,7 +3,8 @@
 MCCE's round is TRL's DPO with the sigmoid loss and conservative label smoothing ε:
 L = −(1−ε)·log σ(β h) − ε·log σ(−β h), h = [log πθ(y_w|x) − log π_ref(y_w|x)] − [log πθ(y_l|x) −
 log π_ref(y_l|x)]. The policy continues from the previous round; the reference stays the original
-model. The SFT round (on the chosen responses) is the paper's forgetting-prone baseline.
+model. The SFT round (on the chosen responses) is the paper's forgetting-prone baseline and the GRPO
+round (scalar fitness reward) its RL baseline.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +37,13 @@ class DPORoundConfig:
     bf16: bool = False  # repo: True on GPU; the toy runs fp32 on CPU
     gradient_checkpointing: bool = False  # repo: True at 7B scale
     min_pairs: int = 2  # spec §8: fewer pairs -> the round is skipped
+    # GRPO baseline round (spec §9.9; not in the official code)
+    rl_num_generations: int = 4  # spec §9.9: 4 samples per prompt
+    rl_beta: float = 0.04  # spec §9.9: KL coefficient
+    rl_max_completion_length: int = 128  # repo local sampling: 128 new tokens
+    rl_temperature: float = 0.7  # repo local sampling
+    rl_top_p: float = 0.95  # repo local sampling
+    rl_invalid_reward: float = -0.1  # spec §9.9: reward of a response with no valid molecule
 
     def __post_init__(self) -> None:
         if self.beta <= 0:
@@ -43,6 +52,8 @@ class DPORoundConfig:
             raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.rl_num_generations < 2:
+            raise ValueError(f"rl_num_generations must be >= 2, got {self.rl_num_generations}")
         if self.per_device_train_batch_size < 1:
             raise ValueError(
                 f"per_device_train_batch_size must be >= 1, got {self.per_device_train_batch_size}"
@@ -186,6 +197,97 @@ def run_sft_round(
     trainer.train()
     policy.eval()
     return _summarise(trainer.state.log_history, "sft")
+
+
+def run_rl_round(
+    policy: Any,
+    tokenizer: Any,
+    prompts: list[Any],
+    reward_fn: Callable[..., list[float]],
+    cfg: DPORoundConfig | None = None,
+    out_dir: str | None = None,
+    ref: Any = None,
+) -> dict[str, float]:
+    """RL baseline round: ``trl.GRPOTrainer`` on past prompts with a fitness reward (spec §9.9).
+
+    The paper's "co-evolution with RL" baseline trains the local model on scalar rewards instead of
+    preference pairs. Here each past prompt of the trajectory memory is sampled
+    ``cfg.rl_num_generations`` times; ``reward_fn(prompts, completions, **kw)`` scores every
+    completion (MCCE: the mean F of its valid new molecules, ``cfg.rl_invalid_reward`` when none is
+    valid); TRL's group-normalised GRPO loss with KL coefficient ``cfg.rl_beta`` to the reference
+    (the original base model, as for DPO) updates the policy in place for ``cfg.num_train_epochs``
+    passes.
+
+    Args:
+        policy: the trainable model, updated in place.
+        tokenizer: its tokenizer (left padding).
+        prompts: past prompts (strings, or chat message lists when the tokenizer has a template).
+        reward_fn: TRL reward function ``(prompts, completions, **kw) -> list[float]``.
+        cfg: round hyper-parameters (the ``rl_*`` fields and the shared optimiser settings).
+        out_dir: trainer folder; a temporary one when None.
+        ref: the KL reference: a model (saved to ``out_dir/ref`` for TRL to load), a local path or
+            hub id, or None for the policy's own ``config._name_or_path`` (at paper scale the hub
+            id of the base model). Unused when ``cfg.rl_beta == 0``.
+
+    Returns:
+        ``rl/steps``, ``rl/loss_first``, ``rl/loss_last``, ``rl/reward_first``, ``rl/reward_last``
+        (mean reward of the first and last generation batch); ``{"rl/skipped": 1.0}`` when there are
+        fewer than ``cfg.min_pairs`` prompts.
+    """
+    import datasets
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg = cfg or DPORoundConfig()
+    if not callable(reward_fn):
+        raise TypeError(f"reward_fn must be callable, got {type(reward_fn).__name__}")
+    if len(prompts) < cfg.min_pairs:
+        logger.warning("RL round skipped: %d prompts < min_pairs %d", len(prompts), cfg.min_pairs)
+        return {"rl/skipped": 1.0}
+    g = cfg.rl_num_generations
+    # the generation batch must hold whole groups: round the per-device batch up to a multiple of g
+    batch = max(g, -(-cfg.per_device_train_batch_size // g) * g)
+    common = _common_args(cfg, out_dir or tempfile.mkdtemp(prefix="mcce_rl_"))
+    common["per_device_train_batch_size"] = batch
+    args = GRPOConfig(
+        num_generations=g,
+        beta=cfg.rl_beta,
+        max_completion_length=cfg.rl_max_completion_length,
+        temperature=cfg.rl_temperature,
+        top_p=cfg.rl_top_p,
+        **common,
+    )
+    ds = datasets.Dataset.from_dict({"prompt": list(prompts)})
+    # TRL builds the KL reference from the policy's config._name_or_path: point it at the reference
+    old_name = getattr(policy.config, "_name_or_path", "")
+    ref_path = old_name
+    if cfg.rl_beta > 0 and ref is not None:
+        if isinstance(ref, str):
+            ref_path = ref
+        else:
+            ref_path = os.path.join(common["output_dir"], "ref")
+            ref.save_pretrained(ref_path)
+    if cfg.rl_beta > 0 and not ref_path:
+        raise ValueError("ref is required for rl_beta > 0 when the policy has no _name_or_path")
+    policy.config._name_or_path = ref_path
+    try:
+        trainer = GRPOTrainer(
+            model=policy,
+            reward_funcs=reward_fn,
+            args=args,
+            train_dataset=ds,
+            processing_class=tokenizer,
+        )
+    finally:
+        policy.config._name_or_path = old_name
+    trainer.train()
+    policy.eval()
+    out = _summarise(trainer.state.log_history, "rl")
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    if rewards:
+        out["rl/reward_first"] = float(rewards[0])
+        out["rl/reward_last"] = float(rewards[-1])
+    out["rl/prompts"] = float(len(prompts))
+    return out
 
 
 def dpo_loss_closed_form(

@@ -514,3 +514,57 @@ def test_sft_round_is_completion_only_nll(tiny_selfies_lm):
     )
     assert log["sft/steps"] == 2
     assert log["sft/loss_first"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_rl_round_reward_and_grpo_update(tiny_selfies_lm):
+    """RL baseline: the reward is the mean F of valid new molecules (−0.1 none valid, 0 repeats),
+    scored outside the archive; a GRPO round on those rewards updates the policy in place."""
+    import copy
+
+    import torch
+
+    from methods.mcce import TinyLMChat, run_rl_round
+
+    tok, _ = tiny_selfies_lm
+    pol = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=64, seed=0)
+    prob = toy_problem()
+    cfg = MCCEConfig(mode="coevolve_rl", pop_size=4, budget=40, prompt_style="compact")
+    local = TinyLMChat(pol, tok, max_new_tokens=4)
+    opt = MCCEOptimizer(prob, _explorer_chat(0), local, cfg, load_seed_smiles()[:8])
+    opt.archive.add(load_seed_smiles()[:8], representation="smiles")
+    n0, known = len(opt.archive), prob.to_text(opt.archive.items[0].value)
+    new_a, new_b = "[C][C][O][C][C][N]", "[C][=C][C][=C][C][=C][Ring1][=Branch1][F]"
+    f = fitness(prob.transform(prob.evaluate([prob.canonicalize(new_a), prob.canonicalize(new_b)])))
+    r = opt.rl_reward(
+        ["p"] * 4,
+        [
+            "no tags at all",
+            f"<candidate>{known}</candidate>",
+            f"<candidate>{new_a}</candidate><candidate>{known}</candidate>",
+            [
+                {
+                    "role": "assistant",
+                    "content": f"<candidate>{new_a}</candidate><candidate>{new_b}</candidate>",
+                }
+            ],
+        ],
+    )
+    assert r[0] == pytest.approx(-0.1) and r[1] == 0.0
+    assert r[2] == pytest.approx(f[0]) and r[3] == pytest.approx(f.mean())
+    assert len(opt.archive) == n0 and opt.rl_oracle_calls == 2  # cached, outside the budget
+    # a GRPO round: rewards with spread move the weights; too few prompts skip the round
+    seen: list[int] = []
+
+    def reward(prompts, completions, **kw):
+        seen.append(len(completions))
+        return [float(len(c)) for c in completions]
+
+    before = copy.deepcopy(pol.state_dict())
+    dcfg = DPORoundConfig(
+        learning_rate=1e-2, per_device_train_batch_size=4, rl_max_completion_length=6
+    )
+    prompts = ["[XO] <p>[C][O]</p> <p>[N]</p> =>", "[MUT] <p>[C][C]</p> <p>[O]</p> =>"]
+    log = run_rl_round(pol, tok, prompts, reward, dcfg, ref=copy.deepcopy(pol))
+    assert log["rl/steps"] >= 1 and seen and all(n % 4 == 0 for n in seen)
+    assert any(not torch.equal(before[k], v) for k, v in pol.state_dict().items())
+    assert run_rl_round(pol, tok, prompts[:1], reward, dcfg) == {"rl/skipped": 1.0}
