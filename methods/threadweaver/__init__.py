@@ -32,6 +32,7 @@ from .orchestrator import (
     tag_ids,
 )
 from .pgrpo import extract_last_boxed, group_advantages, is_correct, pgrpo_loss, pgrpo_reward
+from .pgrpo_trainer import OrchestratedRollout, PGRPOReward, PGRPOTrainer
 from .sft import TrieSFTTrainer, packed_dataset, trie_sft_config
 from .special_tokens import add_threadweaver_tokens
 from .trie import (
@@ -55,7 +56,10 @@ __all__ = [
     "FormatError",
     "FormatReport",
     "HFGenerateEngine",
+    "OrchestratedRollout",
     "OrchestratorConfig",
+    "PGRPOReward",
+    "PGRPOTrainer",
     "Packed",
     "ParallelBlock",
     "ParallelOrchestrator",

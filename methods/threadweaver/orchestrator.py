@@ -153,6 +153,9 @@ class Rollout:
     finish_reason: str
     stats: Stats
     malformed: Counter = field(default_factory=Counter)
+    #: 1 for response tokens the model generated, 0 for tokens the orchestrator inserted
+    #: (thread headers, ``</Thread>`` repairs, join suffix); same length as ``response_ids``.
+    generated_mask: list[int] = field(default_factory=list)
 
 
 def tag_ids(tokenizer) -> dict[str, int]:
@@ -180,6 +183,7 @@ class _State:
     prompt: list[int]
     ctx: list[int]
     gen: list[int] = field(default_factory=list)
+    gen_mask: list[int] = field(default_factory=list)
     units: list[Unit] = field(default_factory=list)
     phase: str = "SEQ"
     nums: list[str] = field(default_factory=list)
@@ -242,6 +246,7 @@ class ParallelOrchestrator:
             st.units.append(Unit(st.ctx + out.ids, len(st.ctx), "seq"))
             st.ctx += out.ids
             st.gen += out.ids
+            st.gen_mask += [1] * len(out.ids)
             if out.ids and out.ids[-1] == close and self.cfg.parallel:
                 start = max(i for i, t in enumerate(st.ctx) if t == self.ids["<Outlines>"]) if (
                     self.ids["<Outlines>"] in st.ctx) else 0  # fmt: skip
@@ -267,6 +272,7 @@ class ParallelOrchestrator:
             self.cfg.temperature, self.cfg.top_p,
         )  # fmt: skip
         joined: dict[int, list[int]] = {id(st): [] for st in states}
+        jmask: dict[int, list[int]] = {id(st): [] for st in states}
         ended: dict[int, bool] = {id(st): False for st in states}
         for (st, i, n, hdr), out, (prompt, _) in zip(owners, outs, reqs):
             st.units.append(Unit(prompt + out.ids, len(prompt), "thread"))
@@ -274,25 +280,32 @@ class ParallelOrchestrator:
             if body and body[-1] == eos:
                 body = body[:-1]
                 ended[id(st)] = True
+            bmask = [1] * len(body)
             if not body or body[-1] != t_close:
                 st.malformed["unclosed_thread"] += 1
-                body += self.encode("\n</Thread>")
+                repair = self.encode("\n</Thread>")
+                body += repair
+                bmask += [0] * len(repair)
                 ended[id(st)] = ended[id(st)] or out.finish_reason == "length" or not out.ids
             hdr_join = hdr if i == 0 else self.encode(thread_header(n, first=False))
             joined[id(st)] += hdr_join + body
+            jmask[id(st)] += [0] * len(hdr_join) + bmask
         for st in states:
             st.ctx += joined[id(st)]
             st.gen += joined[id(st)]
+            st.gen_mask += jmask[id(st)]
             st.nums = []
             if ended[id(st)] or len(st.gen) >= self.cfg.budget_total:
                 close = self.encode("\n</Parallel>")
                 st.ctx += close
                 st.gen += close
+                st.gen_mask += [0] * len(close)
                 st.phase = "DONE"
                 st.finish = "length" if len(st.gen) >= self.cfg.budget_total else "thread_eos"
             else:
                 st.ctx += self.encode(self.cfg.join_suffix)
                 st.gen += self.encode(self.cfg.join_suffix)
+                st.gen_mask += [0] * len(self.encode(self.cfg.join_suffix))
                 st.phase = "SEQ"
 
     def run_many(self, prompts: Sequence[Sequence[int]]) -> list[Rollout]:
@@ -318,11 +331,14 @@ class ParallelOrchestrator:
                 self._par_step(par)
         rollouts = []
         for st in states:
-            gen = st.gen
+            gen, gmask = st.gen, st.gen_mask
             if len(gen) > self.cfg.budget_total:
                 gen, st.finish = gen[: self.cfg.budget_total], "length"
+                gmask = gmask[: self.cfg.budget_total]
             stats = parallel_stats(gen, self.ids)
-            rollouts.append(Rollout(st.prompt, gen, st.units, st.finish, stats, st.malformed))
+            rollouts.append(
+                Rollout(st.prompt, gen, st.units, st.finish, stats, st.malformed, gmask)
+            )
         bad = sum((r.malformed for r in rollouts), Counter())
         if bad:
             logger.warning(

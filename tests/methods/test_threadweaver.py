@@ -561,3 +561,97 @@ def test_trie_sft_trainer_uses_parent_gather_loss(toy_tok, toy_setup, tmp_path):
     before = model.lm_head.weight.detach().clone()
     trainer.train()
     assert not torch.equal(before, model.lm_head.weight)
+
+
+# --------------------------------------------------------------------------- P-GRPO trainer
+
+
+class MixedOracle:
+    """Even rows of the first request follow a correct parallel trace, odd rows a sequential one
+    with a wrong answer; later requests continue whichever trace their context is a prefix of."""
+
+    def __init__(self, par_units: list[Unit], seq_units: list[Unit]):
+        self.par, self.seq = OracleEngine(par_units), OracleEngine(seq_units)
+
+    def complete(self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0):
+        outs = []
+        for i, (p, m) in enumerate(zip(prompts, max_tokens)):
+            fresh = len(p) == self.n_prompt
+            if fresh:
+                eng = self.par if i % 2 == 0 else self.seq
+            else:
+                eng = self.seq if self.seq.full[: len(p)] == p else self.par
+            outs += eng.complete([p], stop_ids, [m], temperature, top_p)
+        return outs
+
+
+def test_pgrpo_trainer_one_step_matches_eq4(toy_tok, toy_setup, tmp_path):
+    """PGRPOTrainer on TRL: orchestrated rollouts, Eq. 5-9 rewards/advantages, Eq. 4 loss."""
+    import copy
+
+    from trl import GRPOConfig
+
+    from common.rl import cpu_grpo_kwargs
+    from methods.threadweaver import PGRPOReward, PGRPOTrainer
+    from methods.threadweaver.toy import toy_trajectory
+
+    traj, prompt, _, par_units, enc = toy_setup
+    cb = make_codebook(4, 4, seed=0)
+    seq_traj = toy_trajectory([0, 2], cb, "seq")
+    seq_traj = Trajectory(seq_traj.segments, "A: c0 c0")  # wrong answer
+    _, seq_units = extract_units(prompt, seq_traj, enc, toy_tok.eos_token_id)
+    engine = MixedOracle(par_units, seq_units)
+    engine.n_prompt = len(prompt)
+    gold = traj.final
+
+    class Recording(PGRPOTrainer):
+        rec: list = []
+
+        def policy_loss(self, model, inputs):
+            loss = super().policy_loss(model, inputs)
+            self.rec.append((inputs, loss.detach()))
+            return loss
+
+    from datasets import Dataset
+
+    ds = Dataset.from_list([{"prompt": toy_tok.decode(prompt), "answer": gold}] * 4)
+    model = _small_model(len(toy_tok), "qwen3")
+    model0 = copy.deepcopy(model)
+    args = GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path), max_steps=1, learning_rate=1e-2,
+                                        per_device_train_batch_size=4, num_generations=4))  # fmt: skip
+    reward = PGRPOReward(verify=lambda text, g: text.replace("<eos>", "").endswith(g))
+    trainer = Recording(
+        model=model, args=args, train_dataset=ds, processing_class=toy_tok,
+        reward_funcs=[reward], engine_factory=lambda tr: engine,
+        orchestrator=OrchestratorConfig(budget_total=200),
+    )  # fmt: skip
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer.train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # rewards (Eq. 5-8) and mean-centred advantages (Eq. 9)
+    ids = tag_ids(toy_tok)
+    eta = parallel_stats(par_units[0].completion, ids).eta
+    r_par = pgrpo_reward(True, eta)
+    assert r_par > 1.0
+    torch.testing.assert_close(
+        trainer.last_rewards, torch.tensor([[r_par, 0.0, r_par, 0.0]]), atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(trainer.last_advantages, trainer.last_rewards - r_par / 2)
+    # Eq. 4 from separate forwards of every unit of every row, with the pre-step model
+    (inputs, loss), *_ = trainer.rec
+    rows = trainer._row_units(inputs)
+    assert sorted(len(u) for u in rows) == [1, 1, 8, 8]  # SEQ; SEQ/PAR(2)/SEQ/PAR(3)/SEQ
+    ref, n_tok = 0.0, 0
+    with torch.no_grad():
+        for units, a in zip(rows, inputs["advantages"].tolist()):
+            for u in units:
+                lp = torch.log_softmax(model0(torch.tensor([u.ids])).logits[0], -1)
+                tok_lp = lp[:-1].gather(1, torch.tensor(u.ids[1:])[:, None])[:, 0]
+                ref -= a * tok_lp[u.n_context - 1 :].sum()
+                n_tok += len(u.completion)
+    # env_mask marks exactly the tokens the model generated: TRL's token count == unit completions
+    assert int(inputs["num_items_in_batch"]) == n_tok
+    torch.testing.assert_close(loss, ref / n_tok, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="beta"):
+        PGRPOTrainer(model=model, args=GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path),
+                     beta=0.1)), train_dataset=ds, processing_class=toy_tok)  # fmt: skip
