@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from common.tracking import save_plot, write_results
 
 from .distance import candidate_side_distance, query_cover_distance, wasserstein1
 from .experiments import distance_quantiles, spearman_table
+from .paper import less_warmup_trainer, load_pool, load_queries
 from .representations import LESSFeaturizer, RDSPlus, SentenceEmbed, less_warmup
 from .selectors import doubly_greedy, knn_uniform, random_select, round_robin, uot
 from .similarity import cosine_matrix
@@ -74,7 +76,11 @@ class InstructionSelectionConfig:
     warmup_n: int = 10000
     warmup_epochs: int = 4
     warmup_lr: float = 2e-5
-    warmup_batch: int = 128
+    warmup_batch: int = 128  # toy loop batch; paper: per-device 1 x accumulation 128
+    warmup_trainer: bool = True  # paper: HF Trainer warm-up (linear schedule, epoch checkpoints)
+    warmup_per_device_batch: int = 1  # repo
+    warmup_grad_accum: int = 128  # repo
+    warmup_ratio: float = 0.03  # repo
     proj_dim: int = 8192
     proj_seed: int = 0
     n_quantiles: int = 10
@@ -96,6 +102,8 @@ class InstructionSelectionConfig:
     query_dataset: str = "Harvard-DCML/targeted-query-set-processed"
     query_config: str = "bbh"
     query_split: str = "dev"
+    pool_limit: int | None = None  # first rows of the pool (None: all 197K)
+    dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
         if self.task not in ("toy", "paper"):
@@ -137,8 +145,14 @@ def _attach_lora(model, cfg: InstructionSelectionConfig, seed: int):
         return get_peft_model(model, lcfg)
 
 
-def _similarities(cfg, base, tok, pool, queries, seed) -> dict[str, np.ndarray]:
-    """``{representation: S [M, N]}`` for every requested representation."""
+def _similarities(
+    cfg, base, tok, pool, queries, seed, warm_rows=None, out_dir=None
+) -> dict[str, np.ndarray]:
+    """``{representation: S [M, N]}`` for every requested representation.
+
+    LESS warms up on ``warm_rows`` (paper: the 10K warm-up set) or, when None, on ``warmup_n``
+    random pool rows (toy); with ``cfg.warmup_trainer`` through HF ``Trainer`` in ``out_dir``.
+    """
     out = {}
     for rep in cfg.representations:
         t0 = time.time()
@@ -156,16 +170,34 @@ def _similarities(cfg, base, tok, pool, queries, seed) -> dict[str, np.ndarray]:
             warm = [
                 pool[i] for i in rng.choice(len(pool), min(cfg.warmup_n, len(pool)), replace=False)
             ]
-            ckpts = less_warmup(
-                model,
-                tok,
-                warm,
-                cfg.warmup_epochs,
-                cfg.warmup_lr,
-                cfg.warmup_batch,
-                seed,
-                cfg.max_length,
-            )
+            if warm_rows is not None:
+                warm = list(warm_rows)
+            if cfg.warmup_trainer:
+                ckpts = less_warmup_trainer(
+                    model,
+                    tok,
+                    warm,
+                    str(Path(out_dir or tempfile.mkdtemp(prefix="less_warmup_")) / "warmup"),
+                    epochs=cfg.warmup_epochs,
+                    lr=cfg.warmup_lr,
+                    per_device_batch=cfg.warmup_per_device_batch,
+                    grad_accum=cfg.warmup_grad_accum,
+                    warmup_ratio=cfg.warmup_ratio,
+                    seed=seed,
+                    max_length=cfg.max_length,
+                    bf16=cfg.dtype == "bfloat16" and torch.cuda.is_available(),
+                )
+            else:
+                ckpts = less_warmup(
+                    model,
+                    tok,
+                    warm,
+                    cfg.warmup_epochs,
+                    cfg.warmup_lr,
+                    cfg.warmup_batch,
+                    seed,
+                    cfg.max_length,
+                )
             less = LESSFeaturizer(model, tok, ckpts, cfg.proj_dim, cfg.proj_seed, cfg.max_length)
             out[rep] = less.similarity(less.encode_queries(queries), less.encode_pool(pool))
         logger.info("representation %s: S %s in %.1f s", rep, out[rep].shape, time.time() - t0)
@@ -287,15 +319,16 @@ def _plot(metrics, curves, budgets, run_dir: Path) -> None:
 
 def _run_paper(cfg: InstructionSelectionConfig, seed: int, run_dir: Path) -> tuple[dict, dict]:
     """Representation + selection on the hub pool; writes ``subsets/<arm>_B<B>.json`` (pool ids)."""
-    from datasets import load_dataset
-
     from common.models import load_model, load_tokenizer
 
-    pool = load_dataset(cfg.pool, split="train")
-    queries = load_dataset(cfg.query_dataset, cfg.query_config, split=cfg.query_split)
-    model = load_model(cfg.base_model, dtype="bfloat16")
+    pool = load_pool(cfg.pool, limit=cfg.pool_limit)
+    queries = load_queries(cfg.query_dataset, cfg.query_config, cfg.query_split)
+    warm = load_pool(cfg.warmup_data, limit=cfg.warmup_n) if "less" in cfg.representations else None
+    model = load_model(cfg.base_model, dtype=cfg.dtype)
     tok = load_tokenizer(cfg.base_model, padding_side="right")
-    sims = _similarities(cfg, model, tok, pool, queries, seed)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    sims = _similarities(cfg, model, tok, pool, queries, seed, warm_rows=warm, out_dir=run_dir)
     fns = _selector_fns(cfg)
     out_dir = run_dir / "subsets"
     out_dir.mkdir(parents=True, exist_ok=True)

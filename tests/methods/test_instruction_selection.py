@@ -392,3 +392,221 @@ def test_toy_pool_composition_and_encoding():
     tok = char_tokenizer()
     text = tulu_format(pool[0]["messages"], tok.eos_token)
     assert tok.decode(tok(text)["input_ids"]) == text
+
+
+# ---------------------------------------------------------------- paper scale (point 3)
+def _write_jsonl(path, rows):
+    import json
+
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+def test_target_task_converters_on_raw_formats(tmp_path):
+    """The five target tasks' raw formats become Tulu query rows with the right labels."""
+    import json
+
+    from methods.instruction_selection.paper import (
+        TARGET_TASKS,
+        load_queries,
+        load_target_task,
+    )
+
+    files = {
+        "bbh": tmp_path / "boolean_expressions.json",
+        "gsm8k": tmp_path / "gsm8k_test.jsonl",
+        "tydiqa": tmp_path / "tydiqa-goldp-v1.1-dev.json",
+        "codex": tmp_path / "HumanEval.jsonl",
+        "mmlu_pro": tmp_path / "mmlu_pro_test.jsonl",
+    }
+    files["bbh"].write_text(
+        json.dumps({"examples": [{"input": "not ( True ) and ( True ) is", "target": "False"}]})
+    )
+    _write_jsonl(
+        files["gsm8k"],
+        [
+            {
+                "question": "Tom has 3 apples and buys 4. How many?",
+                "answer": "3+4=<<3+4=7>>7\n#### 7",
+            }
+        ],
+    )
+    files["tydiqa"].write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "paragraphs": [
+                            {
+                                "context": "Paris is the capital of France.",
+                                "qas": [
+                                    {
+                                        "id": "q1",
+                                        "question": "What is the capital of France?",
+                                        "answers": [{"text": "Paris", "answer_start": 0}],
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        )
+    )
+    _write_jsonl(
+        files["codex"],
+        [
+            {
+                "task_id": "HumanEval/0",
+                "prompt": "def add(a, b):\n",
+                "canonical_solution": "    return a + b\n",
+                "test": "assert add(1, 2) == 3",
+                "entry_point": "add",
+            }
+        ],
+    )
+    _write_jsonl(
+        files["mmlu_pro"],
+        [
+            {
+                "question": "2+2?",
+                "options": ["3", "4", "5"],
+                "answer": "B",
+                "answer_index": 1,
+                "category": "math",
+            }
+        ],
+    )
+    rows = {t: load_target_task(t, str(files[t])) for t in TARGET_TASKS}
+    for t, rs in rows.items():
+        assert len(rs) == 1 and rs[0]["prompts"].startswith("<|user|>\n"), t
+        assert rs[0]["prompts"].endswith("\n<|assistant|>\n") and rs[0]["labels"].strip(), t
+    assert rows["bbh"][0]["labels"] == "False"
+    assert rows["gsm8k"][0]["answer"] == "7" and "<<" not in rows["gsm8k"][0]["labels"]
+    assert rows["gsm8k"][0]["labels"].endswith("So the answer is 7.")
+    assert (
+        rows["tydiqa"][0]["labels"] == "Paris" and "Passage: Paris" in rows["tydiqa"][0]["prompts"]
+    )
+    assert rows["codex"][0]["labels"].endswith("return a + b\n")
+    assert "(B) 4" in rows["mmlu_pro"][0]["prompts"]
+    assert rows["mmlu_pro"][0]["labels"] == "The answer is (B)."
+    q = _write_jsonl(tmp_path / "q.jsonl", [{"prompts": "p", "labels": "l"}])
+    assert load_queries(q, "gsm8k") == [{"prompts": "p", "labels": "l"}]
+    with pytest.raises(ValueError, match="task"):
+        load_queries(q, "squad")
+    with pytest.raises(ValueError, match="empty label"):
+        load_queries(_write_jsonl(tmp_path / "bad.jsonl", [{"prompts": "p", "labels": " "}]), "bbh")
+    with pytest.raises(FileNotFoundError, match="gsm8k"):
+        load_target_task("gsm8k", str(tmp_path / "missing.jsonl"))
+
+
+def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
+    """Paper driver end to end on a tiny local Llama: Tulu JSONL pool + query file, HF-Trainer
+    LoRA warm-up with epoch checkpoints, RDS+/LESS representations, subsets of pool ids."""
+    import json
+
+    from common.registry import compose
+    from common.tiny import save_tiny, tiny_causal_lm
+    from methods.instruction_selection.paper import load_pool
+    from methods.instruction_selection.run import run
+
+    model, tok = tiny_causal_lm("llama", seed=0, tokenizer=tiny_tok)
+    mdir = tmp_path / "tiny-llama"
+    save_tiny(model, tok, str(mdir))
+    rng = np.random.default_rng(0)
+    words = ["add", "sum", "plus", "copy", "echo", "reverse", "upper", "count"]
+    pool = [
+        {
+            "dataset": "flan_v2" if i % 2 else "oasst1",
+            "id": f"ex_{i}",
+            "messages": [
+                {"role": "user", "content": " ".join(rng.choice(words, 4))},
+                {"role": "assistant", "content": " ".join(rng.choice(words, 3))},
+            ],
+        }
+        for i in range(24)
+    ]
+    pool.append(
+        {"dataset": "x", "id": "no_answer", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    pool_path = _write_jsonl(tmp_path / "tulu_v2.jsonl", pool)
+    assert [r["id"] for r in load_pool(pool_path)] == [f"ex_{i}" for i in range(24)]
+    with pytest.raises(ValueError, match="duplicate id"):
+        load_pool(_write_jsonl(tmp_path / "dup.jsonl", pool[:2] + pool[:1]))
+    qpath = _write_jsonl(
+        tmp_path / "gsm8k_dev.jsonl",
+        [{"prompts": "<|user|>\nadd 2 and 3\n<|assistant|>\n", "labels": "5"}] * 2,
+    )
+    cfg = compose(
+        [
+            "experiment=instruction_selection_paper",
+            f"method.base_model={mdir}",
+            f"method.pool={pool_path}",
+            f"method.warmup_data={pool_path}",
+            f"method.query_dataset={qpath}",
+            "method.query_config=gsm8k",
+            "method.representations=[rds,less]",
+            "method.selectors=[rr,dg]",
+            "method.budgets=[3,6]",
+            "method.warmup_n=8",
+            "method.warmup_epochs=2",
+            "method.warmup_grad_accum=2",
+            "method.warmup_lr=1e-3",
+            "method.proj_dim=16",
+            "method.max_length=64",
+            "method.lora_r=2",
+            "method.lora_alpha=4",
+            "method.lora_dropout=0.0",
+            "method.dtype=float32",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
+    out = run(cfg)
+    sub = tmp_path / "run" / "subsets"
+    ids = {f"ex_{i}" for i in range(24)}
+    for arm in ("rds_rr", "less_rr", "less_dg"):
+        a = json.loads((sub / f"{arm}_B3.json").read_text())
+        b = json.loads((sub / f"{arm}_B6.json").read_text())
+        assert len(a) == 3 and len(b) == 6 == len(set(b)) and set(b) <= ids and b[:3] == a
+        assert np.isfinite(out[f"{arm}/w1@6"])
+    ckpts = sorted((tmp_path / "run" / "warmup").glob("checkpoint-*"))
+    assert len(ckpts) == 2 and all((c / "optimizer.pt").exists() for c in ckpts)
+
+
+def test_trainer_warmup_checkpoints_match_optimizer_state(tmp_path, tiny_tok):
+    """HF-Trainer warm-up: one LESSCheckpoint per epoch; moments mapped by name (shapes match,
+    v >= 0, nonzero), the last checkpoint's weights are the trained ones, LR weights follow the
+    linear decay."""
+    from peft import LoraConfig, get_peft_model
+
+    from common.tiny import tiny_causal_lm
+    from methods.instruction_selection.paper import less_warmup_trainer
+
+    model, tok = tiny_causal_lm("llama", seed=0, tokenizer=tiny_tok)
+    model = get_peft_model(
+        model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    )
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"say {i}"},
+                {"role": "assistant", "content": f"{i}"},
+            ]
+        }
+        for i in range(8)
+    ]
+    ck = less_warmup_trainer(
+        model, tok, rows, str(tmp_path / "w"), epochs=3, lr=1e-2, grad_accum=2, warmup_ratio=0.0
+    )
+    assert len(ck) == 3
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    for c in ck:
+        assert set(c.params) == set(named) == set(c.exp_avg) == set(c.exp_avg_sq)
+        for n, p in named.items():
+            assert c.exp_avg[n].shape == p.shape and bool((c.exp_avg_sq[n] >= 0).all())
+        assert any(float(v.abs().sum()) > 0 for v in c.exp_avg_sq.values())
+    for n, p in named.items():
+        assert torch.equal(ck[-1].params[n], p.detach())
+    assert ck[0].lr > ck[1].lr > ck[2].lr > 0  # linear decay, no warm-up
+    assert not torch.equal(ck[0].params[next(iter(named))], ck[-1].params[next(iter(named))])
+    LESSFeaturizer(model, tok, ck, proj_dim=8)  # names/shapes accepted by the featurizer

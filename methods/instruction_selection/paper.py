@@ -1,0 +1,339 @@
+"""Paper-scale data and warm-up (spec §3.1, §7): Tulu pools, the five target tasks, HF-Trainer LoRA warm-up.
+
+* :func:`load_pool` reads a Tulu-style pool (``{"id", "dataset", "messages": [...]}`` rows) from a
+  local JSON/JSONL file or a hub id (``Harvard-DCML/tulu-v2-197K-processed``), drops rows with no
+  assistant turn and rejects duplicate ids (spec §8).
+* :func:`load_queries` reads the processed query set (``{"prompts", "labels"}``; hub
+  ``Harvard-DCML/targeted-query-set-processed``, one config per task) or a local file of that format.
+* :data:`TASK_CONVERTERS` turn the raw benchmark formats of the five target tasks (BBH task JSON,
+  HumanEval JSONL, GSM8K JSONL, TyDiQA-GoldP SQuAD-style JSON, MMLU-Pro rows) into query rows with the
+  Tulu generation prompt, for the query loss and for building query sets from raw files.
+* :func:`less_warmup_trainer` is the paper's LESS warm-up: LoRA training with ``transformers.Trainer``
+  (linear schedule, 3 % warm-up, ``save_strategy="epoch"``); each epoch checkpoint is read back
+  (adapter weights + the AdamW moments of ``optimizer.pt``, matched to parameter names) into
+  :class:`LESSCheckpoint` with the epoch's mean learning rate.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .representations import LESSCheckpoint, _segments, _supervised_ids
+
+logger = logging.getLogger(__name__)
+
+TARGET_TASKS = ("bbh", "codex", "gsm8k", "tydiqa", "mmlu_pro")
+USER, ASSISTANT = "<|user|>\n", "\n<|assistant|>\n"
+
+
+def _read_rows(source: str, split: str, config: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a local ``.json``/``.jsonl`` file or of a hub dataset (``datasets.load_dataset``)."""
+    if os.path.exists(source):
+        with open(source) as fh:
+            text = fh.read()
+        if source.endswith(".jsonl"):
+            return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    from datasets import load_dataset  # pragma: no cover - hub access (paper scale)
+
+    return list(load_dataset(source, config, split=split))  # pragma: no cover
+
+
+def load_pool(source: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
+    """A Tulu-style pool: ``{"id", "dataset", "messages": [{"role", "content"}, ...]}`` rows.
+
+    Args:
+        source: local JSON/JSONL path or hub id (paper: ``Harvard-DCML/tulu-v2-197K-processed``).
+        split: hub split.
+        limit: keep the first ``limit`` valid rows (None: all).
+
+    Raises:
+        ValueError: on a row without ``id``/``messages``, a duplicate id, or an empty result.
+    """
+    rows, seen, dropped = [], set(), 0
+    for i, r in enumerate(_read_rows(source, split)):
+        if "id" not in r or "messages" not in r:
+            raise ValueError(f"pool row {i} needs 'id' and 'messages', got keys {sorted(r)}")
+        if r["id"] in seen:
+            raise ValueError(f"pool has a duplicate id {r['id']!r} (row {i})")
+        seen.add(r["id"])
+        msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"]]
+        if not any(m["role"] == "assistant" and str(m["content"]).strip() for m in msgs):
+            dropped += 1  # spec §8: no supervised tokens
+            continue
+        rows.append({"id": r["id"], "dataset": r.get("dataset", ""), "messages": msgs})
+        if limit is not None and len(rows) >= limit:
+            break
+    if dropped:
+        logger.warning("pool: dropped %d rows without an assistant turn", dropped)
+    if not rows:
+        raise ValueError(f"pool {source!r} has no usable rows")
+    return rows
+
+
+def load_queries(
+    source: str, task: str, split: str = "dev", limit: int | None = None
+) -> list[dict[str, str]]:
+    """The processed query set of one target task: ``{"prompts", "labels"}`` rows.
+
+    Args:
+        source: local JSON/JSONL path or hub id (``Harvard-DCML/targeted-query-set-processed``,
+            whose configs are the task names).
+        task: one of :data:`TARGET_TASKS`.
+        split: hub split (paper: ``dev``).
+        limit: keep the first ``limit`` rows.
+
+    Raises:
+        ValueError: on an unknown task, a row without the two fields, an empty label or no rows.
+    """
+    if task not in TARGET_TASKS:
+        raise ValueError(f"task must be one of {TARGET_TASKS}, got {task!r}")
+    out = []
+    for i, r in enumerate(_read_rows(source, split, config=task)):
+        if "prompts" not in r or "labels" not in r:
+            raise ValueError(f"query row {i} needs 'prompts' and 'labels', got keys {sorted(r)}")
+        if not str(r["labels"]).strip():
+            raise ValueError(f"query row {i} has an empty label")
+        out.append({"prompts": str(r["prompts"]), "labels": str(r["labels"])})
+    if limit is not None:
+        out = out[:limit]
+    if not out:
+        raise ValueError(f"query set {source!r} ({task}) is empty")
+    return out
+
+
+def _query(prompt: str, label: str, **extra: Any) -> dict[str, Any]:
+    """A query row with the Tulu generation prompt (spec §3.1: prompts end in ``<|assistant|>``)."""
+    return {"prompts": USER + prompt.strip() + ASSISTANT, "labels": label, **extra}
+
+
+def convert_bbh(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """BBH task file (``{"examples": [{"input", "target"}]}`` or its example list) -> query rows."""
+    ex = rows[0]["examples"] if len(rows) == 1 and "examples" in rows[0] else rows
+    return [_query(str(e["input"]), str(e["target"]), answer=str(e["target"])) for e in ex]
+
+
+def convert_gsm8k(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """GSM8K JSONL (``{"question", "answer"}``, answer ends ``#### n``) -> query rows.
+
+    The label is the reasoning with the final line rewritten as ``So the answer is n.`` (the
+    open-instruct CoT style); ``answer`` keeps the number for exact match.
+    """
+    out = []
+    for r in rows:
+        text = str(r["answer"])
+        if "####" not in text:
+            raise ValueError(f"a GSM8K answer must end with '#### <number>', got {text[-40:]!r}")
+        steps, final = text.rsplit("####", 1)
+        final = final.strip().replace(",", "")
+        steps = re.sub(r"<<[^>]*>>", "", steps).strip()  # drop calculator annotations
+        out.append(_query(str(r["question"]), f"{steps}\nSo the answer is {final}.", answer=final))
+    return out
+
+
+def convert_tydiqa(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """TyDiQA-GoldP (SQuAD-style ``{"data": [{"paragraphs": [{"context", "qas"}]}]}``) -> rows."""
+    data = rows[0]["data"] if len(rows) == 1 and "data" in rows[0] else rows
+    out = []
+    for art in data:
+        for par in art["paragraphs"]:
+            for qa in par["qas"]:
+                answers = [a["text"] for a in qa["answers"]]
+                if not answers:
+                    continue
+                prompt = f"Passage: {par['context']}\nQuestion: {qa['question']}\nAnswer:"
+                out.append(_query(prompt, answers[0], answer=answers, id=qa.get("id", "")))
+    return out
+
+
+def convert_codex(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """HumanEval JSONL (``task_id, prompt, canonical_solution, test, entry_point``) -> rows."""
+    out = []
+    for r in rows:
+        prompt = "Complete the following python function.\n\n\n" + str(r["prompt"])
+        row = _query(prompt, str(r["prompt"]) + str(r["canonical_solution"]))
+        row.update(task_id=r["task_id"], test=r["test"], entry_point=r["entry_point"])
+        out.append(row)
+    return out
+
+
+def convert_mmlu_pro(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """MMLU-Pro rows (``question, options, answer, answer_index, category``) -> rows."""
+    letters = "ABCDEFGHIJKLMNOP"
+    out = []
+    for r in rows:
+        opts = list(r["options"])
+        if not 2 <= len(opts) <= len(letters):
+            raise ValueError(f"an MMLU-Pro question needs 2..16 options, got {len(opts)}")
+        body = "\n".join(f"({letters[i]}) {o}" for i, o in enumerate(opts))
+        ans = str(r["answer"])
+        prompt = f"Question: {r['question']}\nOptions:\n{body}\nAnswer:"
+        out.append(_query(prompt, f"The answer is ({ans}).", answer=ans, category=r["category"]))
+    return out
+
+
+TASK_CONVERTERS: dict[str, Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]] = {
+    "bbh": convert_bbh,
+    "codex": convert_codex,
+    "gsm8k": convert_gsm8k,
+    "tydiqa": convert_tydiqa,
+    "mmlu_pro": convert_mmlu_pro,
+}
+
+
+def load_target_task(task: str, path: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Raw benchmark file of a target task -> query rows (``prompts``, ``labels``, ``answer``...)."""
+    if task not in TASK_CONVERTERS:
+        raise ValueError(f"task must be one of {TARGET_TASKS}, got {task!r}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{task} file not found: {path}")
+    rows = TASK_CONVERTERS[task](_read_rows(path, "test"))
+    return rows[:limit] if limit is not None else rows
+
+
+# ------------------------------------------------------------------------------------ warm-up
+def _trainer_param_order(model: torch.nn.Module) -> list[str]:
+    """Names in the order ``Trainer.create_optimizer`` puts them (decay group, then no-decay)."""
+    from transformers import Trainer
+
+    decay = set(Trainer.get_decay_parameter_names(None, model))  # does not use ``self``
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [n for n, _ in named if n in decay] + [n for n, _ in named if n not in decay]
+
+
+def load_trainer_checkpoint(model: torch.nn.Module, ckpt_dir: str, lr: float) -> LESSCheckpoint:
+    """A ``Trainer`` checkpoint folder of a PEFT model -> :class:`LESSCheckpoint`.
+
+    The adapter weights are loaded into ``model`` (``peft.set_peft_model_state_dict``) and read
+    back by parameter name; ``optimizer.pt`` holds the AdamW moments by position, which are mapped
+    to names in the Trainer's group order and shape-checked (spec §8: never trust order alone).
+    """
+    from peft import set_peft_model_state_dict
+
+    path = os.path.join(ckpt_dir, "adapter_model.safetensors")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no adapter weights in {ckpt_dir}")
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(path))
+    named = dict(model.named_parameters())
+    order = _trainer_param_order(model)
+    params = {n: named[n].detach().clone() for n in order}
+    opt_path = os.path.join(ckpt_dir, "optimizer.pt")
+    if not os.path.exists(opt_path):
+        raise FileNotFoundError(f"{ckpt_dir} has no optimizer.pt: LESS needs the Adam state")
+    state = torch.load(opt_path, map_location="cpu", weights_only=False)
+    idx = [i for g in state["param_groups"] for i in g["params"]]
+    if len(idx) != len(order):
+        raise ValueError(f"optimizer state has {len(idx)} tensors, the model {len(order)}")
+    m, v = {}, {}
+    for k, n in zip(idx, order):
+        st = state["state"][k]
+        if st["exp_avg"].shape != named[n].shape:
+            raise ValueError(f"optimizer state {k} has shape {tuple(st['exp_avg'].shape)} != {n}")
+        m[n], v[n] = st["exp_avg"].float().clone(), st["exp_avg_sq"].float().clone()
+    return LESSCheckpoint(params=params, exp_avg=m, exp_avg_sq=v, lr=lr)
+
+
+def less_warmup_trainer(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: Sequence[Mapping[str, Any]],
+    out_dir: str,
+    epochs: int = 4,
+    lr: float = 2e-5,
+    per_device_batch: int = 1,
+    grad_accum: int = 128,
+    warmup_ratio: float = 0.03,
+    seed: int = 0,
+    max_length: int = 2048,
+    bf16: bool = False,
+) -> list[LESSCheckpoint]:
+    """The paper's LESS warm-up with ``transformers.Trainer`` (spec §3.2.3, §7).
+
+    LoRA training of ``model`` (a PEFT model) on Tulu rows with the assistant-only loss, AdamW,
+    linear schedule with ``warmup_ratio`` warm-up, a checkpoint per epoch (paper: 4 epochs, lr 2e-5,
+    batch 1 × accumulation 128). Returns one :class:`LESSCheckpoint` per epoch whose ``lr`` is the
+    mean learning rate of that epoch's optimizer steps (the LR weight ``η̄_t``).
+
+    Raises:
+        ValueError: if ``epochs < 1`` or every row is truncated to zero supervised tokens.
+    """
+    import datasets
+    from transformers import Trainer, TrainingArguments
+
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if not 0.0 <= warmup_ratio < 1.0:
+        raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio}")
+    eos = tokenizer.eos_token or ""
+    items = [_supervised_ids(_segments(r["messages"], eos), tokenizer, max_length) for r in rows]
+    kept = [(i, y) for i, y in items if any(t != -100 for t in y)]
+    if len(kept) < len(items):
+        logger.warning("warm-up: dropped %d fully truncated rows", len(items) - len(kept))
+    if not kept:
+        raise ValueError("rows: every example is truncated to zero supervised tokens")
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [i for i, _ in kept], "labels": [y for _, y in kept]}
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def collate(batch: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        T = max(len(b["input_ids"]) for b in batch)
+        ids = torch.tensor([b["input_ids"] + [pad] * (T - len(b["input_ids"])) for b in batch])
+        lab = torch.tensor([b["labels"] + [-100] * (T - len(b["labels"])) for b in batch])
+        att = torch.tensor(
+            [[1] * len(b["input_ids"]) + [0] * (T - len(b["input_ids"])) for b in batch]
+        )
+        return {"input_ids": ids, "attention_mask": att, "labels": lab}  # [b, T] each
+
+    args = TrainingArguments(
+        output_dir=out_dir,
+        num_train_epochs=epochs,
+        learning_rate=lr,
+        lr_scheduler_type="linear",
+        warmup_steps=warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
+        per_device_train_batch_size=per_device_batch,
+        gradient_accumulation_steps=grad_accum,
+        weight_decay=0.0,
+        save_strategy="epoch",
+        logging_steps=1,
+        report_to="none",
+        seed=seed,
+        bf16=bf16,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=False,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=collate)
+    trainer.train()
+    lrs = {
+        int(h["step"]): float(h["learning_rate"])
+        for h in trainer.state.log_history
+        if "learning_rate" in h
+    }
+    dirs = sorted(
+        glob.glob(os.path.join(out_dir, "checkpoint-*")), key=lambda d: int(d.rsplit("-", 1)[1])
+    )
+    if len(dirs) != epochs:
+        raise RuntimeError(f"expected {epochs} epoch checkpoints in {out_dir}, found {len(dirs)}")
+    ckpts, prev = [], 0
+    for d in dirs:
+        step = int(d.rsplit("-", 1)[1])
+        epoch_lrs = [lrs[s] for s in range(prev + 1, step + 1) if s in lrs]
+        mean_lr = float(np.mean(epoch_lrs)) if epoch_lrs else lr
+        ckpts.append(load_trainer_checkpoint(model, d, mean_lr if mean_lr > 0 else lr))
+        prev = step
+    model.eval()
+    return ckpts
