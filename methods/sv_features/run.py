@@ -36,7 +36,7 @@ DEMO_OVERRIDES = [
     "method.plots=false",
 ]
 HEADLINE = ("single/align_top", "single_no_attn/align_top")
-_TOYS = ("single", "multi", "closed_form", "sad")
+_TOYS = ("single", "multi", "closed_form", "sad", "real")
 
 
 @dataclass
@@ -49,6 +49,7 @@ class RunConfig:
     multi_pairs: dict = field(default_factory=dict)
     closed_form: dict = field(default_factory=dict)
     sad: dict = field(default_factory=dict)
+    real: dict = field(default_factory=dict)
     log_every: int = 50
     plots: bool = True
 
@@ -136,13 +137,27 @@ def run(cfg: DictConfig) -> dict[str, float]:
     if "closed_form" in rc.toys:
         t0 = time.time()
         metrics["closed_form"] = _closed_form(**{**rc.closed_form, "seed": seed})
+        if rc.plots:
+            _plot_closed_form(rc.closed_form, seed, run_dir / "toy_c_closed_form.png")
         extra["timings_s"]["closed_form"] = time.time() - t0
     if "sad" in rc.toys:
         t0 = time.time()
-        out = run_match_toy(MatchTaskConfig(**{**rc.sad, "seed": seed}))
+        mcfg = MatchTaskConfig(**{**rc.sad, "seed": seed})
+        hist_d: list = []
+        dists: dict = {}
+        out = run_match_toy(mcfg, hist_d, max(1, mcfg.steps // 6), dists)
         metrics["sad_init"] = out["init"]
         metrics["sad_trained"] = out["trained"]
+        extra["histories"]["sad"] = hist_d
+        if rc.plots:
+            _plot_sad(hist_d, dists, run_dir / "toy_d_sad.png")
         extra["timings_s"]["sad"] = time.time() - t0
+    if "real" in rc.toys:
+        t0 = time.time()
+        real_metrics, real_extra = _run_real(rc.real, seed, run_dir if rc.plots else None)
+        metrics.update(real_metrics)
+        extra["real"] = real_extra
+        extra["timings_s"]["real"] = time.time() - t0
     return write_results(
         run_dir,
         "sv_features",
@@ -159,6 +174,126 @@ def run(cfg: DictConfig) -> dict[str, float]:
             "sparser) in the singular basis and in a random rotation (control)."
         ),
     )
+
+
+def _run_real(rcfg: dict, seed: int, plot_dir: Path | None):
+    """Real-model SAD (spec §5, §7): all heads on IOI prompts, or one head over checkpoints."""
+    from transformers import AutoTokenizer
+
+    from methods.sv_features.real_models import (
+        aggregate,
+        checkpoint_sweep,
+        ioi_prompts,
+        load_causal_lm,
+        pythia_revisions,
+        sad_heads,
+    )
+
+    known = {"model", "tokenizer", "n_prompts", "heads", "firing_thresh", "tau", "checkpoints",
+             "head", "dtype"}  # fmt: skip
+    bad = set(rcfg) - known
+    if bad:
+        raise ValueError(f"method.real has unknown keys {sorted(bad)}; allowed {sorted(known)}")
+    if not rcfg.get("model"):
+        raise ValueError("method.real.model (hub id or local path) is required for the 'real' toy")
+    model_id = str(rcfg["model"])
+    ckpts = rcfg.get("checkpoints")
+    tok = AutoTokenizer.from_pretrained(rcfg.get("tokenizer") or model_id)  # shared by revisions
+    batch = ioi_prompts(tok, int(rcfg.get("n_prompts", 128)), seed)
+    tau, fire = float(rcfg.get("tau", 0.9)), float(rcfg.get("firing_thresh", 0.5))
+    dtype = getattr(torch, str(rcfg.get("dtype", "float32")))
+    if not ckpts:
+        model = load_causal_lm(model_id, dtype=dtype)
+        heads = [tuple(h) for h in rcfg["heads"]] if rcfg.get("heads") else None
+        per_head = sad_heads(model, batch, heads, fire, tau, control=True, seed=seed)
+        return {"ioi_heads": aggregate(per_head)}, {"per_head": per_head}
+    revisions = pythia_revisions(int(ckpts)) if isinstance(ckpts, int) else [str(c) for c in ckpts]
+    head = tuple(rcfg["head"]) if rcfg.get("head") else None
+    rows = checkpoint_sweep(
+        model_id,
+        revisions,
+        batch,
+        head,
+        loader=lambda m, r: load_causal_lm(m, r, dtype=dtype),
+        firing_thresh=float(rcfg.get("firing_thresh", 0.0)),
+        tau=tau,
+        seed=seed,
+    )
+    metrics = {"ckpt_first": rows[0], "ckpt_last": rows[-1]}
+    if plot_dir is not None:
+        _plot_checkpoints(revisions, rows, plot_dir / "checkpoint_sparseness.png")
+    return metrics, {"revisions": list(revisions), "rows": rows}
+
+
+def _plot_checkpoints(revisions, rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    x = range(len(rows))
+    ax.plot(x, [r["sparseness"] for r in rows], "o-", ms=3, label="singular basis")
+    ax.plot(x, [r.get("sparseness_control", float("nan")) for r in rows], "x-", ms=3,
+            label="random rotation (control)")  # fmt: skip
+    ax.set_xticks(list(x)[:: max(1, len(rows) // 8)])
+    ax.set_xticklabels(revisions[:: max(1, len(rows) // 8)], rotation=45, fontsize=7)
+    ax.set_ylabel("median Rolls-Tovee S (end -> IO)")
+    ax.legend()
+    save_plot(fig, path)
+
+
+def _plot_closed_form(cf: dict, seed: int, path: Path) -> None:
+    """Toy C: the sampled lstsq fit converges to the closed form as the sample count grows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    top = int(cf.get("samples", 200_000))
+    ns = [n for n in (1_000, 3_000, 10_000, 30_000, 100_000, 300_000) if n <= top] or [top]
+    kw = {k: v for k, v in cf.items() if k != "samples"}
+    rows = [_closed_form(**kw, samples=n, seed=seed) for n in ns]
+    fig, ax = plt.subplots(1, 2, figsize=(8, 3))
+    ax[0].loglog(ns, [r["rel_err"] for r in rows], "o-")
+    ax[0].set_xlabel("samples")
+    ax[0].set_ylabel("||fit - closed form|| / ||closed form||")
+    ax[1].semilogx(ns, [1 - r["cos_u"] for r in rows], "o-", label="1 - |cos(u1, S_X^-1 x_a)|")
+    ax[1].semilogx(ns, [1 - r["cos_v"] for r in rows], "x-", label="1 - |cos(v1, S_Y^-1 y_b)|")
+    ax[1].set_yscale("log")
+    ax[1].set_xlabel("samples")
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    save_plot(fig, path)
+
+
+def _plot_sad(hist: list[dict], dists: dict, path: Path) -> None:
+    """Toy D: median sparseness over training (singular vs rotated basis) and per-edge histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(8.5, 3.2))
+    steps = [r["step"] for r in hist]
+    ax[0].plot(steps, [r["sparseness"] for r in hist], "o-", label="singular basis")
+    ax[0].plot(steps, [r["sparseness_control"] for r in hist], "x-", label="random rotation")
+    ax[0].plot(steps, [r["accuracy"] for r in hist], ":", c="gray", label="task accuracy")
+    ax[0].set_xlabel("training step")
+    ax[0].set_ylabel("median Rolls-Tovee S (lower = sparser)")
+    ax[0].set_ylim(0, 1.05)
+    ax[0].legend(fontsize=7)
+    bins = [i / 20 for i in range(21)]
+    for key, ls in (("init", "--"), ("trained", "-")):
+        d = dists.get(key) or {}
+        ax[1].hist(d.get("sparseness", []), bins, histtype="step", ls=ls, color="C0",
+                   label=f"singular, {key}")  # fmt: skip
+        ax[1].hist(d.get("sparseness_control", []), bins, histtype="step", ls=ls, color="C1",
+                   label=f"rotated, {key}")  # fmt: skip
+    ax[1].set_xlabel("S per edge (last -> j*)")
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    save_plot(fig, path)
 
 
 def _plot_single(h1: list[dict], h0: list[dict], path: Path) -> None:

@@ -74,8 +74,14 @@ def build_model(cfg: MatchTaskConfig) -> GPT2LMHeadModel:
     return GPT2LMHeadModel(conf)
 
 
-def measure(model: GPT2LMHeadModel, cfg: MatchTaskConfig, seed: int) -> dict[str, float]:
-    """Accuracy and SAD statistics of edge ``(T-1, j*)`` for the head attending most to ``j*``."""
+def measure(
+    model: GPT2LMHeadModel, cfg: MatchTaskConfig, seed: int, dists: dict | None = None
+) -> dict[str, float]:
+    """Accuracy and SAD statistics of edge ``(T-1, j*)`` for the head attending most to ``j*``.
+
+    With ``dists``, the per-edge sparseness values are stored there under ``"sparseness"`` and
+    ``"sparseness_control"`` (for plots).
+    """
     g = torch.Generator().manual_seed(seed)
     ids, tgt, jstar = sample_match_batch(cfg, cfg.n_eval, g)
     model.eval()
@@ -95,6 +101,9 @@ def measure(model: GPT2LMHeadModel, cfg: MatchTaskConfig, seed: int) -> dict[str
     attn, h, res, sel = best
     rel = res.relative[sel]
     positive = res.rel_logits[sel] > 0
+    if dists is not None:
+        dists["sparseness"] = res.sparseness[sel].tolist()
+        dists["sparseness_control"] = res.sparseness_control[sel].tolist()
     return {
         "accuracy": acc,
         "attn_to_match": attn,
@@ -109,19 +118,43 @@ def measure(model: GPT2LMHeadModel, cfg: MatchTaskConfig, seed: int) -> dict[str
     }
 
 
-def run_match_toy(cfg: MatchTaskConfig) -> dict[str, dict[str, float]]:
-    """Trains the one-layer model and returns ``{"init": ..., "trained": ...}`` measurements."""
+def run_match_toy(
+    cfg: MatchTaskConfig,
+    history: list | None = None,
+    measure_every: int = 0,
+    dists: dict | None = None,
+) -> dict[str, dict[str, float]]:
+    """Trains the one-layer model and returns ``{"init": ..., "trained": ...}`` measurements.
+
+    Args:
+        cfg: task and model sizes.
+        history: if given, receives ``{"step", **measure(...)}`` every ``measure_every`` steps (the
+            analogue of the paper's S(v)-over-checkpoints curve).
+        measure_every: steps between history rows (0 = init and end only).
+        dists: if given, receives per-edge sparseness lists under ``"init"`` and ``"trained"``.
+    """
     model = build_model(cfg)
-    before = measure(model, cfg, cfg.seed + 100)
+    d0: dict | None = {} if dists is not None else None
+    before = measure(model, cfg, cfg.seed + 100, d0)
+    if history is not None:
+        history.append({"step": 0.0, **before})
     g = torch.Generator().manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     model.train()
-    for _ in range(cfg.steps):
+    for step in range(1, cfg.steps + 1):
         ids, tgt, _ = sample_match_batch(cfg, cfg.batch, g)
         out = model(input_ids=ids).logits[:, -1]
         loss = torch.nn.functional.cross_entropy(out, tgt)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    after = measure(model, cfg, cfg.seed + 100)
+        if history is not None and measure_every and step % measure_every == 0 and step < cfg.steps:
+            history.append({"step": float(step), **measure(model, cfg, cfg.seed + 100)})
+            model.train()
+    d1: dict | None = {} if dists is not None else None
+    after = measure(model, cfg, cfg.seed + 100, d1)
+    if history is not None:
+        history.append({"step": float(cfg.steps), **after})
+    if dists is not None:
+        dists.update(init=d0, trained=d1)
     return {"init": before, "trained": after}
