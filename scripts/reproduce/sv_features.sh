@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Singular vectors align with features (methods/sv_features) reproduction.
-# 1) CPU toys A-D (spec §6): single pair + lam=0 control, multi-pair, least-squares oracle, SAD on a
-#    trained one-layer model with the random-rotation control (~5-10 min on a loaded 2-core box).
+# Singular vectors align with features (methods/sv_features) reproduction (spec §6, §7).
+#   bash scripts/reproduce/sv_features.sh toy      # CPU toys A-D + PNGs (~5-10 min on a loaded 2-core box)
+#   bash scripts/reproduce/sv_features.sh paper    # paper toy schedules (10k steps, batch 1024)
+#   bash scripts/reproduce/sv_features.sh gpt2     # SAD of all 144 GPT-2 small heads on 128 IOI prompts
+#   bash scripts/reproduce/sv_features.sh pythia   # SAD of an IOI head over ~130 Pythia-160M revisions
+# The real-model stages load hub ids (`gpt2`, `EleutherAI/pythia-160m` + revisions): run them on a
+# machine with network access or a filled HF_HOME; CPU is enough for GPT-2, a GPU helps for Pythia.
+# Extra arguments are Hydra overrides, e.g. method.real.tau=0.7 or method.real.head=[8,9].
 set -euo pipefail
-export HF_HUB_OFFLINE=1
-icml26 experiment=sv_features_toy "$@"
-
-# 2) Paper toy schedules (N=20/D=H=10 and N=100/D=H=50, AdamW lr 1e-3, batch 1024, 10k steps):
-icml26 experiment=sv_features_paper "$@"
-
-# 3) Real-model SAD (spec §5, §7; GPT-2 small on 128 IOI prompts, Pythia-160M checkpoints) is NOT
-#    driven from here: the library call works on any GPT-2 / Llama-style HF model loaded by hub id, e.g.
-#      from transformers import AutoModelForCausalLM
-#      from methods.sv_features import sparse_attention_decomposition
-#      m = AutoModelForCausalLM.from_pretrained("gpt2", attn_implementation="eager")
-#      res = sparse_attention_decomposition(m, ids, layer=9, head=9)   # res.n_recon, res.sparseness
-#    The IOI prompt generator and the Pythia checkpoint loop (GPT-NeoX partial rotary) are not written.
+cd "$(dirname "$0")/../.."
+stage="${1:-toy}"
+shift || true
+case "$stage" in
+  toy)    HF_HUB_OFFLINE=1 icml26 experiment=sv_features_toy "$@" ;;
+  paper)  HF_HUB_OFFLINE=1 icml26 experiment=sv_features_paper "$@" ;;
+  gpt2)
+    for tau in 0.7 0.9 1.0; do  # spec §9.5: tau not retrieved, report the sweep
+      icml26 experiment=sv_features_gpt2_ioi method.real.tau=$tau "$@"
+    done
+    ;;
+  pythia) icml26 experiment=sv_features_pythia "$@" ;;
+  *) echo "usage: $0 {toy|paper|gpt2|pythia} [hydra overrides...]" >&2; exit 2 ;;
+esac
