@@ -169,10 +169,31 @@ class LLaDAAdapter(HFDiffusionAdapter):
         super().__init__(model, mask_id, eos_ids, shift_logits=False, supports=supports)
 
     @classmethod
-    def from_pretrained(cls, model_id: str, dtype: str = "bfloat16", device: str | None = None):
-        """Load a LLaDA checkpoint by hub id or path (``trust_remote_code``); returns (adapter, tok)."""
+    def from_pretrained(
+        cls,
+        model_id: str,
+        dtype: str = "bfloat16",
+        device: str | None = None,
+        mask_id: int | None = None,
+    ):
+        """Load a LLaDA checkpoint by hub id or local path (``trust_remote_code``).
+
+        The mask id is, in order: ``mask_id``; the tokenizer's ``<|mdm_mask|>`` token; its
+        ``mask_token_id``; LLaDA's 126336. EOS ids are the tokenizer's ``<|endoftext|>``/``<|eot_id|>``
+        and ``eos_token_id`` (LLaDA's 126081/126348 if it has none).
+
+        Returns:
+            ``(adapter, tokenizer)``.
+        """
         model, tok = _load_remote(model_id, dtype, device)
-        return cls(model.eval()), tok
+        if mask_id is None:
+            mask_id = _special_id(tok, "<|mdm_mask|>")
+        if mask_id is None:
+            mask_id = tok.mask_token_id if tok.mask_token_id is not None else LLADA_MASK_ID
+        eos = {e for e in (_special_id(tok, t) for t in ("<|endoftext|>", "<|eot_id|>")) if e}
+        if tok.eos_token_id is not None:
+            eos.add(int(tok.eos_token_id))
+        return cls(model.eval(), mask_id=int(mask_id), eos_ids=eos or LLADA_EOS_IDS), tok
 
 
 class DreamAdapter(HFDiffusionAdapter):
@@ -182,13 +203,36 @@ class DreamAdapter(HFDiffusionAdapter):
         super().__init__(model, mask_id, eos_ids, shift_logits=True, supports=supports)
 
     @classmethod
-    def from_pretrained(cls, model_id: str, dtype: str = "bfloat16", device: str | None = None):
-        """Load a Dream checkpoint by hub id or path (``trust_remote_code``); returns (adapter, tok)."""
+    def from_pretrained(
+        cls,
+        model_id: str,
+        dtype: str = "bfloat16",
+        device: str | None = None,
+        mask_id: int | None = None,
+    ):
+        """Load a Dream checkpoint by hub id or local path (``trust_remote_code``).
+
+        The mask id is ``mask_id`` or the tokenizer's ``mask_token_id`` (Dream's ``<|mask|>``).
+
+        Returns:
+            ``(adapter, tokenizer)``.
+
+        Raises:
+            ValueError: if no mask id can be found.
+        """
         model, tok = _load_remote(model_id, dtype, device)
-        if tok.mask_token_id is None:
-            raise ValueError(f"tokenizer of {model_id!r} has no mask token")
-        eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-        return cls(model.eval(), mask_id=int(tok.mask_token_id), eos_ids=eos), tok
+        if mask_id is None:
+            mask_id = tok.mask_token_id
+        if mask_id is None:
+            raise ValueError(f"tokenizer of {model_id!r} has no mask token; pass mask_id")
+        eos = {int(tok.eos_token_id)} if tok.eos_token_id is not None else set()
+        return cls(model.eval(), mask_id=int(mask_id), eos_ids=eos), tok
+
+
+def _special_id(tok: Any, token: str) -> int | None:
+    """Id of ``token`` if it is a single known token of ``tok``, else None."""
+    vocab = tok.get_vocab()
+    return int(vocab[token]) if token in vocab else None
 
 
 def _load_remote(model_id: str, dtype: str, device: str | None):

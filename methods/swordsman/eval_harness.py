@@ -3,7 +3,8 @@
 ``generate_text`` turns one harness request (a few-shot context and stop sequences) into a Swordsman or
 Fast-dLLM decode and returns the text plus the throughput statistics the paper reports (tokens per second
 counting generated tokens up to the stop sequence, excluding EOS; latency; NFE). ``register_lm_eval``
-registers the model name ``swordsman_dlm`` with lm-eval (imported lazily: it is a GPU-side dependency).
+registers the model name ``swordsman_dlm`` with lm-eval (imported lazily: it is the optional ``eval``
+extra); the request handling itself lives in ``SwordsmanHarnessLM`` and runs without lm-eval.
 Command line: ``python -m methods.swordsman.eval_harness --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k``.
 """
 
@@ -79,17 +80,135 @@ def generate_text(
     return {"text": text, "tokens": n_tokens, "nfe": res.nfe, "seconds": seconds}
 
 
-def register_lm_eval():
-    """Register ``swordsman_dlm`` with lm-evaluation-harness and return the class."""
+class SwordsmanHarnessLM:
+    """The lm-evaluation-harness model logic, usable without lm-eval installed.
+
+    Implements ``generate_until`` over harness requests (objects whose ``.args`` is ``(context,
+    gen_kwargs)``; ``gen_kwargs["until"]`` are the stop sequences) and records per-request throughput
+    statistics. ``register_lm_eval`` mixes it into ``lm_eval.api.model.LM`` as ``swordsman_dlm``.
+
+    Args:
+        adapter: model adapter (``LLaDAAdapter`` / ``DreamAdapter`` / any ``DLMAdapter``).
+        tokenizer: the model's tokenizer.
+        cfg: decoder configuration; ``cfg.cache`` switches the KV cache (``"none"``, ``"prefix"`` or
+            ``"dual"``; dual needs a modeling file with ``replace_position``).
+        chat_template: wrap each context as a user turn (the repo does so for instruct models).
+        add_bos: prepend BOS (the repo does so for Dream).
+        baseline: None for Swordsman, ``"fixed"`` for Fast-dLLM.
+    """
+
+    def __init__(
+        self,
+        adapter: DLMAdapter,
+        tokenizer: Any,
+        cfg: SwordsmanConfig,
+        chat_template: bool = False,
+        add_bos: bool = False,
+        baseline: str | None = None,
+    ) -> None:
+        if baseline not in (None, "fixed"):
+            raise ValueError(f"baseline must be None or 'fixed', got {baseline!r}")
+        if cfg.cache not in adapter.supports:
+            raise ValueError(
+                f"cache={cfg.cache!r} is not supported by this model (supports "
+                f"{sorted(adapter.supports)}); use cache=none or a modeling file with KV-cache support"
+            )
+        self.adapter, self.tok, self.cfg = adapter, tokenizer, cfg
+        self.chat, self.add_bos, self.baseline = bool(chat_template), bool(add_bos), baseline
+        self.stats: list[dict[str, Any]] = []
+
+    @staticmethod
+    def load(
+        model_path: str,
+        family: str = "auto",
+        dtype: str = "bfloat16",
+        device: str | None = None,
+        mask_id: int | None = None,
+    ) -> tuple[DLMAdapter, Any, bool, bool]:
+        """Load a LLaDA/Dream checkpoint; returns ``(adapter, tokenizer, chat_template, add_bos)``.
+
+        ``family="auto"`` picks Dream when the path contains "dream", else LLaDA; the chat template is
+        used only when the path contains "instruct" (as in the official evaluation scripts).
+        """
+        family = _family(model_path) if family == "auto" else family
+        if family not in ("llada", "dream"):
+            raise ValueError(f"family must be 'auto', 'llada' or 'dream', got {family!r}")
+        cls = DreamAdapter if family == "dream" else LLaDAAdapter
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        adapter, tok = cls.from_pretrained(model_path, dtype=dtype, device=device, mask_id=mask_id)
+        return adapter, tok, "instruct" in model_path.lower(), family == "dream"
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_path: str,
+        family: str = "auto",
+        baseline: str | None = None,
+        dtype: str = "bfloat16",
+        device: str | None = None,
+        **decoder_kwargs: Any,
+    ) -> SwordsmanHarnessLM:
+        """Load by hub id or path; ``decoder_kwargs`` (strings allowed) are ``SwordsmanConfig`` fields."""
+        adapter, tok, chat, bos = cls.load(model_path, family, dtype, device)
+        cfg = SwordsmanConfig(**_coerce(decoder_kwargs))
+        return cls(adapter, tok, cfg, chat, bos, baseline or None)
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """Decode every request; returns the generated texts cut at the stop sequences."""
+        out = []
+        for req in requests:
+            context, gen_kwargs = req.args
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            r = generate_text(
+                self.adapter,
+                self.tok,
+                context,
+                self.cfg,
+                until,
+                self.chat,
+                self.add_bos,
+                self.baseline,
+            )
+            self.stats.append({k: r[k] for k in ("tokens", "nfe", "seconds")})
+            out.append(r["text"])
+        return out
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False):
+        raise NotImplementedError("swordsman_dlm supports generate_until tasks only")
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False):
+        raise NotImplementedError("swordsman_dlm supports generate_until tasks only")
+
+    def throughput(self) -> dict[str, float]:
+        """TPS, mean latency and NFE over the requests decoded so far (``summarize``)."""
+        return summarize(self.stats)
+
+
+_REGISTERED: dict[str, type] = {}
+
+
+def register_lm_eval() -> type:
+    """Register ``swordsman_dlm`` with lm-evaluation-harness (imported lazily) and return the class.
+
+    Raises:
+        ImportError: when lm-eval is not installed (``pip install 'icml26[eval]'``).
+    """
+    if "swordsman_dlm" in _REGISTERED:
+        return _REGISTERED["swordsman_dlm"]
     try:
         from lm_eval.api.model import LM
         from lm_eval.api.registry import register_model
     except ImportError as err:  # GPU-side optional dependency
-        raise ImportError("lm-eval is required: pip install 'lm-eval>=0.4.8'") from err
+        raise ImportError(
+            "lm-eval is required for the paper-scale evaluation: pip install 'icml26[eval]' "
+            "(lm-eval>=0.4.8)"
+        ) from err
 
     @register_model("swordsman_dlm")
-    class SwordsmanLM(LM):
-        """lm-eval model: generate_until only (the paper's tasks are all generative)."""
+    class SwordsmanLM(SwordsmanHarnessLM, LM):
+        """lm-eval model ``swordsman_dlm`` (``--model_args model_path=...,cache=dual,...``)."""
 
         def __init__(
             self,
@@ -97,13 +216,11 @@ def register_lm_eval():
             family: str = "auto",
             baseline: str | None = None,
             dtype: str = "bfloat16",
-            **decoder_kwargs,
+            **decoder_kwargs: Any,
         ):
-            super().__init__()
             import os
 
-            family = _family(model_path) if family == "auto" else family
-            cls = DreamAdapter if family == "dream" else LLaDAAdapter
+            LM.__init__(self)
             # Data parallel under `accelerate launch`: one replica per GPU, lm-eval shards by rank.
             self._rank = int(os.environ.get("RANK", 0))
             self._world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -113,37 +230,11 @@ def register_lm_eval():
                 self.accelerator = Accelerator()
             local = int(os.environ.get("LOCAL_RANK", 0))
             device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-            self.adapter, self.tok = cls.from_pretrained(model_path, dtype=dtype, device=device)
-            self.cfg = SwordsmanConfig(**_coerce(decoder_kwargs))
-            self.chat = "instruct" in model_path.lower()  # repo: template only for instruct models
-            self.add_bos = family == "dream"
-            self.baseline = baseline or None
-            self.stats: list[dict[str, Any]] = []
+            adapter, tok, chat, bos = self.load(model_path, family, dtype, device)
+            cfg = SwordsmanConfig(**_coerce(decoder_kwargs))
+            SwordsmanHarnessLM.__init__(self, adapter, tok, cfg, chat, bos, baseline or None)
 
-        def generate_until(self, requests):
-            out = []
-            for req in requests:
-                context, gen_kwargs = req.args
-                r = generate_text(
-                    self.adapter,
-                    self.tok,
-                    context,
-                    self.cfg,
-                    gen_kwargs.get("until"),
-                    self.chat,
-                    self.add_bos,
-                    self.baseline,
-                )
-                self.stats.append({k: r[k] for k in ("tokens", "nfe", "seconds")})
-                out.append(r["text"])
-            return out
-
-        def loglikelihood(self, requests):
-            raise NotImplementedError("swordsman_dlm supports generate_until tasks only")
-
-        def loglikelihood_rolling(self, requests):
-            raise NotImplementedError("swordsman_dlm supports generate_until tasks only")
-
+    _REGISTERED["swordsman_dlm"] = SwordsmanLM
     return SwordsmanLM
 
 
@@ -187,12 +278,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--baseline", choices=["fixed"], default=None)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--out", default="outputs/swordsman_paper")
+    p.add_argument(
+        "--cache", choices=["none", "prefix", "dual"], default=None, help="KV cache (dual = on)"
+    )
     p.add_argument("--decoder", nargs="*", default=[], help="key=value SwordsmanConfig fields")
     a = p.parse_args(argv)
+    kw = dict(item.split("=", 1) for item in a.decoder)
+    if a.cache is not None:
+        kw["cache"] = a.cache
+    cls = register_lm_eval()  # ImportError with the install hint when lm-eval is missing
     import lm_eval
 
-    cls = register_lm_eval()
-    kw = dict(item.split("=", 1) for item in a.decoder)
     lm = cls(a.model, baseline=a.baseline, **kw)
     res = lm_eval.simple_evaluate(
         model=lm,
@@ -206,8 +302,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"results": res["results"], "throughput": summarize(lm.stats), "args": vars(a)}
-    name = f"{a.model.replace('/', '_')}_{a.task}_{a.baseline or 'swordsman'}.json"
+    payload = {"results": res["results"], "throughput": lm.throughput(), "args": vars(a)}
+    cache = kw.get("cache", "none")
+    name = f"{a.model.replace('/', '_')}_{a.task}_{a.baseline or 'swordsman'}_{cache}.json"
     (out / name).write_text(json.dumps(payload, indent=2, default=str))
     logger.info("wrote %s", out / name)
 

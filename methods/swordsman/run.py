@@ -29,7 +29,14 @@ from methods.swordsman.adapters import HFMaskedLMAdapter
 from methods.swordsman.alignment import boundary_alignment
 from methods.swordsman.config import SwordsmanConfig
 from methods.swordsman.decoder import DecodeResult, swordsman_generate
-from methods.swordsman.toy import EOS, MASK, PhraseGrammar, tiny_mdm, train_mdm
+from methods.swordsman.toy import (
+    EOS,
+    MASK,
+    GrammarPosteriorLM,
+    PhraseGrammar,
+    tiny_mdm,
+    train_mdm,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +44,7 @@ DEMO_OVERRIDES: list[str] = [
     "method.toy.train_steps=40",
     "method.toy.n_eval=4",
     "method.toy.hidden_size=32",
+    "method.toy.n_oracle=2",
 ]
 HEADLINE: tuple[str, str] = ("swordsman/alignment", "fixed/alignment")
 
@@ -56,6 +64,7 @@ class ToyConfig:
     n_eval: int = 100
     block_len: int = 8  # fixed-block baseline size = M_max of the adaptive partition
     stress_tau_min: float = 0.3
+    n_oracle: int = 100  # prompts decoded with the exact grammar posterior (0 = skip)
 
 
 @dataclass
@@ -120,6 +129,40 @@ def _score(grammar: PhraseGrammar, res: DecodeResult, c0: int) -> tuple[float, f
     return float(valid), phrase_acc, boundary_alignment(cuts, gold) if cuts else float("nan")
 
 
+def _decode_arms(
+    adapter: HFMaskedLMAdapter,
+    arms: dict[str, SwordsmanConfig],
+    grammar: PhraseGrammar,
+    data: list,
+    gen_length: int,
+    prefix: str,
+) -> dict[str, dict[str, float]]:
+    """Decode every prompt of ``data`` with every arm; per-arm means of the toy metrics."""
+    metrics: dict[str, dict[str, float]] = {}
+    for arm, dcfg in progress(list(arms.items()), desc=f"swordsman toy {prefix}", unit="arm"):
+        valid, phrase, align, nfe, wall = [], [], [], [], []
+        for prompt, _, c0 in data:
+            res = swordsman_generate(adapter, torch.tensor([prompt]), dcfg)
+            v, pa, a = _score(grammar, res, c0)
+            valid.append(v)
+            if pa == pa:  # nan when the response is all <eos>
+                phrase.append(pa)
+            nfe.append(res.nfe)
+            wall.append(res.wall_time)
+            if a == a:  # skip nan (no interior boundary before <eos>)
+                align.append(a)
+        n = len(data)
+        metrics[prefix + arm] = {
+            "validity": sum(valid) / n,
+            "phrase_acc": sum(phrase) / max(len(phrase), 1),
+            "nfe": sum(nfe) / n,
+            "tokens_per_nfe": gen_length * n / sum(nfe),
+            "alignment": sum(align) / max(len(align), 1),
+            "wall_ms_per_sample": 1000 * sum(wall) / n,
+        }
+    return metrics
+
+
 def _erh(grammar: PhraseGrammar, model, prompts) -> dict[str, float]:
     """Mean entropy rise d_j = H_j - H_{j-1} at phrase starts vs inside phrases, all-masked pass."""
     from methods.swordsman.uncertainty import token_entropy
@@ -174,29 +217,15 @@ def run(cfg: DictConfig) -> dict[str, float]:
         train_s = time.perf_counter() - start
         rng = random.Random(seed + 10_000)  # held-out prompts, same for every arm
         data = [grammar.sample(rng) for _ in range(t.n_eval)]
+        arms = _arms(rcfg)
         adapter = HFMaskedLMAdapter(model, mask_id=MASK, eos_ids={EOS})
-        metrics: dict[str, dict[str, float]] = {}
-        for arm, dcfg in progress(list(_arms(rcfg).items()), desc="swordsman toy", unit="arm"):
-            valid, phrase, align, nfe, wall = [], [], [], [], []
-            for prompt, _, c0 in data:
-                res = swordsman_generate(adapter, torch.tensor([prompt]), dcfg)
-                v, pa, a = _score(grammar, res, c0)
-                valid.append(v)
-                if pa == pa:  # nan when the response is all <eos>
-                    phrase.append(pa)
-                nfe.append(res.nfe)
-                wall.append(res.wall_time)
-                if a == a:  # skip nan (no interior boundary before <eos>)
-                    align.append(a)
-            n = len(data)
-            metrics[arm] = {
-                "validity": sum(valid) / n,
-                "phrase_acc": sum(phrase) / max(len(phrase), 1),
-                "nfe": sum(nfe) / n,
-                "tokens_per_nfe": t.gen_length * n / sum(nfe),
-                "alignment": sum(align) / max(len(align), 1),
-                "wall_ms_per_sample": 1000 * sum(wall) / n,
-            }
+        metrics = _decode_arms(adapter, arms, grammar, data, t.gen_length, "")
+        if t.n_oracle > 0:
+            # The same decoders on the exact grammar posterior (a perfectly trained denoiser).
+            oracle = HFMaskedLMAdapter(GrammarPosteriorLM(grammar), mask_id=MASK, eos_ids={EOS})
+            metrics |= _decode_arms(
+                oracle, arms, grammar, data[: t.n_oracle], t.gen_length, "oracle_"
+            )
         metrics["erh"] = _erh(grammar, model, data)
     finally:
         torch.set_num_threads(threads)

@@ -14,9 +14,12 @@ Model. A tiny bidirectional ``BertForMaskedLM`` trained with the LLaDA masked-di
 from __future__ import annotations
 
 import logging
+import math
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -177,8 +180,15 @@ def train_mdm(
     lr: float = 2e-3,
     t_min: float = 0.02,
     seed: int = 0,
+    weighting: str = "elbo",
 ) -> list[float]:
-    """Masked-diffusion training (LLaDA objective, spec §6); returns the loss per step."""
+    """Masked-diffusion training (spec §6); returns the loss per step.
+
+    ``weighting="elbo"`` is the LLaDA objective ``Σ masked CE / (t · G)``; ``"mean"`` averages the CE over
+    the masked tokens of the batch (no ``1/t`` factor: lower-variance gradients for the tiny toy model).
+    """
+    if weighting not in ("elbo", "mean"):
+        raise ValueError(f"weighting must be 'elbo' or 'mean', got {weighting!r}")
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -196,7 +206,10 @@ def train_mdm(
         inp = torch.where(masked, torch.full_like(ids, MASK), ids)
         logits = model(input_ids=inp).logits  # [B, W, V]
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
-        loss = ((ce * masked) / t).sum() / (batch_size * grammar.gen_length)
+        if weighting == "elbo":
+            loss = ((ce * masked) / t).sum() / (batch_size * grammar.gen_length)
+        else:
+            loss = (ce * masked).sum() / masked.sum().clamp_min(1)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -204,3 +217,104 @@ def train_mdm(
         losses.append(float(loss.detach()))
     model.eval()
     return losses
+
+
+class GrammarPosteriorLM(torch.nn.Module):
+    """Exact denoiser of the phrase grammar: the Bayes-optimal masked-diffusion model (toy reference).
+
+    Given a partly masked sequence ``<pad>* <bos> prompt-phrase response``, returns for every position the
+    exact posterior marginal ``p(x_j | unmasked tokens)`` under ``PhraseGrammar``: the prompt's head fixes
+    the category cycle (so the phrase segmentation), the number of phrases ``n`` is uniform on
+    ``[min_phrases, max_phrases]``, a head is uniform over its category's heads and a body slot is the
+    posterior variant mixture ``Σ_v w_v [(1 - p_typo) δ_body(c, v, k) + p_typo δ_typo(c, k)]`` with
+    ``w_v ∝ Π_k p(observed_k | v)``. Tokens impossible under the grammar get likelihood ``eps`` instead of 0,
+    so the posterior stays defined after an inconsistent commit. It is what a perfectly trained model would
+    output, so the decoders can be compared on a model whose confidences are exactly meaningful.
+
+    Args:
+        grammar: the toy grammar.
+        eps: likelihood assigned to a token the grammar cannot produce at that position.
+    """
+
+    def __init__(self, grammar: PhraseGrammar, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.grammar = grammar
+        self.eps = float(eps)
+        self.prompt_len = 1 + max(LENGTHS)
+        self.register_buffer("_dummy", torch.zeros(()), persistent=False)
+
+    def _category_of_prompt(self, prompt: list[int]) -> int:
+        heads = [t for t in prompt if 4 <= t < 4 + 4 * N_HEADS]
+        if not heads:
+            raise ValueError("prompt has no phrase head: cannot infer the category cycle")
+        return (heads[0] - 4) // N_HEADS
+
+    def _phrase_loglik(self, span: list[int], c: int) -> tuple[float, float, list[float]]:
+        """(log p(obs | content), log p(obs | <eos>), variant posterior) of one phrase's tokens."""
+        g, eps = self.grammar, math.log(self.eps)
+        log_keep = math.log(1.0 - g.typo_prob)
+        log_typo = math.log(g.typo_prob) if g.typo_prob > 0 else eps
+        e_ll = sum(0.0 if t in (EOS, MASK) else eps for t in span)
+        first_head = g.head(c, 0)
+        if span[0] == MASK:
+            h_ll = 0.0
+        else:
+            h_ll = -math.log(N_HEADS) if 0 <= span[0] - first_head < N_HEADS else eps
+        lv = []
+        for v in range(N_VARIANTS):
+            ll = -math.log(N_VARIANTS)
+            for k, t in enumerate(span[1:]):
+                if t == MASK:
+                    continue
+                ll += log_keep if t == g.body(c, v, k) else log_typo if t == g.typo(c, k) else eps
+            lv.append(ll)
+        top = max(lv)
+        z = sum(math.exp(x - top) for x in lv)
+        return h_ll + top + math.log(z), e_ll, [math.exp(x - top) / z for x in lv]
+
+    def _row(self, ids: list[int]) -> np.ndarray:
+        g, p_len = self.grammar, self.prompt_len
+        resp = ids[p_len:]
+        n_pos = len(resp)
+        c0 = self._category_of_prompt(ids[:p_len])
+        starts = g.gold_starts(c0)
+        probs = np.zeros((len(ids), g.vocab_size))  # [L, V]
+        observed = [j for j, t in enumerate(ids) if t != MASK]
+        probs[observed, [ids[j] for j in observed]] = 1.0
+        phrases = []  # per phrase i: (start, category, L_i, E_i, variant posterior)
+        for i, a in enumerate(starts):
+            c = (c0 + 1 + i) % 4
+            phrases.append((a, c, *self._phrase_loglik(resp[a : min(a + LENGTHS[c], n_pos)], c)))
+        # Posterior over the number of phrases n (uniform prior on [min_phrases, max_phrases]).
+        ns = list(range(g.min_phrases, g.max_phrases + 1))
+        log_post = [sum(ph[2] for ph in phrases[:n]) + sum(ph[3] for ph in phrases[n:]) for n in ns]
+        top = max(log_post)
+        w = [math.exp(x - top) for x in log_post]
+        post = [x / sum(w) for x in w]
+        for i, (a, c, _, _, w_v) in enumerate(phrases):
+            p_content = sum(pn for n, pn in zip(ns, post, strict=True) if n > i)
+            for k in range(LENGTHS[c]):
+                j = a + k
+                if j >= n_pos or resp[j] != MASK:
+                    continue
+                row = probs[p_len + j]
+                row[EOS] = 1.0 - p_content
+                if k == 0:
+                    row[g.head(c, 0) : g.head(c, 0) + N_HEADS] = p_content / N_HEADS
+                else:
+                    for v in range(N_VARIANTS):
+                        row[g.body(c, v, k - 1)] += p_content * (1 - g.typo_prob) * w_v[v]
+                    row[g.typo(c, k - 1)] += p_content * g.typo_prob
+        return probs
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, **_: object) -> SimpleNamespace:
+        """``input_ids [B, L]`` -> ``.logits [B, L, V]`` = log posterior marginals (floored at 1e-12)."""
+        if input_ids.dim() != 2 or input_ids.shape[1] <= self.prompt_len:
+            raise ValueError(
+                f"input_ids must be [B, L] with L > prompt length {self.prompt_len}, "
+                f"got {tuple(input_ids.shape)}"
+            )
+        rows = np.stack([self._row(r.tolist()) for r in input_ids])
+        probs = torch.from_numpy(rows).to(torch.float32)  # [B, L, V]
+        return SimpleNamespace(logits=torch.log(probs.clamp_min(1e-12)))

@@ -28,7 +28,7 @@ from methods.swordsman import (
     uncertainty,
     vanilla_generate,
 )
-from methods.swordsman.toy import BOS, EOS, MASK
+from methods.swordsman.toy import BOS, EOS, MASK, GrammarPosteriorLM
 
 V = 23
 
@@ -510,3 +510,248 @@ def test_phrase_accuracy_hand_worked():
     n = sum(1 for s in g.gold_starts(c0) if s < resp.index(EOS))
     assert g.phrase_accuracy(bad, c0) == pytest.approx((n - 1) / n)
     assert math.isnan(g.phrase_accuracy([EOS] * g.gen_length, c0))
+
+
+# ----------------------------------------------------------------------------- exact grammar posterior
+def test_grammar_posterior_closed_forms():
+    g = PhraseGrammar(gen_length=32, max_phrases=6)
+    m = GrammarPosteriorLM(g)
+    prompt, _, c0 = g.sample(random.Random(3))
+    p_len, c1 = len(prompt), (c0 + 1) % 4
+    x = torch.tensor([prompt + [MASK] * 32])
+    p = m(x).logits.exp()[0]  # [L, V]
+    assert_close(p[p_len:].sum(-1), torch.ones(32), atol=1e-5, rtol=0)
+    # phrase 0 is always present (n >= 4): uniform head; body = variant mixture plus the typo
+    assert p[p_len, g.head(c1, 0)].item() == pytest.approx(1 / 6, abs=1e-6)
+    assert p[p_len + 1, g.body(c1, 2, 0)].item() == pytest.approx(0.85 / 3, abs=1e-6)
+    assert p[p_len + 1, g.typo(c1, 0)].item() == pytest.approx(0.15, abs=1e-6)
+    # one committed body token pins the variant: its siblings sit at 1 - typo_prob = 0.85
+    x[0, p_len + 1] = g.body(c1, 2, 0)
+    p = m(x).logits.exp()[0]
+    assert p[p_len + 2, g.body(c1, 2, 1)].item() == pytest.approx(0.85, abs=1e-5)
+    # a committed typo says nothing about the variant
+    x[0, p_len + 1] = g.typo(c1, 0)
+    p = m(x).logits.exp()[0]
+    assert p[p_len + 2, g.body(c1, 0, 1)].item() == pytest.approx(0.85 / 3, abs=1e-6)
+    # <eos> at the start of phrase 4 fixes n = 4: every later position is <eos>, earlier ones content
+    a4 = g.gold_starts(c0)[4]
+    x[0, p_len + a4] = EOS
+    p = m(x).logits.exp()[0]
+    assert (p[p_len + a4 + 1 :, EOS] > 1 - 1e-5).all()
+    assert (p[p_len : p_len + a4, EOS] < 1e-5).all()
+
+
+def test_grammar_posterior_matches_monte_carlo_eos_marginal():
+    g = PhraseGrammar(gen_length=32, max_phrases=6)
+    rng = random.Random(0)
+    samples = [g.sample(rng) for _ in range(4000)]
+    c0 = samples[0][2]
+    resp = torch.tensor([r for _, r, c in samples if c == c0])  # [n, G]
+    x = torch.tensor([samples[0][0] + [MASK] * 32])
+    p_eos = GrammarPosteriorLM(g)(x).logits.exp()[0, -32:, EOS]
+    assert_close(p_eos, (resp == EOS).float().mean(0), atol=0.05, rtol=0)
+
+
+def test_dynamic_threshold_cuts_nfe_on_exact_grammar_posterior():
+    """With exactly calibrated confidences, lowering τ releases the 0.85-confidence siblings together."""
+    g = PhraseGrammar(gen_length=32, max_phrases=6)
+    ad = CountingAdapter(HFMaskedLMAdapter(GrammarPosteriorLM(g), mask_id=MASK, eos_ids={EOS}))
+    data = [g.sample(random.Random(s)) for s in range(3)]
+    for blocks in (dict(min_block_len=8), dict(min_block_len=1)):  # fixed / adaptive partition
+        nfe = {}
+        for tau_min in (0.9, 0.7):
+            cfg = SwordsmanConfig(gen_length=32, max_block_len=8, tau_min=tau_min, **blocks)
+            nfe[tau_min], ad.calls = 0, 0
+            for prompt, _, c0 in data:
+                r = swordsman_generate(ad, torch.tensor([prompt]), cfg)
+                assert g.parse(r.generated.tolist(), c0)[0]  # validity is not lost
+                nfe[tau_min] += r.nfe
+            assert nfe[tau_min] == ad.calls
+        assert nfe[0.7] < nfe[0.9], blocks
+    # adaptive blocks end exactly at phrase starts (or the <eos> tail) under the exact posterior
+    r = swordsman_generate(ad, torch.tensor([data[0][0]]), cfg)
+    out, c0 = r.generated.tolist(), data[0][2]
+    eos_at = out.index(EOS)
+    cuts = {b - r.prompt_len for b in r.boundaries[:-1] if b - r.prompt_len < eos_at}
+    assert cuts and cuts <= set(g.gold_starts(c0))
+
+
+# ----------------------------------------------------------------------------- LLaDA / Dream loading path
+# A local stand-in for a hub checkpoint with its own modeling file (loaded with trust_remote_code, as the
+# LLaDA/Dream checkpoints are): a tiny bidirectional MDM whose "KV cache" is the token ids, recomputed
+# exactly, behind Fast-dLLM's forward(input_ids, past_key_values, use_cache, replace_position) interface.
+_MODELING = """
+from types import SimpleNamespace
+
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+
+class TinyDLMConfig(BertConfig):
+    model_type = "tiny_dlm"
+
+
+class TinyDLMNoCache(BertForMaskedLM):
+    config_class = TinyDLMConfig
+
+    def forward(self, input_ids, attention_mask=None):
+        return SimpleNamespace(logits=super().forward(input_ids=input_ids).logits)
+
+
+class TinyDLM(BertForMaskedLM):
+    config_class = TinyDLMConfig
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False, replace_position=None):
+        if past_key_values is None:
+            full, out = input_ids, slice(None)
+        elif replace_position is not None:
+            full = past_key_values.clone()
+            full[replace_position] = input_ids.reshape(-1)
+            idx = replace_position[0].nonzero().squeeze(-1)
+            out = slice(int(idx[0]), int(idx[-1]) + 1)
+        else:
+            full = torch.cat([past_key_values, input_ids], dim=1)
+            out = slice(past_key_values.shape[1], None)
+        logits = super().forward(input_ids=full).logits[:, out]
+        return SimpleNamespace(logits=logits, past_key_values=full.clone() if use_cache else None)
+"""
+
+
+def _save_tiny_dlm(path, family: str, cls_name: str = "TinyDLM"):
+    """Write a tiny LLaDA-like or Dream-like checkpoint (config + weights + modeling file + tokenizer)."""
+    import importlib.util
+
+    from common.tiny import tiny_tokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "modeling_tiny_dlm.py").write_text(_MODELING)
+    spec = importlib.util.spec_from_file_location(
+        f"tiny_dlm_{family}_{cls_name}", path / "modeling_tiny_dlm.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tok = tiny_tokenizer()
+    if family == "llada":  # LLaDA names its mask <|mdm_mask|> and ends turns with <|eot_id|>
+        tok.add_special_tokens({"additional_special_tokens": ["<|mdm_mask|>", "<|eot_id|>"]})
+    else:  # Dream: a regular mask_token
+        tok.add_special_tokens({"mask_token": "<|mask|>"})
+    cfg = mod.TinyDLMConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        type_vocab_size=1,
+    )
+    cfg.auto_map = {
+        "AutoConfig": "modeling_tiny_dlm.TinyDLMConfig",
+        "AutoModel": f"modeling_tiny_dlm.{cls_name}",
+    }
+    torch.manual_seed(0)
+    getattr(mod, cls_name)(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tiny_hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    return {
+        "llada": (
+            root / "tiny-llada-8b-instruct",
+            _save_tiny_dlm(root / "tiny-llada-8b-instruct", "llada"),
+        ),
+        "dream": (root / "tiny-dream-base", _save_tiny_dlm(root / "tiny-dream-base", "dream")),
+        "nocache": (
+            root / "tiny-llada-nocache",
+            _save_tiny_dlm(root / "tiny-llada-nocache", "llada", "TinyDLMNoCache"),
+        ),
+    }
+
+
+def test_llada_and_dream_adapters_load_local_checkpoints(tiny_hub):
+    from methods.swordsman import DreamAdapter, LLaDAAdapter
+
+    path, tok = tiny_hub["llada"]
+    ad, tok2 = LLaDAAdapter.from_pretrained(str(path), dtype="float32", device="cpu")
+    assert ad.mask_id == tok.convert_tokens_to_ids("<|mdm_mask|>") and not ad.shift_logits
+    assert tok.convert_tokens_to_ids("<|eot_id|>") in ad.eos_ids and tok.eos_token_id in ad.eos_ids
+    assert ad.supports == {"none", "prefix", "dual"}
+    x = torch.tensor([tok.encode("two plus two", add_special_tokens=False) + [ad.mask_id] * 4])
+    raw = ad.model(x).logits
+    assert torch.equal(ad.forward(x)[0], raw)  # LLaDA logits are already aligned
+
+    path, tok = tiny_hub["dream"]
+    ad, _ = DreamAdapter.from_pretrained(str(path), dtype="float32", device="cpu")
+    assert ad.mask_id == tok.mask_token_id and ad.shift_logits
+    raw = ad.model(x.clamp_max(len(tok) - 1)).logits
+    z, _ = ad.forward(x.clamp_max(len(tok) - 1))
+    assert torch.equal(z[:, 1:], raw[:, :-1]) and torch.equal(z[:, :1], raw[:, :1])  # shift by one
+
+    path, _ = tiny_hub["nocache"]
+    ad, _ = LLaDAAdapter.from_pretrained(str(path), dtype="float32", device="cpu")
+    assert ad.supports == {"none"}
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_loaded_checkpoint_dual_cache_equals_no_cache(tiny_hub, family):
+    from methods.swordsman import DreamAdapter, LLaDAAdapter
+
+    cls = LLaDAAdapter if family == "llada" else DreamAdapter
+    path, tok = tiny_hub[family]
+    ad, _ = cls.from_pretrained(str(path), dtype="float32", device="cpu")
+    prompt = torch.tensor([tok.encode("one plus one is", add_special_tokens=False)])
+    cfg = SwordsmanConfig(gen_length=12, max_block_len=4, tau_min=0.3)
+    ref = swordsman_generate(ad, prompt, cfg)
+    for cache in ("prefix", "dual"):
+        r = swordsman_generate(ad, prompt, SwordsmanConfig(**{**cfg.__dict__, "cache": cache}))
+        assert torch.equal(r.sequences, ref.sequences) and r.nfe == ref.nfe, cache
+
+
+def test_harness_model_generate_until_without_lm_eval(tiny_hub):
+    from methods.swordsman.eval_harness import SwordsmanHarnessLM
+
+    path, _ = tiny_hub["llada"]
+    req = [SimpleNamespace(args=("Question: two plus two", {"until": ["\n"]}))] * 2
+    texts = {}
+    for cache in ("none", "dual"):  # the dual KV cache on and off
+        lm = SwordsmanHarnessLM.from_pretrained(
+            str(path), dtype="float32", device="cpu", gen_length="8", max_block_len="4", cache=cache
+        )
+        assert lm.chat and not lm.add_bos  # "instruct" in the path -> chat template (repo rule)
+        texts[cache] = lm.generate_until(req)
+        assert len(texts[cache]) == 2 and all("\n" not in t for t in texts[cache])
+        tp = lm.throughput()
+        assert tp["nfe"] >= 2 and tp["latency_s"] > 0
+        with pytest.raises(NotImplementedError, match="generate_until"):
+            lm.loglikelihood(req)
+    assert texts["none"] == texts["dual"]
+    base = SwordsmanHarnessLM.from_pretrained(
+        str(path), baseline="fixed", dtype="float32", device="cpu", gen_length=8, max_block_len=4
+    )
+    assert len(base.generate_until(req[:1])) == 1
+    dream = SwordsmanHarnessLM.from_pretrained(
+        str(tiny_hub["dream"][0]), dtype="float32", device="cpu", gen_length=8, max_block_len=4
+    )
+    assert dream.add_bos and not dream.chat and dream.adapter.shift_logits
+    with pytest.raises(ValueError, match="cache='dual' is not supported"):
+        SwordsmanHarnessLM.from_pretrained(
+            str(tiny_hub["nocache"][0]), dtype="float32", device="cpu", cache="dual"
+        )
+
+
+def test_lm_eval_registration_is_lazy():
+    from methods.swordsman.eval_harness import main, register_lm_eval
+
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"icml26\[eval\]"):
+            register_lm_eval()
+        with pytest.raises(ImportError, match="lm-eval"):
+            main(["--model", "x", "--task", "gsm8k", "--cache", "dual"])
+    else:
+        from lm_eval.api.registry import get_model
+
+        assert get_model("swordsman_dlm") is register_lm_eval()
