@@ -268,6 +268,7 @@ def _run_toy(cfg: InstructionSelectionConfig, seed: int, run_dir: Path) -> tuple
             metrics["random"][f"loss_std@{B}"] = float(np.std(rnd[f"loss@{B}"]))
 
     curves: dict[str, list[float]] = {}
+    quant_rows: dict[str, dict[str, list[float]]] = {}
     if cfg.n_quantiles > 0:
         for rep, S in sims.items():
             chunks = distance_quantiles(
@@ -275,16 +276,48 @@ def _run_toy(cfg: InstructionSelectionConfig, seed: int, run_dir: Path) -> tuple
             )
             losses = [evaluate(c, seed) for c in chunks]
             fracs = [float(is_target[c].mean()) for c in chunks]
+            dists = [wasserstein1(S, c) for c in chunks]  # the chunk's W1 to the queries
             curves[rep] = losses
-            rho = spearman_table({"loss": losses, "target_frac": fracs})
+            rho = spearman_table({"loss": losses, "target_frac": fracs, "w1": dists})
             metrics[f"{rep}_quantiles"] = {
                 "spearman_loss": rho["loss"],
                 "spearman_target_frac": rho["target_frac"],
+                "spearman_w1_loss": _spearman(dists, losses),
+                "spearman_chunk_w1": rho["w1"],
                 "loss_q0": losses[0],
                 f"loss_q{cfg.n_quantiles - 1}": losses[-1],
             }
+            quant_rows[rep] = {"loss": losses, "target_frac": fracs, "w1": dists}
+        _write_quantile_table(quant_rows, metrics, run_dir / "quantile_spearman.md")
     _plot(metrics, curves, cfg.budgets, run_dir)
     return metrics, {"n_pool_target": int(is_target.sum()), "quantile_losses": curves}
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
+
+
+def _write_quantile_table(rows: dict, metrics: dict, path: Path) -> None:
+    """The distance-vs-loss table: per representation, Spearman ρ and the per-chunk values."""
+    lines = [
+        "| representation | ρ(chunk, loss) | ρ(W1, loss) | ρ(chunk, W1) | ρ(chunk, target frac) |",
+        "|---|---|---|---|---|",
+    ]
+    for rep in rows:
+        m = metrics[f"{rep}_quantiles"]
+        lines.append(
+            f"| {rep} | {m['spearman_loss']:.2f} | {m['spearman_w1_loss']:.2f} | "
+            f"{m['spearman_chunk_w1']:.2f} | {m['spearman_target_frac']:.2f} |"
+        )
+    n = len(next(iter(rows.values()))["loss"])
+    lines += ["", "| representation | metric | " + " | ".join(f"q{i}" for i in range(n)) + " |"]
+    lines.append("|---|---|" + "---|" * n)
+    for rep, r in rows.items():
+        for k in ("loss", "w1", "target_frac"):
+            lines.append(f"| {rep} | {k} | " + " | ".join(f"{v:.3f}" for v in r[k]) + " |")
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _plot(metrics, curves, budgets, run_dir: Path) -> None:
