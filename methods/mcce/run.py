@@ -95,6 +95,7 @@ class MCCERunConfig:
     local_top_p: float = 0.95
     local_max_new_tokens: int = 80  # repo: 128
     explorer_max_edits: int = 3
+    init_max_f: float | None = None  # toy: keep only seeds with F below this (room to improve)
     # paper (spec §7)
     api_model: str = "gpt-4o-2024-05-13"
     api_base_url: str | None = None
@@ -104,6 +105,8 @@ class MCCERunConfig:
     oracle_dir: str = "oracle"
     checkpoint_dir: str | None = None
     use_vllm: bool = True  # paper scale: vLLM generation, engine rebuilt after each DPO round
+    local_dtype: str = "bfloat16"  # repo: bf16
+    vllm_gpu_memory_utilization: float = 0.3  # vLLM shares the GPU with the DPO policy + reference
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARM_MODES]
@@ -171,8 +174,10 @@ def build_toy_models(rc: MCCERunConfig) -> tuple[Any, Any]:
 
 
 def _short_seeds(rc: MCCERunConfig) -> list[str]:
-    """Initial population: the toy seeds whose SELFIES fit the prompt budget."""
+    """Initial population: the toy seeds whose SELFIES fit the prompt budget (and F < init_max_f)."""
     import selfies as sf
+
+    from .core import Archive
 
     prob = toy_problem()
     out = []
@@ -180,6 +185,12 @@ def _short_seeds(rc: MCCERunConfig) -> list[str]:
         c = prob.canonicalize(s, "smiles")
         if c and len(list(sf.split_selfies(sf.encoder(c)))) <= rc.max_parent_tokens:
             out.append(s)
+    if (
+        rc.init_max_f is not None
+    ):  # drop the strong seeds (celecoxib fragments) so search can improve
+        arc = Archive(prob)
+        f = {c.value: c.total for c in arc.add(out, representation="smiles")}
+        out = [s for s in out if f.get(prob.canonicalize(s, "smiles"), 0.0) < rc.init_max_f]
     return out
 
 
@@ -299,8 +310,14 @@ def _plot(
     save_plot(fig, path)
 
 
-def build_paper(rc: MCCERunConfig) -> MCCEOptimizer:  # pragma: no cover - needs GPUs and an API key
-    """The paper's setting (spec §7): GPT-4o + Qwen2.5-7B-Instruct, 5 objectives, TDC oracles."""
+def build_paper(rc: MCCERunConfig) -> MCCEOptimizer:
+    """The paper's setting (spec §7): GPT-4o + Qwen2.5-7B-Instruct, 5 objectives, TDC oracles.
+
+    The API model is an OpenAI-compatible ``common.llm.OpenAIChat`` (key read at request time);
+    the local model is a :class:`TrainableChat` whose vLLM engine is rebuilt from the trained
+    weights after every preference round (``on_update``). The oracles load lazily from
+    ``oracle_dir``.
+    """
     from common.llm import OpenAIChat
     from common.models import load_model, load_tokenizer
 
@@ -310,7 +327,7 @@ def build_paper(rc: MCCERunConfig) -> MCCEOptimizer:  # pragma: no cover - needs
     tok = load_tokenizer(rc.local_model)
     if getattr(tok, "chat_template", None) is None:
         raise ValueError(f"local_model {rc.local_model!r} has no chat template")
-    model = load_model(rc.local_model, dtype="bfloat16")
+    model = load_model(rc.local_model, dtype=rc.local_dtype)
     local = TrainableChat(
         model,
         tok,
@@ -318,6 +335,8 @@ def build_paper(rc: MCCERunConfig) -> MCCEOptimizer:  # pragma: no cover - needs
         top_p=rc.local_top_p,
         max_new_tokens=rc.local_max_new_tokens,
         use_vllm=rc.use_vllm,
+        export_dir=str(Path(rc.checkpoint_dir or "outputs/mcce") / "local_policy"),
+        vllm_kwargs={"gpu_memory_utilization": rc.vllm_gpu_memory_utilization},
     )
     if rc.initial_population is None:
         raise ValueError(
@@ -332,6 +351,7 @@ def build_paper(rc: MCCERunConfig) -> MCCEOptimizer:  # pragma: no cover - needs
         rc.search,
         init,
         checkpoint_dir=rc.checkpoint_dir,
+        on_update=local.reload,  # spec §7: rebuild the vLLM engine from the weights after each round
     )
 
 

@@ -487,7 +487,11 @@ def test_paper_config_and_chat_template_path(tiny_qwen2):
         experience_prob=0.0,
         dpo=DPORoundConfig(per_device_train_batch_size=2, max_length=4096),
     )
-    res = MCCEOptimizer(prob, api, local, cfg, load_seed_smiles()[:12]).run(max_generations=2)
+    reloads: list[object] = []
+    res = MCCEOptimizer(
+        prob, api, local, cfg, load_seed_smiles()[:12], on_update=reloads.append
+    ).run(max_generations=2)
+    assert reloads == [local]  # the engine reload hook runs once per preference round
     assert "<candidate>" in api.calls[0][0]["content"] and "total:" in api.calls[0][0]["content"]
     assert len(res.train_log) == 1 and res.train_log[0]["dpo/steps"] >= 1
     assert {h["model"] for h in res.history} == {"init", "local", "api"}
@@ -568,3 +572,35 @@ def test_rl_round_reward_and_grpo_update(tiny_selfies_lm):
     assert log["rl/steps"] >= 1 and seen and all(n % 4 == 0 for n in seen)
     assert any(not torch.equal(before[k], v) for k, v in pol.state_dict().items())
     assert run_rl_round(pol, tok, prompts[:1], reward, dcfg) == {"rl/skipped": 1.0}
+
+
+def test_build_paper_wires_gpt4o_local_model_and_reload(tmp_path, monkeypatch):
+    """The paper driver: OpenAI-compatible GPT-4o, the local model behind TrainableChat (HF here,
+    vLLM on GPU) with its reload hook, the 5-objective problem and the ZINC initial file."""
+    from common.llm import OpenAIChat
+    from common.registry import compose
+    from methods.mcce.local import TrainableChat
+    from methods.mcce.run import build_paper, to_config
+
+    init = tmp_path / "zinc_random1.smi"
+    init.write_text("\n".join(load_seed_smiles()[:5]) + "\n")
+    rc = to_config(
+        compose(
+            [
+                "experiment=mcce_paper",
+                "method.local_model=tiny-qwen2",
+                "method.use_vllm=false",
+                "method.local_dtype=float32",
+                f"method.initial_population={init}",
+                f"method.oracle_dir={tmp_path}",
+            ]
+        ).method
+    )
+    opt = build_paper(rc)
+    assert isinstance(opt.api, OpenAIChat) and isinstance(opt.local, TrainableChat)
+    assert opt.on_update == opt.local.reload and opt.cfg.mode == "coevolve_dpo"
+    assert opt.problem.goals == ["sa", "drd2", "qed", "gsk3b", "jnk3"]
+    assert opt.problem.directions == ["min", "min", "max", "min", "max"]
+    assert len(opt.initial) == 5 and opt.cfg.budget == 5000 and opt.cfg.pop_size == 50
+    with pytest.raises(FileNotFoundError, match="drd2_current.pkl"):
+        opt.problem.evaluate(["CCO"])  # oracle files absent here: named in the error
