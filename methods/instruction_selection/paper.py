@@ -245,6 +245,90 @@ def load_trainer_checkpoint(model: torch.nn.Module, ckpt_dir: str, lr: float) ->
     return LESSCheckpoint(params=params, exp_avg=m, exp_avg_sq=v, lr=lr)
 
 
+def _tulu_items(rows, tokenizer, max_length: int) -> list[tuple[list[int], list[int]]]:
+    eos = tokenizer.eos_token or ""
+    items = [_supervised_ids(_segments(r["messages"], eos), tokenizer, max_length) for r in rows]
+    kept = [(i, y) for i, y in items if any(t != -100 for t in y)]
+    if len(kept) < len(items):  # spec §8: drop and count fully truncated examples
+        logger.warning(
+            "dropped %d rows truncated to zero supervised tokens", len(items) - len(kept)
+        )
+    if not kept:
+        raise ValueError("rows: every example is truncated to zero supervised tokens")
+    return kept
+
+
+def _collator(pad: int) -> Callable[[list[dict[str, list[int]]]], dict[str, torch.Tensor]]:
+    def collate(batch: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        T = max(len(b["input_ids"]) for b in batch)
+        ids = torch.tensor([b["input_ids"] + [pad] * (T - len(b["input_ids"])) for b in batch])
+        lab = torch.tensor([b["labels"] + [-100] * (T - len(b["labels"])) for b in batch])
+        att = torch.tensor(
+            [[1] * len(b["input_ids"]) + [0] * (T - len(b["input_ids"])) for b in batch]
+        )
+        return {"input_ids": ids, "attention_mask": att, "labels": lab}  # [b, T] each
+
+    return collate
+
+
+def train_tulu(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: Sequence[Mapping[str, Any]],
+    out_dir: str,
+    epochs: float = 2.0,
+    lr: float = 2e-5,
+    per_device_batch: int = 1,
+    grad_accum: int = 128,
+    warmup_ratio: float = 0.03,
+    seed: int = 0,
+    max_length: int = 2048,
+    bf16: bool = False,
+    save_strategy: str = "no",
+) -> Any:
+    """``transformers.Trainer`` on Tulu rows with the assistant-only loss (spec §3.1, §7).
+
+    The paper's recipe for both the LESS warm-up (LoRA, 4 epochs, ``save_strategy="epoch"``) and the
+    fine-tuning on a selected subset (full, 2 epochs): AdamW, lr 2e-5, linear schedule with 3 %
+    warm-up, batch 1 × accumulation 128, no weight decay. Returns the trainer after training.
+    """
+    import datasets
+    from transformers import Trainer, TrainingArguments
+
+    if epochs <= 0:
+        raise ValueError(f"epochs must be > 0, got {epochs}")
+    if not 0.0 <= warmup_ratio < 1.0:
+        raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio}")
+    kept = _tulu_items(rows, tokenizer, max_length)
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [i for i, _ in kept], "labels": [y for _, y in kept]}
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    args = TrainingArguments(
+        output_dir=out_dir,
+        num_train_epochs=epochs,
+        learning_rate=lr,
+        lr_scheduler_type="linear",
+        warmup_steps=warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
+        per_device_train_batch_size=per_device_batch,
+        gradient_accumulation_steps=grad_accum,
+        weight_decay=0.0,
+        save_strategy=save_strategy,
+        logging_steps=1,
+        report_to="none",
+        seed=seed,
+        bf16=bf16,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=False,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=_collator(pad))
+    trainer.train()
+    model.eval()
+    return trainer
+
+
 def less_warmup_trainer(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -261,63 +345,31 @@ def less_warmup_trainer(
 ) -> list[LESSCheckpoint]:
     """The paper's LESS warm-up with ``transformers.Trainer`` (spec §3.2.3, §7).
 
-    LoRA training of ``model`` (a PEFT model) on Tulu rows with the assistant-only loss, AdamW,
-    linear schedule with ``warmup_ratio`` warm-up, a checkpoint per epoch (paper: 4 epochs, lr 2e-5,
-    batch 1 × accumulation 128). Returns one :class:`LESSCheckpoint` per epoch whose ``lr`` is the
-    mean learning rate of that epoch's optimizer steps (the LR weight ``η̄_t``).
+    LoRA training of ``model`` (a PEFT model) through :func:`train_tulu` with a checkpoint per
+    epoch (paper: 4 epochs, lr 2e-5, batch 1 × accumulation 128). Returns one
+    :class:`LESSCheckpoint` per epoch whose ``lr`` is the mean learning rate of that epoch's
+    optimizer steps (the LR weight ``η̄_t``).
 
     Raises:
         ValueError: if ``epochs < 1`` or every row is truncated to zero supervised tokens.
     """
-    import datasets
-    from transformers import Trainer, TrainingArguments
-
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    if not 0.0 <= warmup_ratio < 1.0:
-        raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio}")
-    eos = tokenizer.eos_token or ""
-    items = [_supervised_ids(_segments(r["messages"], eos), tokenizer, max_length) for r in rows]
-    kept = [(i, y) for i, y in items if any(t != -100 for t in y)]
-    if len(kept) < len(items):
-        logger.warning("warm-up: dropped %d fully truncated rows", len(items) - len(kept))
-    if not kept:
-        raise ValueError("rows: every example is truncated to zero supervised tokens")
-    ds = datasets.Dataset.from_dict(
-        {"input_ids": [i for i, _ in kept], "labels": [y for _, y in kept]}
-    )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
-    def collate(batch: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-        T = max(len(b["input_ids"]) for b in batch)
-        ids = torch.tensor([b["input_ids"] + [pad] * (T - len(b["input_ids"])) for b in batch])
-        lab = torch.tensor([b["labels"] + [-100] * (T - len(b["labels"])) for b in batch])
-        att = torch.tensor(
-            [[1] * len(b["input_ids"]) + [0] * (T - len(b["input_ids"])) for b in batch]
-        )
-        return {"input_ids": ids, "attention_mask": att, "labels": lab}  # [b, T] each
-
-    args = TrainingArguments(
-        output_dir=out_dir,
-        num_train_epochs=epochs,
-        learning_rate=lr,
-        lr_scheduler_type="linear",
-        warmup_steps=warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
-        per_device_train_batch_size=per_device_batch,
-        gradient_accumulation_steps=grad_accum,
-        weight_decay=0.0,
-        save_strategy="epoch",
-        logging_steps=1,
-        report_to="none",
+    trainer = train_tulu(
+        model,
+        tokenizer,
+        rows,
+        out_dir,
+        epochs=epochs,
+        lr=lr,
+        per_device_batch=per_device_batch,
+        grad_accum=grad_accum,
+        warmup_ratio=warmup_ratio,
         seed=seed,
+        max_length=max_length,
         bf16=bf16,
-        use_cpu=not torch.cuda.is_available(),
-        dataloader_pin_memory=False,
-        remove_unused_columns=False,
-        disable_tqdm=True,
+        save_strategy="epoch",
     )
-    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=collate)
-    trainer.train()
     lrs = {
         int(h["step"]): float(h["learning_rate"])
         for h in trainer.state.log_history
@@ -337,3 +389,128 @@ def less_warmup_trainer(
         prev = step
     model.eval()
     return ckpts
+
+
+@torch.no_grad()
+def query_loss(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    queries: Sequence[Mapping[str, Any]],
+    max_length: int = 2048,
+) -> float:
+    """Mean token cross-entropy on the query labels (spec §3.5 "query loss").
+
+    Each query is ``tok(prompt) ⧺ tok(label + EOS)``; only the label tokens are scored. Tokens are
+    pooled over all queries (a long label weighs more), as in the official evaluation.
+    """
+    eos = tokenizer.eos_token or ""
+    total, count = 0.0, 0
+    model.eval()
+    for r in queries:
+        if not str(r.get("labels", "")).strip():
+            raise ValueError("a query row has an empty label")
+        ids, lab = _supervised_ids(
+            [(str(r["prompts"]), False), (str(r["labels"]) + eos, True)], tokenizer, max_length
+        )
+        x = torch.tensor([ids], device=next(model.parameters()).device)
+        y = torch.tensor([lab], device=x.device)
+        logits = model(input_ids=x).logits[0, :-1].float()  # [T-1, V]
+        tgt = y[0, 1:]  # [T-1]
+        total += float(
+            torch.nn.functional.cross_entropy(logits, tgt, ignore_index=-100, reduction="sum")
+        )
+        count += int((tgt != -100).sum())
+    if count == 0:
+        raise ValueError("queries: no supervised label tokens after truncation")
+    return total / count
+
+
+def finetune_subset(
+    model_id: str,
+    pool_source: str,
+    subset_file: str,
+    out_dir: str,
+    seed: int = 0,
+    epochs: float = 2.0,
+    lr: float = 2e-5,
+    grad_accum: int = 128,
+    max_length: int = 2048,
+    dtype: str = "bfloat16",
+    queries: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, float]:
+    """Full fine-tuning of ``model_id`` on the pool rows listed in ``subset_file`` (spec §7).
+
+    The paper's step 2: 2 epochs, lr 2e-5, linear schedule, 3 % warm-up, batch 1 × 128, Tulu
+    format, assistant-only loss. Saves the model to ``out_dir`` and returns ``{"n_train",
+    "query_loss"}`` (the latter when ``queries`` are given).
+    """
+    from common.models import load_model, load_tokenizer
+
+    with open(subset_file) as fh:
+        ids = json.load(fh)
+    wanted = set(ids)
+    if len(wanted) != len(ids):
+        raise ValueError(f"{subset_file} lists duplicate ids")
+    rows = [r for r in load_pool(pool_source) if r["id"] in wanted]
+    if len(rows) != len(wanted):
+        raise ValueError(f"{len(wanted) - len(rows)} subset ids are not in the pool {pool_source}")
+    model = load_model(model_id, dtype=dtype)
+    tok = load_tokenizer(model_id, padding_side="right")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    train_tulu(
+        model,
+        tok,
+        rows,
+        out_dir,
+        epochs=epochs,
+        lr=lr,
+        grad_accum=grad_accum,
+        seed=seed,
+        max_length=max_length,
+        bf16=dtype == "bfloat16" and torch.cuda.is_available(),
+    )
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    out = {"n_train": float(len(rows))}
+    if queries is not None:
+        out["query_loss"] = query_loss(model, tok, queries, max_length)
+    with open(os.path.join(out_dir, "finetune.json"), "w") as fh:
+        json.dump(out, fh)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin CLI
+    """``python -m methods.instruction_selection.paper finetune --model M --pool P --subset S ...``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="methods.instruction_selection.paper")
+    ap.add_argument("command", choices=["finetune"])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--pool", required=True)
+    ap.add_argument("--subset", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--queries", default=None, help="query set (hub id or file) for the query loss")
+    ap.add_argument("--task", default="bbh", choices=TARGET_TASKS)
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--grad-accum", type=int, default=128)
+    ap.add_argument("--dtype", default="bfloat16")
+    a = ap.parse_args(argv)
+    q = load_queries(a.queries, a.task) if a.queries else None
+    res = finetune_subset(
+        a.model,
+        a.pool,
+        a.subset,
+        a.out,
+        seed=a.seed,
+        epochs=a.epochs,
+        grad_accum=a.grad_accum,
+        dtype=a.dtype,
+        queries=q,
+    )
+    logger.info("fine-tuned %s: %s", a.out, res)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -571,6 +571,32 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
         assert np.isfinite(out[f"{arm}/w1@6"])
     ckpts = sorted((tmp_path / "run" / "warmup").glob("checkpoint-*"))
     assert len(ckpts) == 2 and all((c / "optimizer.pt").exists() for c in ckpts)
+    # step 2 of the reproduce script: full fine-tuning on a subset file, then the query loss
+    from methods.instruction_selection.paper import finetune_subset, load_queries, query_loss
+
+    queries = load_queries(qpath, "gsm8k")
+    res = finetune_subset(
+        str(mdir),
+        pool_path,
+        str(sub / "less_rr_B6.json"),
+        str(tmp_path / "ft"),
+        epochs=1,
+        grad_accum=2,
+        lr=1e-3,
+        max_length=64,
+        dtype="float32",
+        queries=queries,
+    )
+    assert res["n_train"] == 6 and np.isfinite(res["query_loss"])
+    assert (tmp_path / "ft" / "finetune.json").exists()
+    # query loss = HF's mean label-token CE for a single query (prompt masked, label + EOS scored)
+    ids_p = tok(queries[0]["prompts"], add_special_tokens=False)["input_ids"]
+    ids_l = tok(queries[0]["labels"] + tok.eos_token, add_special_tokens=False)["input_ids"]
+    x = torch.tensor([ids_p + ids_l])
+    y = torch.tensor([[-100] * len(ids_p) + ids_l])
+    with torch.no_grad():
+        ref = float(model(input_ids=x, labels=y).loss)
+    assert query_loss(model, tok, queries[:1]) == pytest.approx(ref, rel=1e-5)
 
 
 def test_trainer_warmup_checkpoints_match_optimizer_state(tmp_path, tiny_tok):
