@@ -4,7 +4,7 @@ Reconstructs an explicit linear workflow of agents and tools that reproduces a b
 system's outputs, by MCTS over chains whose expand-vs-descend choice is set by Red-Black pruning.
 """
 
-from .data import item_to_pair, load_split
+from .data import HUB_ID, item_to_pair, load_dataset, load_split, resolve_data_root
 from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
 from .mcts import (
     AgentXRaySearch,
@@ -33,6 +33,7 @@ from .similarity import Similarity, codes_to_content, parse_project, sfe, tfidf_
 RedBlackMCTS = AgentXRaySearch  # spec §4 name
 
 __all__ = [
+    "HUB_ID",
     "AgentXRaySearch",
     "CostMeter",
     "LLMProfileGenerator",
@@ -55,11 +56,13 @@ __all__ = [
     "extract_workflow",
     "generator_prompt",
     "item_to_pair",
+    "load_dataset",
     "load_split",
     "load_workflow",
     "parse_profile",
     "parse_project",
     "render_profile",
+    "resolve_data_root",
     "sfe",
     "syntax_check",
     "tfidf_cosine",

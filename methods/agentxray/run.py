@@ -7,8 +7,10 @@ iteration budgets and seeds: ``red_black`` (AgentXRay), ``no_coloring`` (unprune
 the red-black arm's number of primitive executions). Reported: test SFE, extracted length, tree
 depth, simulated tokens (agent + generator) and exact recovery of the hidden chain.
 
-Paper (``task=paper``): one AgentXRay dataset from ``data_root`` (hub ``shiowen/AgentXRay-Datasets``)
-with an OpenAI-compatible model for both the profile generator and the agents (spec §7).
+Paper (``task=paper``): the AgentXRay datasets, loaded by hub id (``shiowen/AgentXRay-Datasets``)
+or from a local copy, with an OpenAI-compatible model for both the profile generator and the agents
+(spec §7); every dataset × arm (red_black, no_coloring, pure_random) × seed, token counts from the
+API's usage field, generator tokens reported apart from agent tokens.
 """
 
 from __future__ import annotations
@@ -34,9 +36,20 @@ from .primitives import (
     Primitive,
     PrimitiveSpace,
     StaticProfileGenerator,
+    count_tokens,
+    generator_prompt,
+    render_profile,
 )
 from .similarity import sfe, tfidf_cosine
-from .toy import HIDDEN_CHAIN, TOY_TOOLS, ToyChat, add_token_noise, make_tasks, toy_agent_pool
+from .toy import (
+    ALL_AGENTS,
+    HIDDEN_CHAIN,
+    TOY_TOOLS,
+    ToyChat,
+    add_token_noise,
+    make_tasks,
+    toy_agent_pool,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +81,18 @@ class AgentXRayRunConfig:
     n_train: int = 8
     n_test: int = 8
     data_seed: int = 0
+    hidden_chain: list[str] = field(default_factory=lambda: list(HIDDEN_CHAIN))
+    n_distractors: int = 0  # near-miss agents added to Ω (0–12), spec §6 "more primitives"
     tokens_per_profile: int | None = None  # None: tokenizer count of the generator call; int: fixed
     # paper path
     dataset: str = "metagpt"
-    data_root: str | None = None
+    datasets: list[str] = field(default_factory=list)  # paper: several subsets; [] = [dataset]
+    data_root: str | None = None  # local folder, or a hub id; None = shiowen/AgentXRay-Datasets
+    hub_revision: str | None = None
+    hub_cache_dir: str | None = None
     train_samples: int | None = None
+    test_samples: int | None = None
+    llm_api_key_env: str = "OPENAI_API_KEY"
     llm_model: str = "gpt-4o-mini"
     base_url: str | None = None
     model_menu: list[str] = field(default_factory=lambda: ["gpt-4o-mini", "gpt-3.5-turbo"])
@@ -94,6 +114,9 @@ class AgentXRayRunConfig:
             )
         if any(n < 0 for n in self.iterations):
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        unknown = [n for n in self.hidden_chain if n not in ALL_AGENTS]
+        if not self.hidden_chain or unknown:
+            raise ValueError(f"hidden_chain must name toy agents, unknown: {unknown}")
         if any(not 0.0 <= r < 1.0 for r in self.noise):
             raise ValueError(f"noise rates must be in [0, 1), got {self.noise}")
 
@@ -116,15 +139,23 @@ def _toy_search(
     sim = SIMILARITIES[cfg.similarity]
     if arm == "direct_random":
         rng = random.Random(seed)
-        omega = toy_agent_pool() + [Primitive("tool", t) for t in TOY_TOOLS]
+        omega = toy_agent_pool(cfg.n_distractors) + [Primitive("tool", t) for t in TOY_TOOLS]
         budget = budget or iters * cfg.search.max_depth
         best, best_r, used, i = [], -1.0, 0, 0
         while used < budget:
             wf = [rng.choice(omega) for _ in range(rng.randint(1, cfg.search.max_depth))]
-            for p in wf:
-                if p.kind == "agent":
-                    meter.charge("generator", cfg.tokens_per_profile)
             task, target = train[i % len(train)]
+            sibs: list[Primitive] = []
+            for p in wf:  # each agent of a random chain stands for one generated profile
+                if p.kind != "agent":
+                    continue
+                if cfg.tokens_per_profile is not None:
+                    meter.charge("generator", cfg.tokens_per_profile)
+                else:
+                    pt = count_tokens(generator_prompt(task, sibs))
+                    ct = count_tokens(render_profile(p))
+                    meter.charge("generator", pt + ct, ct, source="tokenizer")
+                sibs.append(p)
             out = ex.final_output(ex.run(wf, task))
             r = sim(out, target) if out else 0.0
             used, i = used + len(wf), i + 1
@@ -143,7 +174,10 @@ def _toy_search(
         }
     )
     gen = StaticProfileGenerator(
-        toy_agent_pool(), seed=seed, tokens_per_profile=cfg.tokens_per_profile, meter=meter
+        toy_agent_pool(cfg.n_distractors),
+        seed=seed,
+        tokens_per_profile=cfg.tokens_per_profile,
+        meter=meter,
     )
     res = AgentXRaySearch(PrimitiveSpace(list(TOY_TOOLS), gen), ex, sim, scfg).run(train)
     return res.best_workflow, {
@@ -155,7 +189,7 @@ def _toy_search(
 
 def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
     black_box = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
-    hidden = [Primitive("agent", n) for n in HIDDEN_CHAIN]
+    hidden = [Primitive("agent", n) for n in cfg.hidden_chain]
     train_tasks = make_tasks(cfg.n_train, cfg.data_seed)
     test_tasks = make_tasks(cfg.n_test, cfg.data_seed + 1)
     sim = SIMILARITIES[cfg.similarity]
@@ -192,7 +226,7 @@ def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str,
                             "tokens": float(st["tokens/total"]),
                             "tokens_generator": float(st["tokens/generator"]),
                             "tokens_agent": float(st["tokens/agent"]),
-                            "exact_recovery": float(tuple(names) == HIDDEN_CHAIN),
+                            "exact_recovery": float(names == list(cfg.hidden_chain)),
                             "seconds": time.perf_counter() - t0,
                         }
                     )
@@ -211,7 +245,7 @@ def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str,
                     agg["tokens"],
                 )
     _plot(metrics, run_dir)
-    return metrics, {"example_workflows": examples, "hidden_chain": list(HIDDEN_CHAIN)}
+    return metrics, {"example_workflows": examples, "hidden_chain": list(cfg.hidden_chain)}
 
 
 def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
@@ -239,49 +273,119 @@ def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
     save_plot(fig, Path(run_dir) / "agentxray_toy.png")
 
 
-def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
-    from .data import load_split
+PAPER_ARMS = ("red_black", "no_coloring", "pure_random")
+
+
+def _paper_search(
+    arm: str,
+    seed: int,
+    cfg: AgentXRayRunConfig,
+    train: list[tuple[str, str]],
+    test: list[tuple[str, str]],
+) -> dict:
+    """One search + test evaluation on real data with an OpenAI-compatible model."""
     from .primitives import UsageOpenAIChat
 
-    if cfg.data_root is None:
-        raise ValueError(
-            "data_root is required for task=paper (download shiowen/AgentXRay-Datasets)"
-        )
-    if not os.environ.get("OPENAI_API_KEY"):
-        # fail before any search starts (spec §8); a local vLLM server accepts any key
-        raise ValueError("task=paper needs OPENAI_API_KEY set (any value for a local vLLM server)")
-    train = load_split(cfg.data_root, cfg.dataset, "train")[: cfg.train_samples or None]
-    test = load_split(cfg.data_root, cfg.dataset, "test")
     meter = CostMeter()
-    llm = UsageOpenAIChat(cfg.llm_model, base_url=cfg.base_url, temperature=1.0, max_tokens=8192)
+    llm = UsageOpenAIChat(
+        cfg.llm_model,
+        base_url=cfg.base_url,
+        api_key_env=cfg.llm_api_key_env,
+        temperature=1.0,  # repo
+        max_tokens=8192,  # repo (env MAX_TOKENS)
+        seed=seed,
+    )
     tool_impl = {
         "compiler": compiler_tool(cfg.compiler_timeout),
         "syntax_error_checker": syntax_check,
         "empty_detect": empty_detect,
     }
-    unknown = [t for t in cfg.tools if t not in tool_impl]
-    if unknown:
-        raise ValueError(f"tools {unknown} not implemented; choose from {sorted(tool_impl)}")
     ex = WorkflowExecutor(llm, {t: tool_impl[t] for t in cfg.tools}, meter)
     gen = LLMProfileGenerator(llm, cfg.model_menu, default_model=cfg.default_model, meter=meter)
-    sim = SIMILARITIES[cfg.similarity]
-    res = AgentXRaySearch(PrimitiveSpace(cfg.tools, gen, cfg.model_menu), ex, sim, cfg.search).run(
-        train
-    )
-    scores = [sim(ex.final_output(ex.run(res.best_workflow, t)), o) for t, o in test]
-    arm = "red_black" if cfg.search.coloring else "no_coloring"
-    metrics = {
-        arm: {
-            "test_sfe": statistics.mean(scores) if scores else 0.0,
-            "length": float(len(res.best_workflow)),
-            "depth": float(res.depth),
-            **{k: float(v) for k, v in res.tokens.items()},
+    scfg = MCTSConfig(
+        **{
+            **cfg.search.__dict__,
+            "seed": seed,
+            "coloring": arm == "red_black" and cfg.search.coloring,
+            "pure_random": arm == "pure_random",
         }
+    )
+    sim = SIMILARITIES[cfg.similarity]
+    t0 = time.perf_counter()
+    res = AgentXRaySearch(PrimitiveSpace(cfg.tools, gen, cfg.model_menu), ex, sim, scfg).run(train)
+    search_tokens = dict(res.tokens)
+    test_meter = CostMeter()  # evaluation calls are counted apart from the search budget
+    tex = WorkflowExecutor(llm, ex.tools, test_meter)
+    scores = [sim(tex.final_output(tex.run(res.best_workflow, t)), o) for t, o in test]
+    return {
+        "test_sfe": statistics.mean(scores) if scores else 0.0,
+        "length": float(len(res.best_workflow)),
+        "depth": float(res.depth),
+        "tokens": float(search_tokens["tokens/total"]),
+        "tokens_generator": float(search_tokens["tokens/generator"]),
+        "tokens_agent": float(search_tokens["tokens/agent"]),
+        "completion_tokens": float(
+            search_tokens["completion_tokens/generator"] + search_tokens["completion_tokens/agent"]
+        ),
+        "calls_generator": float(search_tokens["calls/generator"]),
+        "calls_agent": float(search_tokens["calls/agent"]),
+        "tokens_from_api_usage": float(
+            search_tokens["counted_by/api"]
+            / max(1, search_tokens["counted_by/api"] + search_tokens["counted_by/tokenizer"])
+        ),
+        "test_tokens": float(test_meter.total),
+        "generator_parse_failures": float(gen.parse_failures),
+        "seconds": time.perf_counter() - t0,
+        "_workflow": extract_workflow(res),
     }
-    return metrics, {
-        "workflow": extract_workflow(res),
-        "generator_parse_failures": gen.parse_failures,
-    }
+
+
+def _run_paper(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
+    """Spec §7: every dataset × arm × seed; rows ``<dataset>/<arm>`` (mean over seeds, CI)."""
+    from .data import load_split, resolve_data_root
+
+    names = list(cfg.datasets) or [cfg.dataset]
+    arms = [a for a in PAPER_ARMS if a in cfg.arms]
+    if not arms:
+        raise ValueError(f"task=paper runs arms from {PAPER_ARMS}; got {cfg.arms}")
+    if cfg.base_url is None and not os.environ.get(cfg.llm_api_key_env):
+        # fail before any download or search (spec §8); a local server needs no key
+        raise ValueError(
+            f"task=paper against the hosted API needs {cfg.llm_api_key_env} set "
+            "(or set method.base_url to a local OpenAI-compatible server)"
+        )
+    unknown = [
+        t for t in cfg.tools if t not in ("compiler", "syntax_error_checker", "empty_detect")
+    ]
+    if unknown:
+        raise ValueError(
+            f"tools {unknown} not implemented; choose from compiler, syntax_error_checker, "
+            "empty_detect"
+        )
+    root = resolve_data_root(
+        cfg.data_root, names, revision=cfg.hub_revision, cache_dir=cfg.hub_cache_dir
+    )
+    metrics: dict[str, dict[str, float]] = {}
+    workflows: dict[str, str] = {}
+    for name in names:
+        train = load_split(root, name, "train")[: cfg.train_samples or None]
+        test = load_split(root, name, "test")[: cfg.test_samples or None]
+        logger.info("%s: %d train / %d test pairs", name, len(train), len(test))
+        for arm in arms:
+            rows = [_paper_search(arm, seed, cfg, train, test) for seed in cfg.seeds]
+            workflows[f"{name}/{arm}"] = rows[0].pop("_workflow")
+            for r in rows[1:]:
+                r.pop("_workflow")
+            agg = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+            agg["test_sfe_ci95"] = _ci95([r["test_sfe"] for r in rows])
+            agg["tokens_ci95"] = _ci95([r["tokens"] for r in rows])
+            agg["n_train"], agg["n_test"] = float(len(train)), float(len(test))
+            metrics[f"{name}/{arm}"] = agg
+        base = metrics.get(f"{name}/no_coloring")
+        if base and f"{name}/red_black" in metrics and base["tokens"] > 0:
+            rb = metrics[f"{name}/red_black"]
+            rb["token_change_vs_no_coloring"] = rb["tokens"] / base["tokens"] - 1.0
+    return metrics, {"workflows": workflows, "data_root": root, "datasets": names}
 
 
 def run(cfg: DictConfig) -> dict[str, float]:

@@ -52,6 +52,16 @@ HIDDEN_CHAIN: tuple[str, ...] = (
     "ClassWrapper",
     "Tester",
 )
+# A longer, harder black box for the "is the toy too easy?" check: six steps, two of them
+# (Docstringer, Serializer) with near-miss distractors available (TypeHinter, ConfigWriter).
+HIDDEN_CHAIN_LONG: tuple[str, ...] = (
+    "Coder",
+    "LoopImplementer",
+    "ErrorHandler",
+    "Docstringer",
+    "ClassWrapper",
+    "Serializer",
+)
 
 
 def make_tasks(n: int, seed: int) -> list[str]:
@@ -219,6 +229,103 @@ TOY_AGENTS: dict[str, Callable[[Project, str], Project]] = {
 }
 
 
+# Distractors (spec §6 "more primitives"): near-misses of the chain's agents — same intent,
+# different code — so a chain must pick the right variant, not just the right kind of step.
+def _while_loop(tree: ast.Module, files: Project, task: str) -> None:
+    for f in _all_fns(tree):
+        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
+            f.body = _stmt(
+                "i = 0\nacc = 0\nwhile i < len(x):\n    acc += x[i]\n    i += 1\nreturn acc"
+            )
+
+
+def _value_errors(tree: ast.Module, files: Project, task: str) -> None:
+    for f in _all_fns(tree):
+        f.body[:0] = _stmt("if x is None:\n    raise ValueError('x is required')")
+
+
+def _service_wrap(tree: ast.Module, files: Project, task: str) -> None:
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if not fns:
+        return
+    for f in fns:
+        f.decorator_list.append(ast.Name("staticmethod"))
+    cls = ast.ClassDef("Service", [], [], fns, [], type_params=[])
+    tree.body = [n for n in tree.body if n not in fns] + [cls]
+
+
+def _pytest_writer(files: Project, task: str) -> Project:
+    fns = _task_fns(task)
+    lines = ["import pytest", "import main", ""]
+    lines += [f"def test_{f}_runs():\n    assert hasattr(main, '{f}')\n" for f in fns]
+    files["tests/test_app.py"] = "\n".join(lines)
+    return files
+
+
+def _logging(tree: ast.Module, files: Project, task: str) -> None:
+    tree.body[:0] = _stmt("import logging\nlogger = logging.getLogger(__name__)")
+    for f in _all_fns(tree):
+        f.body.insert(0, _stmt(f"logger.info('{f.name} called')")[0])
+
+
+def _type_hints(tree: ast.Module, files: Project, task: str) -> None:
+    for f in _all_fns(tree):
+        for a in f.args.args:
+            if a.arg != "self" and a.annotation is None:
+                a.annotation = ast.Name("list")
+        f.returns = f.returns or ast.Name("float")
+
+
+def _validator(tree: ast.Module, files: Project, task: str) -> None:
+    for f in _all_fns(tree):
+        f.body[:0] = _stmt("if not x:\n    return 0")
+
+
+def _memoizer(tree: ast.Module, files: Project, task: str) -> None:
+    tree.body[:0] = _stmt("import functools")
+    for f in _all_fns(tree):
+        f.decorator_list.append(ast.parse("functools.lru_cache(maxsize=None)").body[0].value)
+
+
+def _main_fn(tree: ast.Module, files: Project, task: str) -> None:
+    calls = "\n".join(f"    print({f}([1, 2, 3]))" for f in _task_fns(task)) or "    pass"
+    tree.body += _stmt(f"def main():\n{calls}")
+
+
+def _config(files: Project, task: str) -> Project:
+    files["config.py"] = "DEFAULTS = {'data': 'data.json', 'verbose': False}\n"
+    return files
+
+
+def _sorter(tree: ast.Module, files: Project, task: str) -> None:
+    for f in _all_fns(tree):
+        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
+            f.body = _stmt("return sorted(x)")
+
+
+def _inliner(tree: ast.Module, files: Project, task: str) -> None:
+    for f in _all_fns(tree):
+        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
+            f.body = _stmt("return sum(x)")
+
+
+DISTRACTOR_AGENTS: dict[str, Callable[[Project, str], Project]] = {
+    "WhileLooper": _on_main(_while_loop),
+    "ValueErrorRaiser": _on_main(_value_errors),
+    "ServiceWrapper": _on_main(_service_wrap),
+    "PytestWriter": _pytest_writer,
+    "LoggingAdder": _on_main(_logging),
+    "TypeHinter": _on_main(_type_hints),
+    "InputValidator": _on_main(_validator),
+    "Memoizer": _on_main(_memoizer),
+    "MainFunctionAdder": _on_main(_main_fn),
+    "ConfigWriter": _config,
+    "SortImplementer": _on_main(_sorter),
+    "SumInliner": _on_main(_inliner),
+}
+ALL_AGENTS = {**TOY_AGENTS, **DISTRACTOR_AGENTS}
+
+
 def _formatter(content: str) -> str | None:
     files = parse_project(content)
     return (
@@ -260,11 +367,16 @@ TOY_TOOLS: dict[str, Callable[[str], str | None]] = {
 }
 
 
-def toy_agent_pool() -> list[Primitive]:
-    """The 12 agent primitives of Ω (the generator stub samples from these)."""
+def toy_agent_pool(n_distractors: int = 0) -> list[Primitive]:
+    """The 12 agent primitives of Ω plus the first ``n_distractors`` near-miss agents (0–12)."""
+    if not 0 <= n_distractors <= len(DISTRACTOR_AGENTS):
+        raise ValueError(
+            f"n_distractors must be in [0, {len(DISTRACTOR_AGENTS)}], got {n_distractors}"
+        )
+    names = [*TOY_AGENTS, *list(DISTRACTOR_AGENTS)[:n_distractors]]
     return [
         Primitive("agent", n, role=n, profile=f"Toy agent {n}.", model="toy", reasoning="reasoning")
-        for n in TOY_AGENTS
+        for n in names
     ]
 
 
@@ -277,7 +389,7 @@ class ToyChat:
         task = user.split("Task:\n", 1)[1].split("\n\nPrevious content:\n", 1)[0]
         prev = user.split("\n\nPrevious content:\n", 1)[1].rsplit("\n\nReturn the FULL", 1)[0]
         files = {} if prev == "(empty)" else parse_project(prev)
-        return codes_to_content(TOY_AGENTS[name](dict(files), task))
+        return codes_to_content(ALL_AGENTS[name](dict(files), task))
 
     def chat_batch(self, batch: list[list[dict[str, Any]]], **kwargs: Any) -> list[str]:
         return [self.chat(m) for m in batch]

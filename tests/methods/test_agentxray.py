@@ -518,3 +518,145 @@ def test_toy_claim_red_black_extracts_longer_workflows():
     rb = [length(True, s) for s in range(3)]
     nc = [length(False, s) for s in range(3)]
     assert sum(rb) / 3 > sum(nc) / 3
+
+
+# ----------------------------------------------------------------------------- paper path (Must show 4)
+SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _hub_cache(tmp_path):
+    """A Hugging Face cache holding a snapshot of shiowen/AgentXRay-Datasets in its published
+    layout: ``data/metagpt/{train,test}.json`` (raw items, structured outputs) and
+    ``data/maps/{train,test}_alpaca.json`` (Alpaca items, string outputs)."""
+    repo = tmp_path / "hf" / "datasets--shiowen--AgentXRay-Datasets"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(SNAPSHOT)
+    data = repo / "snapshots" / SNAPSHOT / "data"
+    project = {
+        "code_files": {
+            "main.py": "import json\n\ndef compute_sum(x):\n    return sum(x)\n",
+            "utils.py": "def find_max(x):\n    return max(x)\n",
+        },
+        "docs": {"README.md": "# Calculator"},
+        "requirements": {"requirements.txt": ""},
+        "logs": {},
+    }
+    raw = [
+        {"folder_name": f"proj_{i}", "input": f"Build a calculator v{i}.", "output": project}
+        for i in range(3)
+    ]
+    (data / "metagpt").mkdir(parents=True)
+    (data / "metagpt" / "train.json").write_text(json.dumps(raw[:2]))
+    (data / "metagpt" / "test.json").write_text(json.dumps(raw[2:]))
+    alpaca = [
+        {
+            "instruction": "Plot a route from A to B.",
+            "input": "",
+            "output": "def route():\n    pass",
+        },
+        {"instruction": "List map layers.", "input": "city", "output": "layers = ['roads']"},
+    ]
+    (data / "maps").mkdir()
+    (data / "maps" / "train_alpaca.json").write_text(json.dumps(alpaca[:1]))
+    (data / "maps" / "test_alpaca.json").write_text(json.dumps(alpaca[1:]))
+    return tmp_path / "hf", data
+
+
+def test_datasets_load_by_hub_id_in_the_published_format(tmp_path):
+    from methods.agentxray import load_dataset, resolve_data_root
+
+    cache, data = _hub_cache(tmp_path)
+    root = resolve_data_root("shiowen/AgentXRay-Datasets", ["metagpt"], cache_dir=str(cache))
+    assert root == str(data)
+    assert (
+        resolve_data_root("hf://shiowen/AgentXRay-Datasets", ["maps"], cache_dir=str(cache)) == root
+    )
+    assert resolve_data_root(str(data)) == str(data)  # a local folder is used as is
+    train, test = load_dataset("metagpt", str(data))
+    assert [t for t, _ in train] == ["Build a calculator v0.", "Build a calculator v1."]
+    files = parse_project(test[0][1])
+    assert set(files) == {"main.py", "utils.py"}  # code_files only, as the repo scores them
+    assert "def find_max" in files["utils.py"]
+    train, test = load_dataset("maps", str(data))
+    assert train == [("Plot a route from A to B.", "def route():\n    pass")]
+    assert test == [("List map layers.\ncity", "layers = ['roads']")]  # instruction + input
+    with pytest.raises(FileNotFoundError, match="neither a folder nor a hub id"):
+        resolve_data_root(str(tmp_path / "no" / "such" / "dir"))
+
+
+def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatch):
+    """experiment=agentxray_paper end to end: hub-id loading (offline cache), UsageOpenAIChat
+    against a local chat-completions server for the generator and every agent, both arms, test
+    SFE, token counts taken from the usage field with generator tokens reported apart."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from common.registry import compose
+    from methods.agentxray.run import run
+
+    cache, _ = _hub_cache(tmp_path)
+    seen = []
+
+    def reply(messages):
+        first = messages[0]["content"]
+        if first.startswith("Design one new software agent"):
+            k = sum(m.startswith("Design") for m in seen)
+            return f"Name: Dev{k}\nRole: Coder\nProfile: Writes code.\nModel: gpt-4o-mini\nReasoning: planning"
+        name = re.match(r"You are (\w+),", first).group(1)
+        body = "return sum(x)" if int(name[3:] or 0) % 2 else "return x"
+        return f"File: main.py\n```python\ndef compute_sum(x):\n    {body}\n```"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(req["messages"][0]["content"])
+            text = reply(req["messages"])
+            body = {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+            }
+            out = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local server needs no key
+    try:
+        cfg = compose(
+            [
+                "experiment=agentxray_paper",
+                f"method.hub_cache_dir={cache}",
+                f"method.base_url=http://127.0.0.1:{httpd.server_address[1]}/v1",
+                "method.datasets=[metagpt,maps]",
+                "method.seeds=[0]",
+                "method.tools=[syntax_error_checker,empty_detect]",
+                "method.search.iterations=3",
+                "method.search.max_children=4",
+                "method.search.max_depth=3",
+            ],
+            run_dir=str(tmp_path / "run"),
+        )
+        out = run(cfg)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    for ds in ("metagpt", "maps"):
+        for arm in ("red_black", "no_coloring"):
+            k = f"{ds}/{arm}"
+            assert 0.0 <= out[f"{k}/test_sfe"] <= 1.0 and out[f"{k}/length"] >= 1
+            assert out[f"{k}/tokens_from_api_usage"] == 1.0  # every call counted from usage
+            n_calls = out[f"{k}/calls_generator"] + out[f"{k}/calls_agent"]
+            assert out[f"{k}/tokens"] == 110 * n_calls and out[f"{k}/calls_generator"] > 0
+            assert out[f"{k}/tokens_generator"] == 110 * out[f"{k}/calls_generator"]
+        assert f"{ds}/red_black/token_change_vs_no_coloring" in out
+    assert out["metagpt/red_black/n_train"] == 2 and out["maps/red_black/n_test"] == 1
+    extra = json.loads((tmp_path / "run" / "results.json").read_text())
+    wf = load_workflow(extra["workflows"]["metagpt/red_black"])
+    assert wf and wf[0].kind == "agent"
