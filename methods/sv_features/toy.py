@@ -42,6 +42,7 @@ class ToyConfig:
     logit_scale: float = 1.0
     attn_loss: str = "ce"
     recon_on_keys: bool = False
+    lr_schedule: str = "constant"  # or "cosine" (decay to 0: separates near-degenerate sigma_k)
     pairs: tuple = ((0, 1, 1.0),)
     seed: int = 0
 
@@ -57,6 +58,8 @@ class ToyConfig:
             raise ValueError(f"lam must be >= 0, got {self.lam}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
         if self.attn_loss not in ("ce", "mse"):
             raise ValueError(f"attn_loss must be 'ce' or 'mse', got {self.attn_loss!r}")
         self.pairs = tuple(tuple(p) for p in self.pairs)
@@ -166,6 +169,12 @@ def toy_metrics(model: ToyAttentionAutoencoder) -> dict[str, float]:
             "sigma_ratio_12": float(S[0] / S[1].clamp_min(1e-12)) if len(S) > 1 else float("inf"),
             "ortho_gap": orthogonality_gap(model.W, attended),
         }
+        # Theorem 1's whitened directions Sigma^-1 w_i (Sigma = W W^T): what U, V should align with
+        # while the features are still in superposition (non-orthogonal)
+        Wt = torch.linalg.pinv(model.W @ model.W.T, hermitian=True) @ model.W
+        Cw_U, Cw_V = feature_sv_cosines(Wt, U, Vh)
+        w_scores = torch.tensor([m[2] for m in match_pairs_to_ranks(Cw_U, Cw_V, pairs)])
+        out["align_whitened_median"] = float(w_scores.median())
         if len(pairs) > 2:
             w = torch.tensor([float(p[2]) for p in model.cfg.pairs])
             ranks = torch.tensor([float(m[1]) for m in match])
@@ -209,6 +218,11 @@ def train_toy(
         logger.warning("more pairs (%d) than head dims (%d)", len(cfg.pairs), cfg.d_head)
     model = ToyAttentionAutoencoder(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(cfg.steps, 1))
+        if cfg.lr_schedule == "cosine"
+        else None
+    )
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     history: list[dict[str, float]] = []
     for step in range(cfg.steps + 1):
@@ -225,4 +239,6 @@ def train_toy(
         opt.zero_grad()
         losses["total"].backward()
         opt.step()
+        if sched is not None:
+            sched.step()
     return model, history
