@@ -10,6 +10,18 @@ subset–query distance.
 
 from .distance import candidate_side_distance, query_cover_distance, wasserstein1
 from .experiments import distance_quantiles, spearman_table
+from .paper import (
+    TARGET_TASKS,
+    TASK_CONVERTERS,
+    finetune_subset,
+    less_warmup_trainer,
+    load_pool,
+    load_queries,
+    load_target_task,
+    load_trainer_checkpoint,
+    query_loss,
+    train_tulu,
+)
 from .representations import (
     LESSCheckpoint,
     LESSFeaturizer,
@@ -36,6 +48,8 @@ from .selectors import (
 from .similarity import cosine_matrix
 
 __all__ = [
+    "TARGET_TASKS",
+    "TASK_CONVERTERS",
     "LESSCheckpoint",
     "LESSFeaturizer",
     "RDSPlus",
@@ -45,18 +59,26 @@ __all__ = [
     "cosine_matrix",
     "distance_quantiles",
     "doubly_greedy",
+    "finetune_subset",
     "kde_density",
     "knn_kde",
     "knn_kde_probs",
     "knn_uniform",
     "knn_uniform_probs",
     "less_warmup",
+    "less_warmup_trainer",
+    "load_pool",
+    "load_queries",
+    "load_target_task",
+    "load_trainer_checkpoint",
     "query_cover_distance",
+    "query_loss",
     "rademacher_projection",
     "random_select",
     "round_robin",
     "spearman_table",
     "top_k",
+    "train_tulu",
     "tulu_format",
     "uot",
     "uot_plan",
