@@ -68,7 +68,7 @@ def _dialogue(conv: dict, caption_fmt: str) -> list[Utterance]:
     for sk in _session_keys(conv):
         date = conv.get(f"{sk}_date_time")
         for turn in conv[sk]:
-            text = turn.get("text", "")
+            text = turn.get("clean_text", turn.get("text", ""))
             cap = turn.get("blip_caption")
             if cap:
                 text = f"{text} {caption_fmt.format(cap=cap)}".strip()
@@ -108,56 +108,107 @@ def load_locomo(path: str | Path) -> list[Conversation]:
 
 
 def load_realtalk(path: str | Path) -> list[Conversation]:
-    """Realtalk: one JSON file per conversation (a file or a folder of files)."""
+    """Realtalk: one JSON object per conversation, read from a file, a merged list or a folder.
+
+    The official release has one file per conversation with ``name.speaker_1/2``,
+    ``session_<n>`` turn lists (``speaker``, ``clean_text``/``text``, optional ``blip_caption``),
+    ``session_<n>_date_time`` and ``qa`` (``question``, ``answer``, ``category``); the official
+    converter merges the files into one list and skips questions without an answer.
+    """
     p = Path(path)
     files = sorted(p.glob("*.json")) if p.is_dir() else [p]
-    out = []
+    items: list[tuple[str, dict]] = []
     for f in files:
-        item = json.loads(f.read_text())
+        data = json.loads(f.read_text())
+        if isinstance(data, list):
+            items += [(f"{f.stem}_{i}", d) for i, d in enumerate(data)]
+        else:
+            items.append((f.stem, data))
+    out = []
+    for cid, item in items:
         conv = item.get("conversation", item)
         names = item.get("name", {})
         a, b = names.get("speaker_1", "A"), names.get("speaker_2", "B")
         qa = [
             QA(
-                f"{QA_INSTRUCTION} Question: {q['question']}",
-                str(q.get("answer", "")),
+                f"{QA_INSTRUCTION}{TEMPORAL_HINT} Question: {q['question']}",
+                str(q["answer"]),
                 str(q.get("category", "")),
             )
             for q in item.get("qa", [])
+            if "answer" in q
         ]
         header = f"A conversation between {a} and {b} over several dated sessions."
-        out.append(Conversation(_dialogue(conv, "shared, an image of {cap}."), qa, header, f.stem))
+        out.append(Conversation(_dialogue(conv, "shared, an image of {cap}."), qa, header, cid))
     return out
 
 
-def load_longmemeval(path: str | Path) -> list[Conversation]:
-    """Custom LongMemEval histories in the SCBench-style schema (spec §3.8).
-
-    Each record: ``{"prompts": [context, q1, ...], "ground_truth": [a1, ...], "task_types": [...]}``;
-    the context holds ``User:`` / ``Assistant:`` lines under ``SESSION:`` markers.
-    """
-    out = []
-    for n, line in enumerate(Path(path).read_text().splitlines()):
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        context, *questions = rec["prompts"]
-        utts, sess = [], 0
-        for row in context.splitlines():
-            if row.startswith("SESSION:") or row.startswith("TIMESTAMP:"):
-                sess += row.startswith("SESSION:")
-                continue
-            m = re.match(r"(User|Assistant):\s*(.*)", row)
-            if m:
-                utts.append(Utterance(m.group(1).lower(), m.group(2), str(sess)))
-        answers = [", ".join(a) if isinstance(a, list) else str(a) for a in rec["ground_truth"]]
-        types = [
-            LONGMEMEVAL_TYPES.get(int(t), str(t))
-            for t in rec.get("task_types", [0] * len(questions))
-        ]
-        out.append(
-            Conversation(
-                utts, [QA(q, a, t) for q, a, t in zip(questions, answers, types)], "", str(n)
-            )
+def _longmemeval_custom(conv: dict) -> Conversation:
+    """One record of the official custom-history builder (``conversation_timeline``, ``qa_pairs``)."""
+    utts = []
+    for sess in conv["conversation_timeline"]:
+        sid, ts = str(sess.get("session_id", "")), sess.get("timestamp")
+        for turn in sess["session"]:
+            if turn.get("role") in ("user", "assistant"):
+                utts.append(Utterance(turn["role"], str(turn["content"]), sid, ts))
+    qa = [
+        QA(
+            f"{QA_INSTRUCTION} Question: {q['question']}",
+            str(q["answer"]),
+            str(q.get("question_type", "single_hop")),
         )
+        for q in conv.get("qa_pairs", [])
+    ]
+    return Conversation(utts, qa, "", str(conv.get("conversation_id", "")))
+
+
+def _longmemeval_prompts(rec: dict, n: int) -> Conversation:
+    """One SCBench-style record: ``prompts = [context, q1, ...]``, ``ground_truth``, ``task_types``."""
+    context, *questions = rec["prompts"]
+    utts, sess, ts = [], "0", None
+    for row in context.splitlines():
+        if row.startswith("TIMESTAMP:"):
+            ts = row.split(":", 1)[1].strip()
+            continue
+        if row.startswith("SESSION:"):
+            sess = row.split(":", 1)[1].strip()
+            continue
+        m = re.match(r"(User|Assistant):\s*(.*)", row)
+        if m:
+            utts.append(Utterance(m.group(1).lower(), m.group(2), sess, ts))
+    answers = [", ".join(a) if isinstance(a, list) else str(a) for a in rec["ground_truth"]]
+    types = [
+        LONGMEMEVAL_TYPES.get(int(t), str(t)) for t in rec.get("task_types", [0] * len(questions))
+    ]
+    qa = [QA(q, a, t) for q, a, t in zip(questions, answers, types)]
+    return Conversation(utts, qa, "", str(rec.get("conversation_id", n)))
+
+
+def load_longmemeval(path: str | Path) -> list[Conversation]:
+    """Custom LongMemEval histories (spec §3.8), in either official layout.
+
+    * The builder's JSON: ``{"conversations": [{"conversation_id", "conversation_timeline":
+      [{"timestamp", "session_id", "session": [{"role", "content"}, ...]}, ...], "qa_pairs":
+      [{"question", "answer", "question_type"}, ...]}, ...]}``.
+    * The converted SCBench-style records (a JSON list or JSON lines): ``{"prompts": [context, q1,
+      ...], "ground_truth": [...], "task_types": [int, ...]}``, the context holding ``TIMESTAMP:`` /
+      ``SESSION:`` / ``User:`` / ``Assistant:`` lines.
+    """
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(data, dict) and "conversations" in data:
+        return [_longmemeval_custom(c) for c in data["conversations"]]
+    if isinstance(data, dict):
+        data = [data]
+    out = []
+    for n, rec in enumerate(data):
+        if "conversation_timeline" in rec:
+            out.append(_longmemeval_custom(rec))
+        elif "prompts" in rec:
+            out.append(_longmemeval_prompts(rec, n))
+        else:
+            raise ValueError(f"{path}: record {n} is neither a custom history nor SCBench-style")
     return out

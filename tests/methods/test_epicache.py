@@ -418,3 +418,173 @@ def test_paper_path_on_tiny_model_with_locomo_file(tmp_path):
     # headwise (paper default): a head may hold up to M·Hk slots (padded layout), plus block + prompt
     assert out["epicache/peak_tokens_per_head"] <= 16 * 2 + 64 + 100
     assert (tmp_path / "run" / "results.json").exists()
+
+
+def _realtalk_item(speaker_1: str, n_qa: int = 2) -> dict:
+    item = {
+        "name": {"speaker_1": speaker_1, "speaker_2": "Kai"},
+        "session_1_date_time": "9:00 am on 3 January, 2024",
+        "session_1": [
+            {
+                "speaker": speaker_1,
+                "clean_text": "I got a puppy.",
+                "text": "i got a puppy!!",
+                "dia_id": "D1:1",
+            },
+            {
+                "speaker": "Kai",
+                "clean_text": "Cute!",
+                "dia_id": "D1:2",
+                "blip_caption": "a small dog",
+            },
+        ],
+        "session_2_date_time": "8:00 pm on 5 January, 2024",
+        "session_2": [{"speaker": "Kai", "clean_text": "I ran a race.", "dia_id": "D2:1"}],
+        "events_session_1": {"x": []},
+        "qa": [
+            {"question": f"What pet did {speaker_1} get?", "answer": "a puppy", "category": 1},
+            {"question": "unanswerable", "category": 3},
+        ][:n_qa],
+    }
+    return item
+
+
+def test_realtalk_and_longmemeval_loaders_on_official_layouts(tmp_path):
+    import json
+
+    from methods.epicache.data import load_longmemeval, load_realtalk
+
+    # Realtalk: a folder of per-conversation files, or the official merged list.
+    (tmp_path / "rt").mkdir()
+    (tmp_path / "rt" / "Chat_1_Emi_Kai.json").write_text(json.dumps(_realtalk_item("Emi")))
+    (tmp_path / "rt" / "Chat_2_Ola_Kai.json").write_text(json.dumps(_realtalk_item("Ola", 1)))
+    (tmp_path / "merged.json").write_text(
+        json.dumps([_realtalk_item("Emi"), _realtalk_item("Ola")])
+    )
+    folder, merged = load_realtalk(tmp_path / "rt"), load_realtalk(tmp_path / "merged.json")
+    assert len(folder) == 2 and len(merged) == 2
+    conv = folder[0]
+    assert [u.text for u in conv.utterances][0] == "I got a puppy."  # clean_text preferred
+    assert "shared, an image of a small dog" in conv.utterances[1].text
+    assert [u.session_id for u in conv.utterances] == ["session_1", "session_1", "session_2"]
+    assert len(conv.qa) == 1 and conv.qa[0].answer == "a puppy"  # no-answer question skipped
+    assert conv.qa[0].question.endswith("Question: What pet did Emi get?")
+    lines = conv.render().splitlines()
+    assert "Emi and Kai" in lines[0] and lines[1] == "DATE: 9:00 am on 3 January, 2024"
+
+    # LongMemEval: the custom-history builder's JSON and the converted SCBench-style lines.
+    custom = {
+        "conversations": [
+            {
+                "conversation_id": "lme_0",
+                "total_tokens": 99,
+                "conversation_timeline": [
+                    {
+                        "timestamp": "2023/05/20 (Sat) 02:21",
+                        "session_id": "s1",
+                        "session": [
+                            {"role": "user", "content": "I adopted a cat named Miso."},
+                            {"role": "assistant", "content": "Congratulations on Miso!"},
+                        ],
+                    },
+                    {
+                        "timestamp": "2023/06/01 (Thu) 10:00",
+                        "session_id": "s2",
+                        "session": [{"role": "user", "content": "Miso is sick."}],
+                    },
+                ],
+                "qa_pairs": [
+                    {
+                        "question": "What is my cat's name?",
+                        "answer": "Miso",
+                        "question_type": "single_hop",
+                    },
+                    {
+                        "question": "When?",
+                        "answer": 2023,
+                        "question_type": "temp_reasoning_explicit",
+                    },
+                ],
+            }
+        ]
+    }
+    (tmp_path / "lme.json").write_text(json.dumps(custom))
+    (c,) = load_longmemeval(tmp_path / "lme.json")
+    assert c.conv_id == "lme_0" and [u.speaker for u in c.utterances] == [
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert [u.session_id for u in c.utterances] == ["s1", "s1", "s2"]
+    assert [(q.answer, q.category) for q in c.qa] == [
+        ("Miso", "single_hop"),
+        ("2023", "temp_reasoning_explicit"),
+    ]
+    ctx = (
+        "Below is a conversation history.\n\nTIMESTAMP: 2023/05/20\nSESSION: s1\nCONVERSATION:\n"
+        "User: I adopted a cat named Miso.\nAssistant: Congratulations!\n\nTIMESTAMP: 2023/06/01\n"
+        "SESSION: s2\nCONVERSATION:\nUser: Miso is sick.\n"
+    )
+    rec = {
+        "prompts": [ctx, "Q1?", "Q2?"],
+        "ground_truth": [["Miso", "cat"], "x"],
+        "task_types": [0, 5],
+    }
+    (tmp_path / "lme.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec) + "\n")
+    convs = load_longmemeval(tmp_path / "lme.jsonl")
+    assert len(convs) == 2 and [u.session_id for u in convs[0].utterances] == ["s1", "s1", "s2"]
+    assert convs[0].utterances[0].timestamp == "2023/05/20"
+    assert [(q.answer, q.category) for q in convs[0].qa] == [
+        ("Miso, cat", "single_hop"),
+        ("x", "knowledge_update"),
+    ]
+    (tmp_path / "bad.json").write_text(json.dumps([{"foo": 1}]))
+    with pytest.raises(ValueError, match="neither"):
+        load_longmemeval(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize(
+    ("experiment", "model_id", "benchmark"),
+    [
+        ("epicache_paper", "Qwen/Qwen3-4B", "realtalk"),
+        ("epicache_paper_llama", "meta-llama/Llama-3.2-3B-Instruct", "longmemeval"),
+    ],
+)
+def test_paper_configs_compose(experiment, model_id, benchmark):
+    from common.registry import compose
+    from methods.epicache.run import to_config
+
+    mcfg = to_config(compose([f"experiment={experiment}"]).method)
+    assert (mcfg.model_name, mcfg.benchmark) == (model_id, benchmark)
+    assert mcfg.judge_model and mcfg.level == "headwise" and mcfg.budget >= 2048
+
+
+def test_paper_path_realtalk_folder_with_judge(tmp_path):
+    import json
+
+    from common.llm import ScriptedChat
+    from common.registry import compose
+    from methods.epicache.run import run_paper, to_config
+
+    (tmp_path / "rt").mkdir()
+    for name in ("Emi", "Ola"):
+        (tmp_path / "rt" / f"Chat_{name}.json").write_text(json.dumps(_realtalk_item(name)))
+    cfg = compose(["experiment=epicache_paper"], run_dir=str(tmp_path / "run"))
+    over = {
+        "model_name": "tiny-qwen3",
+        "data_path": str(tmp_path / "rt"),
+        "sensitivity_path": None,
+        "budget": 8,
+        "block_size": 16,
+        "n_episodes": 1,
+        "n_init": 1,
+        "max_new_tokens": 2,
+        "w_embed": 1,
+        "instruction": None,
+        "n_medoid": 1,
+    }
+    judge = ScriptedChat(['{"score": 1}', "no score here"])
+    out = run_paper(cfg, to_config({**cfg.method, **over}), judge=judge, embedder=_BagEmbedder())
+    assert len(judge.calls) == 2  # one judged answer per conversation, through common.llm
+    assert out["epicache/judge"] == 0.5 and out["epicache/judge_unparsed"] == 1.0
+    assert "epicache/f1_1" in out
