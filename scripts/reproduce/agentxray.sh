@@ -1,30 +1,46 @@
 #!/usr/bin/env bash
 # AgentXRay (arXiv 2602.05353) at paper scale (spec §7): Red-Black MCTS workflow reconstruction on the
-# AgentXRay datasets (HF shiowen/AgentXRay-Datasets) with an OpenAI-compatible model, N = 20
-# iterations, M = 16, L_max = 6, β = 0.5, plus the unpruned (coloring=false) ablation.
-# Needs: OPENAI_API_KEY and optionally OPENAI_BASE_URL (a hosted API, or `vllm serve Qwen/Qwen3-32B
-# --tensor-parallel-size 2` on the GPU machine). No training; the cost is LLM inference.
+# AgentXRay datasets, loaded by hub id (shiowen/AgentXRay-Datasets; only the listed subsets are fetched),
+# with an OpenAI-compatible model for the profile generator and every agent. N = 20 iterations,
+# M = 16, L_max = 6, β = 0.5; arms red_black and no_coloring (unpruned), seeds 0-2. Token counts come
+# from the API's usage field; generator (profile) tokens are reported apart from agent tokens.
+# No training; the cost is LLM inference.
+#
+# Usage:
+#   OPENAI_API_KEY=... scripts/reproduce/agentxray.sh                   # hosted API (gpt-4o-mini)
+#   scripts/reproduce/agentxray.sh vllm                                 # `vllm serve` an open model (2 GPUs)
+#   SMOKE=1 OPENAI_API_KEY=... scripts/reproduce/agentxray.sh           # 1 subset, 2 iterations, 1 seed
+#   DATA_ROOT=/path/AgentXRay-Datasets/data scripts/reproduce/agentxray.sh   # a local copy instead of the hub
+# Extra arguments go to icml26 (Hydra overrides). Output: outputs/agentxray_paper*/results.{json,md}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-: "${OPENAI_API_KEY:?set OPENAI_API_KEY (any value for a local vLLM server)}"
-BASE_URL="${OPENAI_BASE_URL:-null}"
-MODEL="${MODEL:-gpt-4o-mini}"
-DATA_ROOT="${DATA_ROOT:-data/AgentXRay-Datasets/data}"
-DATASETS="${DATASETS:-chatdev,metagpt,eduagent,gpt,gemini}"
-SEEDS="${SEEDS:-0,1,2}"  # spec §9.3: run count per table not recovered; 3 seeds
+BACKEND="openai"
+if [[ "${1:-}" == "openai" || "${1:-}" == "vllm" ]]; then BACKEND="$1"; shift; fi
+DATA_ROOT="${DATA_ROOT:-shiowen/AgentXRay-Datasets}"
+EXTRA=("method.data_root=$DATA_ROOT")
 
-if [[ ! -d "$DATA_ROOT" ]]; then
-  # needs network; on an offline machine copy the snapshot here instead
-  huggingface-cli download shiowen/AgentXRay-Datasets --repo-type dataset \
-    --local-dir data/AgentXRay-Datasets
+if [[ "$BACKEND" == "vllm" ]]; then
+  MODEL="${MODEL:-Qwen/Qwen3-32B}"
+  vllm serve "$MODEL" --tensor-parallel-size "${TP:-2}" --port 8000 &
+  SERVER=$!
+  trap 'kill $SERVER' EXIT
+  until curl -sf http://127.0.0.1:8000/v1/models >/dev/null; do sleep 5; done
+  EXTRA+=(method.base_url=http://127.0.0.1:8000/v1 "method.llm_model=$MODEL" "method.default_model=$MODEL"
+          "method.model_menu=[$MODEL]")
+else
+  : "${OPENAI_API_KEY:?set OPENAI_API_KEY (or run: scripts/reproduce/agentxray.sh vllm)}"
+fi
+if [[ -n "${SMOKE:-}" ]]; then
+  EXTRA+=("method.datasets=[metagpt]" method.search.iterations=2 "method.seeds=[0]" method.train_samples=1 method.test_samples=1)
 fi
 
-for coloring in true false; do
-  python scripts/run.py --multirun experiment=agentxray_paper \
-    method.data_root="$DATA_ROOT" method.dataset="$DATASETS" \
-    method.llm_model="$MODEL" method.default_model="$MODEL" method.base_url="$BASE_URL" \
-    "method.model_menu=[$MODEL]" method.search.coloring="$coloring" \
-    method.search.seed="$SEEDS"
-done
-# Text domain (eduagent): add method.similarity=tfidf (spec §9.1).
+# Code domains with SFE (chatdev, metagpt, gpt, gemini), then the text domain with TF-IDF (spec §9.1).
+if [[ -n "${SMOKE:-}" ]]; then
+  icml26 experiment=agentxray_paper "${EXTRA[@]}" run_dir=outputs/agentxray_paper_smoke "$@"
+else
+  icml26 experiment=agentxray_paper "${EXTRA[@]}" "method.datasets=[chatdev,metagpt,gpt,gemini]" \
+    run_dir=outputs/agentxray_paper_code "$@"
+  icml26 experiment=agentxray_paper "${EXTRA[@]}" "method.datasets=[eduagent]" method.similarity=tfidf \
+    run_dir=outputs/agentxray_paper_text "$@"
+fi
