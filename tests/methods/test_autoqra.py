@@ -488,3 +488,204 @@ def test_paper_and_toy_configs_compose_strictly():
     assert toy.R == [2, 4, 8] and toy.group_size == 32
     with pytest.raises(Exception, match="not_a_field"):
         _to_config(compose(["experiment=autoqra_toy", "+method.not_a_field=1"]).method)
+
+
+# ----------------------------------------------------------------------------- paper-scale evaluator
+_ALPACA = [
+    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "The sum is 5."},
+    {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+    {"instruction": "Say hello.", "output": "Hello there!"},
+    {"instruction": "Repeat the word.", "input": "cat", "output": "cat cat"},
+]
+_WINO = [
+    {
+        "sentence": "The trophy would not fit in the suitcase because the _ was too big.",
+        "option1": "trophy",
+        "option2": "suitcase",
+        "answer": "1",
+    },
+    {
+        "sentence": "Anna gave Mary the book because _ had finished reading it.",
+        "option1": "Anna",
+        "option2": "Mary",
+        "answer": "1",
+    },
+    {
+        "sentence": "The cup fell off the table because _ was at the edge.",
+        "option1": "the cup",
+        "option2": "the table",
+        "answer": "1",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def paper_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("paper")
+    (d / "alpaca.json").write_text(json.dumps(_ALPACA * 4))  # a JSON list, as alpaca_data.json
+    (d / "wino.jsonl").write_text(
+        "\n".join(json.dumps(x) for x in _WINO)
+    )  # JSON lines, as dev.jsonl
+    return d
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen():
+    from common.tiny import tiny_causal_lm
+
+    return tiny_causal_lm("llama", hidden_size=32, num_hidden_layers=2, intermediate_size=64)
+
+
+def test_alpaca_loader_and_sft_labels(paper_files, tiny_qwen):
+    from methods.autoqra.paper import alpaca_features, alpaca_prompt, collate, load_alpaca
+
+    _, tok = tiny_qwen
+    recs = load_alpaca(paper_files / "alpaca.json")
+    assert len(recs) == 16 and recs[2]["input"] == ""
+    assert "### Input:" in alpaca_prompt(recs[0]) and "### Input:" not in alpaca_prompt(recs[1])
+    feats = alpaca_features(recs[:4], tok, max_len=256)
+    for r, f in zip(recs, feats, strict=False):
+        n_prompt = len(tok.encode(alpaca_prompt(r), add_special_tokens=False))
+        resp = tok.encode(r["output"], add_special_tokens=False) + [tok.eos_token_id]
+        assert f["labels"][:n_prompt] == [-100] * n_prompt and f["labels"][n_prompt:] == resp
+        assert f["input_ids"][n_prompt:] == resp
+    b = collate(feats, pad_id=tok.pad_token_id)
+    assert b["input_ids"].shape == b["labels"].shape == b["attention_mask"].shape
+    assert (b["labels"][b["attention_mask"] == 0] == -100).all()
+    bad = paper_files / "bad.json"
+    bad.write_text(json.dumps([{"instruction": "x"}]))
+    with pytest.raises(ValueError, match="record 0 .*'output'"):
+        load_alpaca(bad)
+
+
+def test_winogrande_loader_and_partial_scoring(paper_files, tiny_qwen):
+    from methods.autoqra.paper import (
+        continuation_logprob,
+        load_winogrande,
+        winogrande_accuracy,
+        winogrande_pairs,
+    )
+
+    model, tok = tiny_qwen
+    items = load_winogrande(paper_files / "wino.jsonl")
+    assert [it["answer"] for it in items] == [1, 1, 1]
+    ctxs, cont = winogrande_pairs(items[0])
+    assert ctxs == [
+        "The trophy would not fit in the suitcase because the trophy",
+        "The trophy would not fit in the suitcase because the suitcase",
+    ]
+    assert cont == " was too big."
+    # the continuation log-likelihood equals minus the summed CE of those tokens (independent route)
+    ctx_ids = tok.encode(ctxs[0], add_special_tokens=False)
+    if tok.bos_token_id is not None:
+        ctx_ids = [tok.bos_token_id, *ctx_ids]
+    c_ids = tok.encode(cont, add_special_tokens=False)
+    ids = torch.tensor([ctx_ids + c_ids])
+    labels = torch.tensor([[-100] * len(ctx_ids) + c_ids])
+    with torch.no_grad():
+        mean_ce = float(model(input_ids=ids, labels=labels).loss)
+    lp = continuation_logprob(model, tok, ctxs[0], cont)
+    assert lp == pytest.approx(-mean_ce * len(c_ids), rel=1e-4)
+    acc = winogrande_accuracy(model, tok, items)
+    assert acc in (0.0, 1 / 3, 2 / 3, 1.0)
+    # flipping every answer flips every item's correctness
+    flipped = [{**it, "answer": 3 - it["answer"]} for it in items]
+    assert winogrande_accuracy(model, tok, flipped) == pytest.approx(1.0 - acc)
+    bad = paper_files / "bad.jsonl"
+    bad.write_text(json.dumps({**_WINO[0], "sentence": "no blank"}))
+    with pytest.raises(ValueError, match="exactly one '_'"):
+        load_winogrande(bad)
+
+
+def test_paper_evaluator_on_tiny_local_model(paper_files, tiny_qwen, tmp_path):
+    from methods.autoqra.paper import (
+        PaperEvaluator,
+        PaperFidelity,
+        alpaca_features,
+        load_alpaca,
+        load_winogrande,
+        main,
+    )
+
+    model, tok = tiny_qwen
+    feats = alpaca_features(load_alpaca(paper_files / "alpaca.json"), tok, max_len=64)
+    items = load_winogrande(paper_files / "wino.jsonl")
+    memory = MemoryModel.from_hf_config(model.config, group_size=32)
+    fids = {"low": PaperFidelity(0.25, 1.0, n_eval=2), "high": PaperFidelity(1.0, 1.0)}
+    ev = PaperEvaluator(
+        model,
+        tok,
+        memory,
+        feats,
+        items,
+        fids,
+        backend="fake",
+        group_size=32,
+        lr=1e-3,
+        batch=2,
+        grad_accum=2,
+    )
+    assert ev.steps_for("low") == (1, 4) and ev.steps_for("high") == (4, 16)  # ceil(n·ep/(b·acc))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = QRConfig((2, 8), (4, 8))
+    lo, hi = ev.evaluate(cfg, "low"), ev.evaluate(cfg, "high")
+    assert lo.perf in (0.0, 0.5, 1.0) and hi.perf in (0.0, 1 / 3, 2 / 3, 1.0)
+    assert lo.mem_bytes == hi.mem_bytes == memory.total_bytes(cfg)
+    assert (
+        hi.meta["steps"] == 4
+        and np.isfinite(hi.meta["sft_loss"])
+        and ev.calls == {"low": 1, "high": 1}
+    )
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # base untouched
+    with pytest.raises(ValueError, match="backend"):
+        PaperEvaluator(model, tok, memory, feats, items, backend="gptq")
+    try:
+        import hqq  # noqa: F401
+    except ImportError:  # the GPU backend is imported lazily and fails with a clear message
+        with pytest.raises(ImportError, match="hqq"):
+            PaperEvaluator(model, tok, memory, feats, items, fids, backend="hqq").evaluate(
+                cfg, "low"
+            )
+    # the command-line driver end to end on a local checkpoint (fake backend, a 2 x 1 search)
+    from common.tiny import save_tiny
+
+    path = save_tiny(model, tok, tmp_path / "tiny-llama")
+    out = main(
+        [
+            "--model",
+            str(path),
+            "--alpaca",
+            str(paper_files / "alpaca.json"),
+            "--winogrande",
+            str(paper_files / "wino.jsonl"),
+            "--backend",
+            "fake",
+            "--out",
+            str(tmp_path / "run"),
+            "--group_size",
+            "32",
+            "--pop",
+            "2",
+            "--gens",
+            "1",
+            "--promote_k",
+            "1",
+            "--max_len",
+            "64",
+            "--batch",
+            "2",
+            "--grad_accum",
+            "1",
+            "--Q",
+            "2",
+            "4",
+            "8",
+            "--R",
+            "4",
+            "8",
+        ]
+    )
+    budget = MemoryModel.from_hf_config(model.config, group_size=32).budget_from_reference(4, 8)
+    assert memory.total_bytes(QRConfig(tuple(out["q"]), tuple(out["r"]))) <= budget
+    for f in ("phase2_pareto.json", "phase3_selected.json", "paper_run.json"):
+        assert (tmp_path / "run" / f).is_file()

@@ -1,0 +1,404 @@
+"""Paper-scale evaluator and driver (spec §5, §7): quantised LoRA fine-tuning on Alpaca, WinoGrande accuracy.
+
+A candidate ``(q, r)`` is scored as in the official real-task mode: quantise every block of the base model
+to ``q_ℓ`` bits (HQQ on GPU, or the fake RTN backend on CPU), attach LoRA of rank ``r_ℓ`` (α = 2r, dropout
+0.05), fine-tune the LoRA factors on a fraction of the Alpaca data for a fraction of an epoch (the fidelity),
+then measure WinoGrande accuracy, 0-shot, by partial scoring: each option is substituted for the blank and
+the log-likelihood of the text after the blank is compared (lm-evaluation-harness's ``winogrande`` rule).
+
+Data come from local files in the benchmarks' own formats (no download at run time): Alpaca is a JSON list
+(or JSON lines) of ``{"instruction", "input", "output"}``; WinoGrande is JSON lines of ``{"sentence"`` with
+one ``_``, ``"option1", "option2", "answer": "1" | "2"}``.
+
+Command line (GPU): ``python -m methods.autoqra.paper --model Qwen/Qwen3-4B --alpaca alpaca_data.json
+--winogrande winogrande_dev.jsonl --backend hqq --out outputs/autoqra_paper``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .apply import build_quantized_lora_model
+from .evaluators import EvalResult
+from .importance import Importance, compute_adapt_sensitivity, compute_quant_sensitivity
+from .memory import MemoryModel
+from .space import QRConfig, SearchSpace
+
+logger = logging.getLogger(__name__)
+
+# Instruction-tuning prompt layout of the Alpaca data (instruction, optional input, then the response).
+PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
+
+
+def _read_records(path: str | Path) -> list[dict]:
+    """A JSON list or JSON-lines file as a list of dicts."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such data file: {path}")
+    text = path.read_text(encoding="utf-8").strip()
+    if not text:
+        raise ValueError(f"{path} is empty")
+    if text[0] == "[":
+        records = json.loads(text)
+    else:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"{path} must hold JSON objects (a list or one per line)")
+    return records
+
+
+def load_alpaca(path: str | Path, n: int | None = None) -> list[dict[str, str]]:
+    """Read Alpaca-format records (``instruction``, optional ``input``, ``output``).
+
+    Raises:
+        ValueError: naming the record index when ``instruction`` or ``output`` is missing.
+    """
+    records = _read_records(path)[:n]
+    for i, r in enumerate(records):
+        for key in ("instruction", "output"):
+            if not isinstance(r.get(key), str):
+                raise ValueError(f"{path}: record {i} has no string field {key!r} (Alpaca format)")
+    return [
+        {"instruction": r["instruction"], "input": r.get("input") or "", "output": r["output"]}
+        for r in records
+    ]
+
+
+def alpaca_prompt(record: dict[str, str]) -> str:
+    """The prompt text of one Alpaca record (the response follows it)."""
+    tpl = PROMPT_WITH_INPUT if record.get("input") else PROMPT_NO_INPUT
+    return tpl.format(**record)
+
+
+def alpaca_features(
+    records: list[dict[str, str]], tokenizer: Any, max_len: int = 512
+) -> list[dict]:
+    """Tokenise for SFT: ``input_ids`` = prompt + response + EOS, ``labels`` = -100 on the prompt.
+
+    Examples whose prompt alone fills ``max_len`` are dropped (they carry no response tokens).
+    """
+    if max_len < 2:
+        raise ValueError(f"max_len must be >= 2, got {max_len}")
+    feats = []
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    for r in records:
+        p = tokenizer.encode(alpaca_prompt(r), add_special_tokens=False)
+        a = tokenizer.encode(r["output"], add_special_tokens=False) + eos
+        ids = (p + a)[:max_len]
+        labels = ([-100] * len(p) + a)[:max_len]
+        if any(x != -100 for x in labels):
+            feats.append({"input_ids": ids, "labels": labels})
+    if not feats:
+        raise ValueError("no Alpaca example has response tokens within max_len")
+    return feats
+
+
+def collate(feats: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch: ``input_ids``, ``attention_mask``, ``labels`` (−100 on padding), ``[B, T]``."""
+    t = max(len(f["input_ids"]) for f in feats)
+    ids = torch.full((len(feats), t), pad_id, dtype=torch.long)
+    labels = torch.full((len(feats), t), -100, dtype=torch.long)
+    mask = torch.zeros((len(feats), t), dtype=torch.long)
+    for i, f in enumerate(feats):
+        n = len(f["input_ids"])
+        ids[i, :n] = torch.tensor(f["input_ids"])
+        labels[i, :n] = torch.tensor(f["labels"])
+        mask[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def sft_train(
+    model: torch.nn.Module,
+    feats: list[dict],
+    steps: int,
+    batch: int,
+    lr: float,
+    grad_accum: int = 1,
+    pad_id: int = 0,
+    seed: int = 0,
+) -> float:
+    """AdamW on the trainable (LoRA) parameters, ``steps`` optimiser steps; returns the last loss."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters (attach LoRA first)")
+    opt = torch.optim.AdamW(params, lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    device = params[0].device
+    model.train()
+    loss_val = float("nan")
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        for _ in range(grad_accum):
+            idx = torch.randint(0, len(feats), (batch,), generator=gen).tolist()
+            b = {k: v.to(device) for k, v in collate([feats[i] for i in idx], pad_id).items()}
+            loss = model(**b).loss / grad_accum
+            loss.backward()
+            loss_val = float(loss.detach()) * grad_accum
+        opt.step()
+    return loss_val
+
+
+def load_winogrande(path: str | Path, n: int | None = None) -> list[dict]:
+    """Read WinoGrande-format items (``sentence`` with one ``_``, ``option1``, ``option2``, ``answer``).
+
+    Raises:
+        ValueError: naming the item index on a missing field, a blank count other than one, or an
+            answer outside {1, 2}.
+    """
+    items = _read_records(path)[:n]
+    out = []
+    for i, it in enumerate(items):
+        for key in ("sentence", "option1", "option2", "answer"):
+            if key not in it:
+                raise ValueError(f"{path}: item {i} has no field {key!r} (WinoGrande format)")
+        if it["sentence"].count("_") != 1:
+            raise ValueError(f"{path}: item {i} sentence must contain exactly one '_' blank")
+        if str(it["answer"]) not in ("1", "2"):
+            raise ValueError(f"{path}: item {i} answer must be '1' or '2', got {it['answer']!r}")
+        out.append({**it, "answer": int(it["answer"])})
+    return out
+
+
+def winogrande_pairs(item: dict) -> tuple[list[str], str]:
+    """Partial scoring inputs: the two contexts (text before the blank + option) and the shared
+    continuation (text after the blank)."""
+    i = item["sentence"].index("_")
+    before, after = item["sentence"][:i], item["sentence"][i + 1 :]
+    contexts = [before + item["option1"], before + item["option2"]]
+    return contexts, " " + after.strip()
+
+
+@torch.no_grad()
+def continuation_logprob(model: torch.nn.Module, tokenizer: Any, context: str, cont: str) -> float:
+    """``Σ log p(cont tokens | context)`` under a causal LM (BOS prepended when the tokenizer has one)."""
+    ctx = tokenizer.encode(context, add_special_tokens=False)
+    if tokenizer.bos_token_id is not None:
+        ctx = [tokenizer.bos_token_id, *ctx]
+    c = tokenizer.encode(cont, add_special_tokens=False)
+    if not ctx or not c:
+        raise ValueError("context and continuation must both tokenise to >= 1 token")
+    device = next(model.parameters()).device
+    ids = torch.tensor([ctx + c], device=device)  # [1, T]
+    logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)  # [T-1, V]
+    tgt = ids[0, 1:]
+    return float(logp[len(ctx) - 1 :].gather(-1, tgt[len(ctx) - 1 :, None]).sum())
+
+
+def winogrande_accuracy(model: torch.nn.Module, tokenizer: Any, items: list[dict]) -> float:
+    """Fraction of items whose higher-likelihood option is the answer (0-shot partial scoring)."""
+    if not items:
+        raise ValueError("items is empty")
+    model.eval()
+    correct = 0
+    for it in items:
+        contexts, cont = winogrande_pairs(it)
+        scores = [continuation_logprob(model, tokenizer, ctx, cont) for ctx in contexts]
+        correct += int(np.argmax(scores)) + 1 == it["answer"]
+    return correct / len(items)
+
+
+@dataclass
+class PaperFidelity:
+    """One fidelity of the real-task evaluator: data fraction, epochs, evaluation items (None = all)."""
+
+    ratio: float
+    epochs: float
+    n_eval: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.ratio <= 1.0:
+            raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
+        if self.epochs <= 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs}")
+
+
+# Official real-task mode: low 5% of the data for 0.1 epoch, high 20% for 0.5 epoch (spec §3.6, §7).
+PAPER_FIDELITIES = {
+    "low": PaperFidelity(0.05, 0.1),
+    "high": PaperFidelity(0.2, 0.5),
+    "full": PaperFidelity(1.0, 1.0),
+}
+
+
+class PaperEvaluator:
+    """Real-task evaluator: quantise + LoRA, Alpaca SFT at the fidelity, ``perf`` = WinoGrande accuracy.
+
+    Args:
+        base: full-precision causal LM (Llama/Qwen layout; not modified), on its target device.
+        tokenizer: its tokenizer.
+        memory: Eq. 1 model (reports ``mem_bytes``).
+        train_feats: tokenised Alpaca examples (``alpaca_features``).
+        eval_items: WinoGrande items (``load_winogrande``).
+        fidelities: ``{"low"|"high"|"full": PaperFidelity}`` (default ``PAPER_FIDELITIES``).
+        backend: ``"hqq"`` (GPU, lazy import of ``hqq``) or ``"fake"`` (CPU RTN stand-in).
+        group_size: quantisation group size (128 in the repo).
+        lr, batch, grad_accum, lora_dropout: SFT settings (repo: 2e-4, 4, 4, 0.05).
+        seed: LoRA init and batch-order seed.
+    """
+
+    def __init__(
+        self,
+        base: torch.nn.Module,
+        tokenizer: Any,
+        memory: MemoryModel,
+        train_feats: list[dict],
+        eval_items: list[dict],
+        fidelities: dict[str, PaperFidelity] | None = None,
+        backend: str = "hqq",
+        group_size: int = 128,
+        lr: float = 2e-4,
+        batch: int = 4,
+        grad_accum: int = 4,
+        lora_dropout: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        if backend not in ("hqq", "fake"):
+            raise ValueError(f"backend must be 'hqq' or 'fake', got {backend!r}")
+        if not train_feats or not eval_items:
+            raise ValueError("train_feats and eval_items must be non-empty")
+        self.base, self.tok, self.memory = base, tokenizer, memory
+        self.train_feats, self.eval_items = train_feats, eval_items
+        self.fidelities = dict(fidelities or PAPER_FIDELITIES)
+        self.backend, self.group_size = backend, group_size
+        self.lr, self.batch, self.grad_accum = lr, batch, grad_accum
+        self.lora_dropout, self.seed = lora_dropout, seed
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.calls: dict[str, int] = {}
+
+    def steps_for(self, fidelity: str) -> tuple[int, int]:
+        """(optimiser steps, training examples) of a fidelity: ``ceil(ratio·N·epochs / (batch·accum))``."""
+        fid = self.fidelities[fidelity]
+        n = max(1, round(fid.ratio * len(self.train_feats)))
+        steps = max(1, math.ceil(n * fid.epochs / (self.batch * self.grad_accum)))
+        return steps, n
+
+    def evaluate(self, cfg: QRConfig, fidelity: str) -> EvalResult:
+        if fidelity not in self.fidelities:
+            raise ValueError(f"fidelity must be one of {sorted(self.fidelities)}, got {fidelity!r}")
+        t0 = time.perf_counter()
+        steps, n = self.steps_for(fidelity)
+        torch.manual_seed(self.seed)
+        model = build_quantized_lora_model(
+            self.base,
+            cfg,
+            backend=self.backend,
+            group_size=self.group_size,
+            lora_dropout=self.lora_dropout,
+        )
+        loss = sft_train(
+            model,
+            self.train_feats[:n],
+            steps,
+            self.batch,
+            self.lr,
+            self.grad_accum,
+            self.pad_id,
+            self.seed,
+        )
+        n_eval = self.fidelities[fidelity].n_eval
+        acc = winogrande_accuracy(model, self.tok, self.eval_items[:n_eval])
+        self.calls[fidelity] = self.calls.get(fidelity, 0) + 1
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        meta = {"acc": acc, "sft_loss": loss, "steps": steps, "n_train": n}
+        return EvalResult(acc, self.memory.total_bytes(cfg), time.perf_counter() - t0, meta)
+
+
+def paper_importance(
+    model: torch.nn.Module, feats: list[dict], bits: int, group_size: int, n_batches: int = 8
+) -> Importance:
+    """``I_q`` (loss increase when one block is quantised to ``bits``) and ``I_r`` (gradient energy) on
+    Alpaca batches of 4 (the repo uses WikiText-2 for ``I_q``; any calibration text works)."""
+    device = next(model.parameters()).device
+    batches = []
+    for i in range(0, min(len(feats), 4 * n_batches), 4):
+        ids = collate(feats[i : i + 4], 0)["input_ids"].to(device)
+        batches.append(ids)
+    raw_q = compute_quant_sensitivity(model, batches, bits=bits, group_size=group_size)
+    raw_r = compute_adapt_sensitivity(model, batches)
+    return Importance(raw_q, raw_r)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the AutoQRA search on a real model with the real-task evaluator; returns the selection."""
+    from .search import AutoQRA, EvolutionConfig
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", required=True, help="hub id or local path (Llama/Qwen layout)")
+    p.add_argument("--alpaca", required=True, help="Alpaca-format JSON / JSONL file")
+    p.add_argument("--winogrande", required=True, help="WinoGrande-format JSONL file")
+    p.add_argument("--backend", choices=["hqq", "fake"], default="hqq")
+    p.add_argument("--out", default="outputs/autoqra_paper")
+    p.add_argument("--Q", type=int, nargs="+", default=[2, 3, 4, 8])
+    p.add_argument("--R", type=int, nargs="+", default=[4, 8, 16])
+    p.add_argument("--budget_bits", type=int, default=4)
+    p.add_argument("--budget_rank", type=int, default=8)
+    p.add_argument("--group_size", type=int, default=128)
+    p.add_argument("--pop", type=int, default=20)
+    p.add_argument("--gens", type=int, default=6)
+    p.add_argument("--promote_k", type=int, default=3)
+    p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--max_len", type=int, default=512)
+    p.add_argument("--n_train", type=int, default=None)
+    p.add_argument("--n_eval", type=int, default=None)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--grad_accum", type=int, default=4)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--importance", default=None, help="JSON from a previous run (else computed)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+
+    from common.models import load_model, load_tokenizer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = a.dtype if device == "cuda" else "float32"
+    model = load_model(a.model, dtype=dtype, device=device)
+    tok = load_tokenizer(a.model)
+    feats = alpaca_features(load_alpaca(a.alpaca, a.n_train), tok, a.max_len)
+    items = load_winogrande(a.winogrande, a.n_eval)
+    space = SearchSpace(Q=tuple(a.Q), R=tuple(a.R), num_layers=model.config.num_hidden_layers)
+    memory = MemoryModel.from_hf_config(model.config, group_size=a.group_size)
+    budget = memory.budget_from_reference(bits=a.budget_bits, rank=a.budget_rank)
+    if a.importance:
+        imp = Importance.from_json(a.importance, model.config.num_hidden_layers)
+    else:
+        imp = paper_importance(model, feats, min(a.Q), a.group_size)
+    evaluator = PaperEvaluator(
+        model,
+        tok,
+        memory,
+        feats,
+        items,
+        backend=a.backend,
+        group_size=a.group_size,
+        lr=a.lr,
+        batch=a.batch,
+        grad_accum=a.grad_accum,
+        seed=a.seed,
+    )
+    evo = EvolutionConfig(pop=a.pop, gens=a.gens, promote_k=min(a.promote_k, a.pop))
+    _, sel = AutoQRA(space, memory, imp, evaluator, budget, evo, alpha=a.alpha, seed=a.seed).run(
+        a.out
+    )
+    out = {"q": list(sel.q), "r": list(sel.r), "budget": budget, "calls": evaluator.calls}
+    Path(a.out, "paper_run.json").write_text(json.dumps(out, indent=1))
+    logger.info("selected q=%s r=%s", sel.q, sel.r)
+    return out
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    main()
