@@ -57,6 +57,7 @@ class ThreadWeaverConfig:
     eval_batch_size: int = 128
     arms: list[str] = field(default_factory=lambda: ["seq", "tw", "flat"])
     hybrid_eval: bool = True  # also run the TW model without the orchestrator (AR mode)
+    toy_num_colon_token: bool = True  # "N:" is one token in the toy tokenizer (see toy_tokenizer)
 
     def __post_init__(self) -> None:
         if self.rho <= 0:

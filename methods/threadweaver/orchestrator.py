@@ -362,6 +362,23 @@ class VLLMEngine:
         engine_kwargs.setdefault("enable_prefix_caching", True)
         self.llm = LLM(model=model, **engine_kwargs)
 
+    @classmethod
+    def from_llm(cls, llm) -> VLLMEngine:
+        """Wrap an existing ``vllm.LLM`` (e.g. one whose weights a trainer keeps in sync)."""
+        obj = cls.__new__(cls)
+        obj.llm = llm
+        return obj
+
+    @classmethod
+    def from_trainer(cls, trainer) -> VLLMEngine:
+        """Wrap TRL's colocated vLLM (``GRPOConfig(use_vllm=True, vllm_mode="colocate")``)."""
+        gen = getattr(trainer, "vllm_generation", None)
+        if gen is None or getattr(gen, "llm", None) is None:
+            raise ValueError(
+                "trainer has no colocated vLLM; set use_vllm=True, vllm_mode='colocate'"
+            )
+        return cls.from_llm(gen.llm)
+
     def complete(
         self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0
     ):  # pragma: no cover

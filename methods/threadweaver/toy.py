@@ -49,11 +49,18 @@ def _words(n_symbols: int, chain_len: int) -> list[str]:
     )
 
 
-def toy_tokenizer(n_symbols: int = 16, chain_len: int = 16):
+def toy_tokenizer(n_symbols: int = 16, chain_len: int = 16, num_colon: bool = False):
     """Word-level tokenizer: every tag, word, ``:`` and ``\\n`` is one token; decoding is exact.
 
     Words carry their leading space (``" s3"``), so ``decode(encode(x)) == x`` on canonical text and
     the orchestrator's headers tokenize exactly as the serialized training text.
+
+    Args:
+        n_symbols, chain_len: toy sizes (vocabulary).
+        num_colon: make ``"N:"`` (an outline/thread number with its colon) a single token. A thread
+            request ends in ``"\\n<Thread>\\nN:"`` and must retrieve the text after
+            ``"<Outline>N:"``; with ``"N"`` and ``":"`` as two tokens this is a two-token-key lookup
+            that the 2-layer toy model did not learn, with one token it is a plain induction copy.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -62,9 +69,13 @@ def toy_tokenizer(n_symbols: int = 16, chain_len: int = 16):
 
     words = _words(n_symbols, chain_len)
     vocab_list = _SPECIAL + list(TAGS) + ["\n", ":", " "] + words + [" " + w for w in words]
+    pattern = r"\n|:| ?[^\s:<]+| "
+    if num_colon:
+        vocab_list += [f"{i}:" for i in range(1, n_symbols + 1)]
+        pattern = r"[0-9]+:|" + pattern
     vocab = {w: i for i, w in enumerate(vocab_list)}
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n|:| ?[^\s:<]+| "), behavior="isolated")
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     tk.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=tk,
@@ -244,7 +255,7 @@ def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str,
         ``closed_form`` (the serializer's own traces, i.e. a perfect model), and run details.
     """
     t0 = time.time()
-    tok = toy_tokenizer(cfg.n_symbols, cfg.chain_len)
+    tok = toy_tokenizer(cfg.n_symbols, cfg.chain_len, cfg.toy_num_colon_token)
     ids = tag_ids(tok)
     codebook = make_codebook(cfg.n_symbols, cfg.chain_len, seed)
     rng = random.Random(seed)

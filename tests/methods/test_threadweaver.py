@@ -655,3 +655,96 @@ def test_pgrpo_trainer_one_step_matches_eq4(toy_tok, toy_setup, tmp_path):
     with pytest.raises(ValueError, match="beta"):
         PGRPOTrainer(model=model, args=GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path),
                      beta=0.1)), train_dataset=ds, processing_class=toy_tok)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- paper drivers
+
+
+def _bench_fixtures(d) -> dict[str, str]:
+    """Two rows per benchmark in the hub layouts (MATH-500 jsonl, AIME/AMC/Minerva/Olympiad)."""
+    import json
+
+    import pandas as pd
+
+    rows = {
+        "math500.jsonl": [{"problem": "What is 3+4?", "solution": "So \\boxed{7}.", "answer": "7",
+                           "subject": "Algebra", "level": 1, "unique_id": "test/a/1.json"},
+                          {"problem": "Half of 1?", "solution": "\\boxed{\\frac12}",
+                           "answer": "\\frac{1}{2}", "subject": "Algebra", "level": 1,
+                           "unique_id": "test/a/2.json"}],
+        "aime24.jsonl": [{"id": 60, "problem": "Find 2+2.", "solution": "Hence \\boxed{4}",
+                          "url": "u"}, {"id": 61, "problem": "Find 5.", "solution": "\\boxed{5}",
+                                        "url": "u"}],
+        "aime25.jsonl": [{"problem": "Find 6.", "answer": "6", "id": "0"},
+                         {"problem": "Find 8.", "answer": "8", "id": "1"}],
+        "amc23.jsonl": [{"id": 0, "question": "Find 9.", "answer": 9.0, "url": "u"},
+                        {"id": 1, "question": "Find 1.", "answer": 1.0, "url": "u"}],
+        "minerva.jsonl": [{"question": "Speed?", "answer": "3e8"},
+                          {"question": "Mass?", "answer": "2"}],
+    }  # fmt: skip
+    out = {}
+    for name, rs in rows.items():
+        (d / name).write_text("\n".join(json.dumps(r) for r in rs))
+        out[name.split(".")[0]] = str(d / name)
+    olymp = [{"id": 1, "question": "Compute 10.", "final_answer": ["$10$"], "is_multiple_answer":
+              False, "unit": None, "answer_type": "Numerical"},
+             {"id": 2, "question": "Compute 11.", "final_answer": ["$11$"], "is_multiple_answer":
+              False, "unit": None, "answer_type": "Numerical"}]  # fmt: skip
+    pd.DataFrame(olymp).to_parquet(d / "olympiadbench.parquet")
+    out["olympiadbench"] = str(d / "olympiadbench.parquet")
+    return out
+
+
+def test_paper_loaders_read_hub_layouts(tmp_path):
+    from methods.threadweaver.paper import BENCHMARKS, load_problems
+
+    files = _bench_fixtures(tmp_path)
+    assert set(files) == set(BENCHMARKS)
+    got = {n: [r["answer"] for r in load_problems(p)] for n, p in files.items()}
+    assert got == {"math500": ["7", "\\frac{1}{2}"], "aime24": ["4", "5"], "aime25": ["6", "8"],
+                   "amc23": ["9.0", "1.0"], "minerva": ["3e8", "2"],
+                   "olympiadbench": ["10", "11"]}  # fmt: skip
+    assert load_problems(files["amc23"])[0]["problem"] == "Find 9."
+    (tmp_path / "bad.jsonl").write_text('{"text": "x"}')
+    with pytest.raises(ValueError, match="problem"):
+        load_problems(tmp_path / "bad.jsonl")
+    with pytest.raises(FileNotFoundError):
+        load_problems(tmp_path / "missing.jsonl")
+
+
+def test_paper_drivers_sft_rl_eval_on_tiny_model(tmp_path):
+    """The paper pipeline (trie SFT -> P-GRPO -> six-benchmark eval) end to end on a tiny Qwen3."""
+    import json
+
+    from common.tiny import save_tiny, tiny_causal_lm, tiny_tokenizer
+    from methods.threadweaver.paper import compare, main, sft_packs
+
+    model, tok = tiny_causal_lm("qwen3", hidden_size=32, intermediate_size=64,
+                                tokenizer=tiny_tokenizer())  # fmt: skip
+    add_threadweaver_tokens(model, tok)
+    save_tiny(model, tok, tmp_path / "base")
+    block = ParallelBlock([("1", "left"), ("2", "right")], [("1", "3*4 = 12"), ("2", "5*6 = 30")])
+    traj = Trajectory(["We add two products.\n", block, "\n12 + 30 = 42."], "\\boxed{42}")
+    rows = [{"problem": "3*4+5*6?", "response": serialize(traj)},
+            {"problem": "bad", "response": "no think tags"}]  # fmt: skip
+    (tmp_path / "traces.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    cfg = ThreadWeaverConfig(sft_max_len=4096)
+    packs, dropped = sft_packs(tok, rows, cfg)
+    assert len(packs) == 1 and dropped == 1 and packs[0].loss_mask.sum() > 0
+    files = _bench_fixtures(tmp_path)
+    common = ["experiment=threadweaver_paper", "method.mask_impl=dense", "method.budget_total=6",
+              "method.rl_k=2", "method.rl_prompts_per_step=2", "method.sft_max_len=4096"]  # fmt: skip
+    main(["sft", "--data", str(tmp_path / "traces.jsonl"), "--init", str(tmp_path / "base"),
+          "--out", str(tmp_path / "sft"), "--max-steps", "1", *common])  # fmt: skip
+    main(["rl", "--data", files["aime25"], "--init", str(tmp_path / "sft"),
+          "--out", str(tmp_path / "rl"), "--max-steps", "1", *common])  # fmt: skip
+    res = main(["eval", "--init", str(tmp_path / "rl"), "--out", str(tmp_path / "ev"), "--limit",
+                "1", *[a for n, p in files.items() for a in ("--bench", f"{n}={p}")], *common,
+                "method.temperature=0.0"])  # fmt: skip
+    m = res["metrics"]
+    assert set(m) == set(files)
+    for name, row in m.items():
+        assert 0.0 <= row["accuracy"] <= 1.0 and 0 < row["token_latency"] <= 6, name
+    recs = json.loads((tmp_path / "ev" / "records.json").read_text())
+    assert len(recs["aime24"][0]["longest"]) == 32 and len(recs["math500"][0]["longest"]) == 1
+    assert compare(recs, recs)["math500"]["speedup"] == pytest.approx(1.0)
