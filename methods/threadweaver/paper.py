@@ -385,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--bench", action="append", default=[], help="eval: name=path (repeat)")
     ap.add_argument("--baseline", help="eval: records.json of the sequential model")
     ap.add_argument("--limit", type=int, default=None, help="eval: first N problems")
+    ap.add_argument("--avg-at-k", type=int, default=None, help="eval: one k for all benchmarks")
     ap.add_argument("--max-steps", type=int, default=None, help="override the step count")
     args, overrides = ap.parse_known_args(argv)
     bad = [o for o in overrides if o.startswith("-") or "=" not in o]
@@ -409,7 +410,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     else:
         model, tok = _load(init)
         engine = None
-    metrics, records = evaluate(cfg, model, tok, benches, engine, limit=args.limit,
+    kk = None if args.avg_at_k is None else dict.fromkeys(benches, args.avg_at_k)
+    metrics, records = evaluate(cfg, model, tok, benches, engine, kk, args.limit,
                                 parallel=not args.sequential)  # fmt: skip
     result: dict[str, Any] = {"metrics": metrics}
     if args.baseline:

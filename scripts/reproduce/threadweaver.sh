@@ -1,36 +1,53 @@
 #!/usr/bin/env bash
 # ThreadWeaver paper-scale reproduction (spec §7). GPU only: 8x80 GB, pip install -e ".[vllm]".
-# Qwen3-8B -> stage-1 SFT (959 rewritten traces) -> self-training SFT (17,491) -> P-GRPO (350 steps).
+# Qwen3-8B -> stage-1 trie SFT (959 rewritten traces) -> self-training SFT -> P-GRPO (350 steps)
+# -> eval on six math benchmarks (accuracy Avg@k, token latency = critical path, speedup vs seq. GRPO).
 #
-# STATUS: the library pieces exist and are tested on tiny models (trie packing + parent-gather loss:
-# methods.threadweaver.{TrieCollator,parent_gather_loss}; fork/join rollouts on vLLM:
-# ParallelOrchestrator(VLLMEngine(...)); rewards/advantages/loss: pgrpo_reward, group_advantages,
-# pgrpo_loss; data pipeline: convert_trace with common.llm.OpenAIChat). The multi-GPU drivers named
-# below (methods.threadweaver.paper, TrieSFTTrainer, PGRPOTrainer on common.rl) are NOT written yet;
-# this script fails fast until they are.
+# Inputs (download beforehand; nothing is fetched at run time):
+#   $DATA/stage1.jsonl        {problem, response} parallel traces (data pipeline output:
+#                             methods.threadweaver.convert_trace with common.llm.OpenAIChat, GPT-5)
+#   $DATA/self_train.jsonl    {problem, response} filtered own rollouts (optional, stage 2)
+#   $DATA/polaris_rl.parquet  RL prompts {problem, answer} (Polaris-53K subset)
+#   $DATA/bench/{aime24,aime25,amc23,math500,minerva,olympiadbench}.{jsonl,parquet} (hub layouts)
+# SMOKE=1 runs every stage for one step / one problem (checks the wiring, numbers meaningless).
+#
+# Not scripted here: stage 0 (sampling Qwen3-8B traces on Polaris-53K) and the GPT-5 rewriting, which
+# need an OpenAI-compatible endpoint; see docs/methods/threadweaver.md (data pipeline).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ACC=${ACC:-configs/accelerate/multi_gpu_fsdp.yaml}
+DATA=${DATA:-data/threadweaver}
 OUT=${OUT:-outputs/threadweaver_paper}
-
-if ! python -c "import methods.threadweaver.paper" 2>/dev/null; then
-  echo "methods.threadweaver.paper (SFT/RL drivers) is not implemented yet; see docs/methods/threadweaver.md" >&2
-  exit 2
+ACC=${ACC:-accelerate launch}          # e.g. "accelerate launch --config_file fsdp.yaml"
+ENGINE=${ENGINE:-vllm}
+EXP=experiment=threadweaver_paper
+SMOKE_SFT=(); SMOKE_RL=(); SMOKE_EV=()
+if [[ "${SMOKE:-0}" == "1" ]]; then
+  SMOKE_SFT=(--max-steps 1); SMOKE_RL=(--max-steps 1); SMOKE_EV=(--limit 1 --avg-at-k 1)
 fi
-# 0. data: one Qwen3-8B trace per Polaris-53K prompt (T=0.6, top-p 0.95), 1,000 correct ones rewritten
-python -m methods.threadweaver.paper sample experiment=threadweaver_paper out=$OUT/stage0
-python -m methods.threadweaver.paper annotate experiment=threadweaver_paper n=1000 llm.model=gpt-5 out=$OUT/stage1_data
-# 1. stage-1 SFT (8 epochs, trie packing, FlexAttention)
-accelerate launch --config_file "$ACC" -m methods.threadweaver.paper sft experiment=threadweaver_paper \
-  data=$OUT/stage1_data out=$OUT/sft1
-# 2. self-training: orchestrated rollouts on all prompts, keep format-valid and correct, SFT 1 epoch
-python -m methods.threadweaver.paper self_train experiment=threadweaver_paper ckpt=$OUT/sft1 out=$OUT/st_data
-accelerate launch --config_file "$ACC" -m methods.threadweaver.paper sft experiment=threadweaver_paper \
-  data=$OUT/st_data method.sft_epochs=1 init=$OUT/sft1 out=$OUT/sft2
-# 3. P-GRPO (and the sequential GRPO baseline from Qwen3-8B with the same prompts and steps)
-accelerate launch --config_file "$ACC" -m methods.threadweaver.paper rl experiment=threadweaver_paper \
-  init=$OUT/sft2 out=$OUT/tw
-accelerate launch --config_file "$ACC" -m methods.threadweaver.paper rl experiment=threadweaver_paper \
-  init=Qwen/Qwen3-8B sequential=true out=$OUT/seq
-# 4. eval: Avg@{32,32,8,1,4,8} on AIME24/25, AMC23, MATH500, Minerva, OlympiadBench; token latency
-python -m methods.threadweaver.paper eval experiment=threadweaver_paper ckpts=[$OUT/seq,$OUT/tw] out=$OUT/eval
+PAPER="python -m methods.threadweaver.paper"
+BENCH=()
+for b in aime24 aime25 amc23 math500 minerva olympiadbench; do
+  f=$(ls "$DATA"/bench/"$b".* 2>/dev/null | head -n1 || true)
+  [[ -n "$f" ]] && BENCH+=(--bench "$b=$f")
+done
+
+# 1. stage-1 SFT: 8 epochs, trie packing + parent-gather loss, FlexAttention (App. B)
+$ACC -m methods.threadweaver.paper sft --data "$DATA/stage1.jsonl" --out "$OUT/sft1" "${SMOKE_SFT[@]}" $EXP
+INIT=$OUT/sft1
+# 2. self-training round (1 epoch from the stage-1 checkpoint, spec §9.4)
+if [[ -f "$DATA/self_train.jsonl" ]]; then
+  $ACC -m methods.threadweaver.paper sft --data "$DATA/self_train.jsonl" --init "$OUT/sft1" \
+    --out "$OUT/sft2" "${SMOKE_SFT[@]}" $EXP method.sft_epochs=1
+  INIT=$OUT/sft2
+fi
+# 3. P-GRPO from the SFT model; sequential GRPO baseline from Qwen3-8B (same prompts and steps)
+$ACC -m methods.threadweaver.paper rl --data "$DATA/polaris_rl.parquet" --init "$INIT" \
+  --out "$OUT/tw" --engine "$ENGINE" "${SMOKE_RL[@]}" $EXP
+$ACC -m methods.threadweaver.paper rl --data "$DATA/polaris_rl.parquet" --init Qwen/Qwen3-8B \
+  --out "$OUT/seq" --engine "$ENGINE" --sequential "${SMOKE_RL[@]}" $EXP
+# 4. eval: Avg@{32,32,8,1,4,8}, temperature 1.0, 40k tokens over all branches; Table 1 speedups
+$PAPER eval --init "$OUT/seq" --out "$OUT/eval_seq" --engine "$ENGINE" --sequential \
+  "${BENCH[@]}" "${SMOKE_EV[@]}" $EXP
+$PAPER eval --init "$OUT/tw" --out "$OUT/eval_tw" --engine "$ENGINE" \
+  --baseline "$OUT/eval_seq/records.json" "${BENCH[@]}" "${SMOKE_EV[@]}" $EXP
+cat "$OUT/eval_tw/metrics.json"
