@@ -55,6 +55,11 @@ class PaperConfig:
     max_steps: int = -1
     bf16: bool = False
     seed: int = 0
+    # "vicuna": LLaVA-1.5 USER/ASSISTANT prompt (repo conv mode vicuna_v1); "chat": the processor's
+    # chat template (Qwen2.5-VL through LLaMA-Factory's qwen2_vl template)
+    prompt_style: str = "vicuna"
+    # parameters trained at projector_lr besides lora_B (LLaVA: the multimodal projector)
+    projector_keys: list[str] = field(default_factory=lambda: ["multi_modal_projector"])
 
 
 def _load(spec: str):
@@ -62,9 +67,10 @@ def _load(spec: str):
         from common.tiny import tiny_llava
 
         return tiny_llava(seed=0)
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    model = LlavaForConditionalGeneration.from_pretrained(spec, torch_dtype=torch.float32)
+    # LlavaForConditionalGeneration or Qwen2_5_VLForConditionalGeneration, chosen by the config
+    model = AutoModelForImageTextToText.from_pretrained(spec, dtype=torch.float32)
     return model, AutoProcessor.from_pretrained(spec)
 
 
@@ -80,10 +86,48 @@ def _image(rec: dict, root: str):
     return Image.open(path).convert("RGB")
 
 
+def _turns(conv: list[dict], style: str, processor) -> tuple[str, list[tuple[str, str]]]:
+    """The full text and, per assistant turn, ``(text up to the answer, text through it)``."""
+    if style == "vicuna":
+        eos = processor.tokenizer.eos_token or ""
+        text, spans = "", []
+        for i in range(0, len(conv), 2):
+            text += f"USER: {conv[i]['value']} ASSISTANT:"
+            start = text
+            text += f" {conv[i + 1]['value']}{eos}"
+            spans.append((start, text))
+        return text, spans
+    if style != "chat":
+        raise ValueError(f"prompt_style must be 'vicuna' or 'chat', got {style!r}")
+    msgs: list[dict] = []
+    for c in conv:
+        body = c["value"].replace("<image>", "").strip()
+        if c["from"] == "human":
+            content = [{"type": "text", "text": body}]
+            if "<image>" in c["value"]:
+                content.insert(0, {"type": "image"})
+            msgs.append({"role": "user", "content": content})
+        else:
+            msgs.append({"role": "assistant", "content": [{"type": "text", "text": body}]})
+    spans = []
+    for i in range(1, len(msgs), 2):
+        start = processor.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True)
+        end = processor.apply_chat_template(msgs[: i + 1], tokenize=False)
+        spans.append((start, end))
+    return processor.apply_chat_template(msgs, tokenize=False), spans
+
+
 def encode_record(
-    rec: dict, processor, image_root: str = "", max_len: int = 2048
+    rec: dict, processor, image_root: str = "", max_len: int = 2048, style: str = "vicuna"
 ) -> dict[str, Any]:
-    """Renders a LLaVA conversation (vicuna-v1 style) and masks all but the assistant turns.
+    """Renders a LLaVA conversation record and masks all but the assistant turns.
+
+    Args:
+        rec: ``{"id", "image"?, "conversations": [{"from": "human"|"gpt", "value"}, ...]}``.
+        processor: the model's processor.
+        image_root: folder the record's ``image`` path is relative to.
+        max_len: truncation length.
+        style: ``"vicuna"`` (LLaVA-1.5) or ``"chat"`` (the processor's chat template, Qwen2.5-VL).
 
     Returns:
         ``input_ids [1, T]``, ``attention_mask``, ``labels`` (-100 outside answers), ``pixel_values``.
@@ -99,13 +143,7 @@ def encode_record(
     ):
         raise ValueError(f"record {rec.get('id')!r}: conversations must alternate human/gpt turns")
     img = _image(rec, image_root)
-    eos = processor.tokenizer.eos_token or ""
-    text, spans = "", []
-    for i in range(0, len(conv), 2):
-        text += f"USER: {conv[i]['value']} ASSISTANT:"
-        start = text
-        text += f" {conv[i + 1]['value']}{eos}"
-        spans.append((start, text))
+    text, spans = _turns(conv, style, processor)
 
     def n_tok(t):
         kw = {"images": img} if img is not None else {}
@@ -144,7 +182,8 @@ def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
     for rec in calib:
         img = _image(rec, cfg.image_root)
         kw = {"images": img} if img is not None else {}
-        q = f"USER: {rec['conversations'][0]['value']} ASSISTANT:"
+        ask = [rec["conversations"][0], {"from": "gpt", "value": ""}]  # question only, no answer
+        q = _turns(ask, cfg.prompt_style, processor)[1][0][0]
         calib_batches.append(dict(processor(text=q, return_tensors="pt", **kw)))
 
     def lm_linear(name, module):
@@ -159,11 +198,13 @@ def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
         model, calib_batches, lm_linear, normalize=cfg.normalize, denom=cfg.denom
     )
     model = apply_kore(model, covs, cfg.rank, list(covs), cfg.freeze_A, cfg.sigma_fuse)
-    projector = [p for n, p in model.named_parameters() if "multi_modal_projector" in n]
+    projector = [p for n, p in model.named_parameters() if any(k in n for k in cfg.projector_keys)]
     for p in projector:
         p.requires_grad_(True)
     adapters = [p for n, p in model.named_parameters() if p.requires_grad and "lora_" in n]
-    train_set = [encode_record(r, processor, cfg.image_root, cfg.max_len) for r in records]
+    train_set = [
+        encode_record(r, processor, cfg.image_root, cfg.max_len, cfg.prompt_style) for r in records
+    ]
 
     def collate(batch):
         if len(batch) != 1:
@@ -208,7 +249,7 @@ def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
         proj = {
             n: p.detach().contiguous()
             for n, p in model.named_parameters()
-            if "multi_modal_projector" in n
+            if any(k in n for k in cfg.projector_keys)
         }
         save_file(proj, str(out_dir / "projector.safetensors"))
     energy = model.kore_null_energy

@@ -35,10 +35,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
     fields.pop("name", None)
     task = fields.pop("task", "toy")
     paper = fields.pop("paper", None)
+    evoke = fields.pop("evoke", None)
     if task == "paper":
         return _run_paper(cfg, paper or {})
+    if task == "evoke":
+        return _run_evoke(cfg, evoke or {})
     if task != "toy":
-        raise ValueError(f"method.task must be 'toy' or 'paper', got {task!r}")
+        raise ValueError(f"method.task must be 'toy', 'paper' or 'evoke', got {task!r}")
     tc = ToyConfig(**fields)  # unknown keys raise TypeError
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the toy's matmuls are tiny: extra threads only add contention
@@ -88,3 +91,62 @@ def _run_paper(cfg: DictConfig, fields: dict) -> dict[str, float]:
     return write_results(
         cfg.run_dir, "kore", {"kore_paper": res}, cfg=cfg, wall_time_s=time.time() - t0
     )
+
+
+def _run_evoke(cfg: DictConfig, fields: dict) -> dict[str, float]:
+    """EVOKE-style K.A (CEM, F1) of a base model, optionally with a trained KORE adapter.
+
+    ``method.evoke``: ``model`` (hub id / path / ``tiny-llava``), ``adapter_dir`` (the ``kore/``
+    folder written by the paper run, or null for the base model), ``question_file``, ``gold_file``
+    (optional), ``image_root``, ``prompt_style`` (``vicuna`` | ``chat``), ``max_new_tokens``,
+    ``answers_file`` (optional: score these answers instead of generating).
+    """
+    import json
+    from pathlib import Path
+
+    from methods.kore.evoke import (
+        generate_answers,
+        load_adapter,
+        load_questions,
+        read_jsonl,
+        score_answers,
+    )
+    from methods.kore.paper import _load
+
+    known = {
+        "model",
+        "adapter_dir",
+        "question_file",
+        "gold_file",
+        "image_root",
+        "prompt_style",
+        "max_new_tokens",
+        "answers_file",
+    }
+    unknown = set(fields) - known
+    if unknown:
+        raise ValueError(f"unknown method.evoke field(s) {sorted(unknown)}; known: {sorted(known)}")
+    if not fields.get("question_file"):
+        raise ValueError("method.evoke.question_file is required")
+    t0 = time.time()
+    questions, gold = load_questions(fields["question_file"], fields.get("gold_file"))
+    if fields.get("answers_file"):
+        answers = read_jsonl(fields["answers_file"])
+    else:
+        model, processor = _load(fields.get("model") or "llava-hf/llava-1.5-7b-hf")
+        if fields.get("adapter_dir"):
+            model = load_adapter(model, fields["adapter_dir"])
+        answers = generate_answers(
+            model,
+            processor,
+            questions,
+            fields.get("image_root") or "",
+            fields.get("prompt_style") or "vicuna",
+            int(fields.get("max_new_tokens") or 128),
+            model_id=str(fields.get("model")),
+        )
+        out = Path(cfg.run_dir) / "evoke_answers.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    res = score_answers(answers, gold)
+    return write_results(cfg.run_dir, "kore", {"evoke": res}, cfg=cfg, wall_time_s=time.time() - t0)

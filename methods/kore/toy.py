@@ -53,6 +53,9 @@ class ToyConfig:
     n_phrasings: int = 8
     aug_phrasings: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
     heldout_phrasings: list[int] = field(default_factory=lambda: [6, 7])
+    # phrasings whose word order is relation-before-entity ``[BOS, T_p, R, E] -> V``: phrasings then
+    # differ in structure, not only in a marker token, so one phrasing need not transfer to the rest
+    reversed_phrasings: list[int] = field(default_factory=lambda: [1, 3, 5, 7])
     hidden_size: int = 32
     intermediate_size: int = 86
     num_layers: int = 2
@@ -92,8 +95,15 @@ class Vocab:
         self.size = self.V0 + cfg.n_values
 
 
-def _fact(vb, p, e, rel, v):
-    return [vb.BOS, vb.T0 + p, vb.E0 + e, vb.R0 + rel, vb.V0 + v], [4]
+def _question(vb, cfg, p, e, rel):
+    """``[BOS, T_p, E, R]``, or ``[BOS, T_p, R, E]`` for a reversed phrasing."""
+    if p in cfg.reversed_phrasings:
+        return [vb.BOS, vb.T0 + p, vb.R0 + rel, vb.E0 + e]
+    return [vb.BOS, vb.T0 + p, vb.E0 + e, vb.R0 + rel]
+
+
+def _fact(vb, cfg, p, e, rel, v):
+    return [*_question(vb, cfg, p, e, rel), vb.V0 + v], [4]
 
 
 def _dialogue(vb, e, vals):
@@ -119,7 +129,7 @@ def build_examples(cfg, vb, table, entities, phrasings, extra_formats, rng):
         vals = table[e]
         for p in phrasings:
             for rel in range(cfg.n_relations):
-                out.append(_fact(vb, p, e, rel, vals[rel]))
+                out.append(_fact(vb, cfg, p, e, rel, vals[rel]))
         if extra_formats:
             out.append(_dialogue(vb, e, vals))
             out.append(_caption(vb, e, vals))
@@ -165,12 +175,12 @@ def train(model, examples, steps, lr, batch_size, pad, seed):
 
 @torch.no_grad()
 def fact_accuracy(model, vb, cfg, table, entities, phrasings) -> float:
-    """Accuracy (%) of ``argmax over value tokens`` for ``[BOS, T_p, E, R]`` prompts."""
+    """Accuracy (%) of ``argmax over value tokens`` for the phrasings' question prompts."""
     rows, gold = [], []
     for e in entities:
         for p in phrasings:
             for rel in range(cfg.n_relations):
-                rows.append([vb.BOS, vb.T0 + p, vb.E0 + e, vb.R0 + rel])
+                rows.append(_question(vb, cfg, p, e, rel))
                 gold.append(table[e][rel])
     ids = torch.tensor(rows)
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1]
@@ -183,7 +193,7 @@ def _prompts(vb, cfg, table, rng, n):
     for _ in range(n):
         e, p = rng.randrange(cfg.n_old), rng.randrange(cfg.n_phrasings)
         rel = rng.randrange(cfg.n_relations)
-        rows.append([vb.BOS, vb.T0 + p, vb.E0 + e, vb.R0 + rel])
+        rows.append(_question(vb, cfg, p, e, rel))
     return torch.tensor(rows)
 
 
@@ -291,11 +301,17 @@ def run_seed(cfg: ToyConfig, seed: int) -> tuple[dict[str, dict[str, float]], di
         loss = train(model, data[data_name], cfg.inject_steps, cfg.lr, cfg.batch_size, vb.PAD, seed)
         ka = fact_accuracy(model, vb, cfg, table, new, cfg.heldout_phrasings)
         ka_seen = fact_accuracy(model, vb, cfg, table, new, [0])
+        rev = [p for p in cfg.heldout_phrasings if p in cfg.reversed_phrasings]
+        fwd = [p for p in cfg.heldout_phrasings if p not in cfg.reversed_phrasings]
+        ka_rev = fact_accuracy(model, vb, cfg, table, new, rev) if rev else math.nan
+        ka_fwd = fact_accuracy(model, vb, cfg, table, new, fwd) if fwd else math.nan
         kr = fact_accuracy(model, vb, cfg, table, old, range(cfg.n_phrasings))
         rho = drift(W0, effective_weights(model), X_probe)
         metrics[arm] = {
             "ka": ka,
             "ka_seen_phrasing": ka_seen,
+            "ka_heldout_same_order": ka_fwd,
+            "ka_heldout_reversed": ka_rev,
             "kr": kr,
             "kr_drop": kr0 - kr,
             "hars": hars(max(ka, 1e-9), kr, ka0, kr0),

@@ -446,3 +446,109 @@ def test_paper_path_on_tiny_llava(tmp_path):
     assert math.isfinite(out["kore_paper/train_loss"]) and out["kore_paper/n_layers"] == 14
     sd = load_file(str(tmp_path / "run" / "kore" / "kore_lora.safetensors"))
     assert len(sd) == 28 and all("language_model" in k for k in sd)
+
+
+# ---------------------------------------------------------------- EVOKE evaluation (paper scale)
+
+
+def test_evoke_scoring_hand_cases_and_bad_input(tmp_path):
+    import json
+
+    from methods.kore.evoke import load_questions, score_answers
+
+    qs = [
+        {"question_id": "q1", "image": "a.jpg", "text": "Who won?", "answer": "Ann Lee"},
+        {"question_id": "q2", "image": "b.jpg", "text": "Where?"},
+    ]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
+    (tmp_path / "gold.json").write_text(json.dumps({"q2": "in Oslo"}))
+    questions, gold = load_questions(tmp_path / "q.jsonl", tmp_path / "gold.json")
+    assert gold == {"q1": "Ann Lee", "q2": "in Oslo"}
+    ans = [
+        {"question_id": "q1", "text": "It was ann  lee"},  # CEM 1, F1 2*(2/4*1)/(2/4+1) = 2/3
+        {"question_id": "q2", "text": "Bergen"},  # CEM 0, F1 0
+    ]
+    m = score_answers(ans, gold)
+    assert m["cem"] == pytest.approx(50.0)
+    assert m["f1"] == pytest.approx(100 * (2 / 3) / 2)
+    assert m["ka"] == pytest.approx((m["cem"] + m["f1"]) / 2) and m["n"] == 2
+    with pytest.raises(ValueError, match="no gold"):
+        load_questions(tmp_path / "q.jsonl")
+    with pytest.raises(ValueError, match="unknown question_id"):
+        score_answers([{"question_id": "q9", "text": "x"}], gold)
+
+
+def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
+    import json
+
+    from PIL import Image
+
+    from common.registry import compose
+    from common.tiny import tiny_llava
+    from methods.kore.paper import encode_record
+    from methods.kore.run import run
+
+    torch.manual_seed(0)
+    Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy()).save(tmp_path / "0.png")
+    rec = {
+        "id": "a",
+        "image": "0.png",
+        "conversations": [
+            {"from": "human", "value": "<image>\nWho is this?"},
+            {"from": "gpt", "value": "Ann Lee."},
+            {"from": "human", "value": "Where?"},
+            {"from": "gpt", "value": "Oslo."},
+        ],
+    }
+    _, proc = tiny_llava()
+    enc = encode_record(rec, proc, str(tmp_path), style="chat")  # Qwen2.5-VL-style rendering
+    kept = proc.tokenizer.decode(enc["input_ids"][enc["labels"] != -100])
+    assert "Ann Lee." in kept and "Oslo." in kept and "Who" not in kept and "Where" not in kept
+    with pytest.raises(ValueError, match="prompt_style"):
+        encode_record(rec, proc, str(tmp_path), style="alpaca")
+
+    # Train one KORE step (chat style), then evaluate base and adapter with the EVOKE driver.
+    (tmp_path / "d.json").write_text(json.dumps([rec]))
+    train_cfg = compose(
+        [
+            "experiment=kore_paper_qwen",
+            "method.paper.model=tiny-llava",
+            f"method.paper.data_path={tmp_path / 'd.json'}",
+            f"method.paper.calib_path={tmp_path / 'd.json'}",
+            f"method.paper.image_root={tmp_path}",
+            "method.paper.rank=4",
+            "method.paper.max_steps=1",
+            "method.paper.grad_accum=1",
+            "method.paper.bf16=false",
+            "method.paper.lr=0.5",
+        ],
+        run_dir=str(tmp_path / "train"),
+    )
+    assert math.isfinite(run(train_cfg)["kore_paper/train_loss"])
+    q = {"question_id": "q1", "image": "0.png", "text": "Who is this?", "answer": "Ann Lee"}
+    (tmp_path / "q.jsonl").write_text(json.dumps(q) + "\n")
+    outs = {}
+    for name, adapter in (("base", "null"), ("kore", str(tmp_path / "train" / "kore"))):
+        cfg = compose(
+            [
+                "experiment=kore_evoke",
+                "method.evoke.model=tiny-llava",
+                f"method.evoke.adapter_dir={adapter}",
+                f"method.evoke.question_file={tmp_path / 'q.jsonl'}",
+                f"method.evoke.image_root={tmp_path}",
+                "method.evoke.prompt_style=chat",
+                "method.evoke.max_new_tokens=3",
+            ],
+            run_dir=str(tmp_path / name),
+        )
+        res = run(cfg)
+        assert 0.0 <= res["evoke/ka"] <= 100.0 and res["evoke/n"] == 1.0
+        lines = (tmp_path / name / "evoke_answers.jsonl").read_text().splitlines()
+        outs[name] = json.loads(lines[0])
+        assert outs[name]["question_id"] == "q1"
+    # the lr-0.5 step moved B, so the adapter changes the (greedy) continuation's logits path;
+    # at least check the adapter was loaded onto every decoder linear
+    from methods.kore.evoke import load_adapter
+
+    pm = load_adapter(tiny_llava()[0], tmp_path / "train" / "kore")
+    assert sum("lora_A" in n for n, _ in pm.named_parameters()) == 14
