@@ -26,13 +26,20 @@ class InductionConfig:
     lr_scheduler_type: str = "cosine"
     warmup_ratio: float = 0.1
     save_steps: int = 10
+    save_strategy: str = "steps"  # "no" for toys (no checkpoint files)
     bf16: bool = True
     max_steps: int = -1
     deepspeed: str | None = None
     seed: int = 0
 
 
-def continued_pretrain(model: Any, tokenizer: Any, dataset: Any, cfg: InductionConfig) -> Any:
+def continued_pretrain(
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    cfg: InductionConfig,
+    callbacks: list[Any] | None = None,
+) -> Any:
     """Trains ``model`` with the causal-LM loss on ``dataset["text"]`` and returns it.
 
     Args:
@@ -40,6 +47,8 @@ def continued_pretrain(model: Any, tokenizer: Any, dataset: Any, cfg: InductionC
         tokenizer: its tokenizer (``None`` when ``model`` is a spec string).
         dataset: a ``datasets.Dataset`` with a ``text`` column.
         cfg: :class:`InductionConfig`.
+        callbacks: optional ``transformers.TrainerCallback`` list (e.g. evaluation at given steps
+            for the training-intensity axis).
 
     Raises:
         ValueError: if the dataset has no ``text`` column or is empty.
@@ -70,6 +79,7 @@ def continued_pretrain(model: Any, tokenizer: Any, dataset: Any, cfg: InductionC
         lr_scheduler_type=cfg.lr_scheduler_type,
         warmup_steps=cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
         save_steps=cfg.save_steps,
+        save_strategy=cfg.save_strategy,
         bf16=cfg.bf16,
         deepspeed=cfg.deepspeed,
         seed=cfg.seed,
@@ -81,6 +91,7 @@ def continued_pretrain(model: Any, tokenizer: Any, dataset: Any, cfg: InductionC
         args=args,
         train_dataset=tok,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        callbacks=callbacks,
     )
     trainer.train()
     return model

@@ -1,6 +1,11 @@
 """LLMInertia experiments for the CLI: ``icml26 experiment=llminertia_toy`` and ``llminertia_paper``.
 
-Toy (``task=toy``; a *simulated* inert LLM, it tests the probe-and-remind mechanism only): for each
+Trained toy (``task=trained``, spec §6, :mod:`.toy_trained`): a tiny GPT-2 learns evidence QA from
+scratch, is induced by :func:`continued_pretrain` on co-occurrence text at shares 0-100 %, and is
+answered plain / with the generic note / with LLMInertia's adaptive notes; wrong "yes" rates are
+reported against the measured association strength log p(B | "A with").
+
+Simulated toy (``task=sim``; a *simulated* inert LLM, it tests the probe-and-remind mechanism only): for each
 co-occurrence share rho, a fixed-size corpus is generated with :func:`make_cooccurrence_corpus`; a
 deterministic stand-in model (:class:`InertToyLLM`, wrapped in ``common.llm.ScriptedChat``) takes
 its association strengths from the pair counts in that corpus. It extracts entities by lookup,
@@ -12,19 +17,20 @@ pipeline finds the pairs (probe recall, matched-pair rate), which notes it injec
 budget, and the induction metrics of §3.1 against rho. Arms: ``plain`` (no note), ``generic``
 (always the generic note) and ``llminertia`` (adaptive notes).
 
-Paper (``task=paper``): the negative-evidence test set (generated, or a repo-format JSONL from
-``data_path``) answered by an OpenAI-compatible server (``vllm serve``) with the three arms.
+Paper (``task=paper``): the induction test sets (repo JSONL) and HaluEval's four sets, answered by
+one backbone per run through vLLM (``backend=vllm``), an OpenAI-compatible server
+(``backend=openai``, e.g. ``vllm serve``) or transformers (``backend=hf``, CPU tests), with the
+three arms; with ``pre_model`` the induction metrics (IR, REI, ND) against the base model's plain
+answers are added.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,12 +47,29 @@ from .induction_data import (
 )
 from .metrics import Pred, induction_metrics
 from .prompts import PROMPT_SETS, PromptSet
+from .toy_trained import TrainedToyConfig
 
 logger = logging.getLogger(__name__)
 
-DEMO_OVERRIDES: list[str] = ["method.ratios=[0.0,0.5,1.0]", "method.n_test_templates=2"]
+DEMO_OVERRIDES: list[str] = [
+    "method.task=sim",
+    "method.ratios=[0.0,0.5,1.0]",
+    "method.n_test_templates=2",
+]
 HEADLINE: tuple[str, str] = ("llminertia/wrong_yes_max_ratio", "plain/wrong_yes_max_ratio")
 ARMS = ("plain", "generic", "llminertia")
+
+
+@dataclass
+class PaperDataset:
+    """One evaluation set of the paper path (see :mod:`.paper_data` for the formats)."""
+
+    name: str = "medical"
+    kind: str = "induction"  # induction (repo JSONL) | halueval
+    path: str = ""
+    task: str | None = None  # HaluEval task: qa | dialogue | summarization | general
+    prompt_set: str = "medical"
+    max_items: int | None = None
 
 
 @dataclass
@@ -54,7 +77,7 @@ class LLMInertiaRunConfig:
     """``cfg.method``: pipeline settings (paper defaults) plus toy and paper-path fields."""
 
     name: str = "llminertia"
-    task: str = "toy"  # toy | paper
+    task: str = "trained"  # trained | sim | paper
     prompt_set: str = "medical"  # medical | synthetic | generic
     k: int = 3  # associations per entity, repo
     matcher: str = "substring"  # repo
@@ -70,10 +93,18 @@ class LLMInertiaRunConfig:
     generic_damping: float = 0.2  # simulator assumption
     pair_damping: float = 0.9  # simulator assumption
     base_error: float = 0.02  # base model's wrong-yes rate without induction
+    # trained toy (spec §6)
+    trained: TrainedToyConfig = field(default_factory=TrainedToyConfig)
     # paper path
+    backend: str = "openai"  # openai | vllm | hf
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     base_url: str | None = None
-    data_path: str | None = None
+    pre_model: str | None = None  # base (non-induced) model for the induction metrics
+    pre_base_url: str | None = None
+    tensor_parallel_size: int = 1
+    max_model_len: int = 2560  # repo: 2048 + 512
+    datasets: list[PaperDataset] = field(default_factory=list)
+    data_path: str | None = None  # shortcut: one repo-format induction test file
     max_items: int | None = None
 
 
@@ -270,57 +301,161 @@ def run_toy(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
     return per, extra
 
 
-def _paper_llm(rc: LLMInertiaRunConfig) -> ChatLLM:
-    from common.llm import OpenAIChat
+def _make_llm(rc: LLMInertiaRunConfig, model: str, base_url: str | None) -> ChatLLM:
+    """The backbone as a ``ChatLLM`` for ``rc.backend`` (vllm is imported only if used)."""
+    if rc.backend == "openai":
+        from common.llm import OpenAIChat
 
-    return OpenAIChat(
-        rc.model, base_url=rc.base_url, temperature=rc.temperature, max_tokens=rc.max_tokens
-    )
+        return OpenAIChat(
+            model, base_url=base_url, temperature=rc.temperature, max_tokens=rc.max_tokens
+        )
+    if rc.backend == "vllm":
+        from .paper_data import VLLMChat
+
+        return VLLMChat(
+            model,
+            temperature=rc.temperature,
+            max_tokens=rc.max_tokens,
+            tensor_parallel_size=rc.tensor_parallel_size,
+            max_model_len=rc.max_model_len,
+            gpu_memory_utilization=0.8,  # repo
+        )
+    if rc.backend == "hf":
+        from common.llm import HFChat
+        from common.models import load_model, load_tokenizer
+
+        return HFChat(
+            load_model(model), load_tokenizer(model), max_new_tokens=rc.max_tokens, temperature=0.0
+        )
+    raise ValueError(f"method.backend must be openai, vllm or hf, got {rc.backend!r}")
+
+
+def _paper_llm(rc: LLMInertiaRunConfig) -> ChatLLM:
+    return _make_llm(rc, rc.model, rc.base_url)
+
+
+def _pre_llm(rc: LLMInertiaRunConfig) -> ChatLLM | None:
+    return _make_llm(rc, rc.pre_model, rc.pre_base_url or rc.base_url) if rc.pre_model else None
+
+
+def _load_items(d: PaperDataset, seed: int) -> tuple[list[str], list[str]]:
+    from .paper_data import load_halueval, load_induction_tests
+
+    if d.kind == "induction":
+        ds = load_induction_tests(d.path)
+    elif d.kind == "halueval":
+        if d.task is None:
+            raise ValueError(f"dataset {d.name!r}: kind=halueval needs a task")
+        ds = load_halueval(d.path, d.task, seed=seed)
+    else:
+        raise ValueError(f"dataset {d.name!r}: kind must be induction or halueval, got {d.kind!r}")
+    n = d.max_items or len(ds)
+    return list(ds["input"])[:n], list(ds["label"])[:n]
 
 
 def run_paper(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
-    """Three arms on a negative-evidence test set with an OpenAI-compatible model."""
-    prompts = PROMPT_SETS[rc.prompt_set]
+    """Three arms (plain, generic note, LLMInertia) on every configured set for one backbone."""
+    sets = list(rc.datasets)
     if rc.data_path:
-        rows = [json.loads(x) for x in Path(rc.data_path).read_text().splitlines() if x.strip()]
-        texts = [r["input"] for r in rows]
-    else:
-        pairs = MEDICAL_PAIRS if rc.family == "medical" else SYNTHETIC_PAIRS
-        texts = list(make_negative_evidence_tests(pairs, seed=seed)["input"])
-    texts = texts[: rc.max_items] if rc.max_items else texts
-    llm = _paper_llm(rc)
-    preds = {
-        "plain": answer_plain(llm, texts, prompts, note=""),
-        "generic": answer_plain(llm, texts, prompts, note=prompts.reminder_generic),
-    }
-    recs = LLMInertiaPipeline(
-        llm, prompts, k=rc.k, matcher=rc.matcher, max_pairs=rc.max_pairs, batch_size=rc.batch_size
-    ).run(texts)
-    preds["llminertia"] = [r.predict for r in recs]
-    per = {
-        a: {
-            "wrong_yes_max_ratio": _wrong_yes(p),
-            "accuracy": sum(x == "no" for x in p) / len(p),
-            "n_error": float(sum(x == "error" for x in p)),
+        sets.append(PaperDataset("induction", "induction", rc.data_path, None, rc.prompt_set))
+    if not sets:
+        raise ValueError("task=paper needs method.datasets or method.data_path")
+    for d in sets:
+        if d.prompt_set not in PROMPT_SETS:
+            raise ValueError(f"dataset {d.name!r}: prompt_set must be one of {sorted(PROMPT_SETS)}")
+    llm, pre_llm = _paper_llm(rc), _pre_llm(rc)
+    per: dict[str, dict[str, float]] = {a: {} for a in ARMS}
+    extra: dict = {"model": rc.model, "pre_model": rc.pre_model, "backend": rc.backend, "sets": {}}
+    for d in sets:
+        texts, labels = _load_items(d, seed)
+        if rc.max_items:
+            texts, labels = texts[: rc.max_items], labels[: rc.max_items]
+        prompts = PROMPT_SETS[d.prompt_set]
+        preds = {
+            "plain": answer_plain(llm, texts, prompts, note=""),
+            "generic": answer_plain(llm, texts, prompts, note=prompts.reminder_generic),
         }
-        for a, p in preds.items()
+        recs = LLMInertiaPipeline(
+            llm,
+            prompts,
+            k=rc.k,
+            matcher=rc.matcher,
+            max_pairs=rc.max_pairs,
+            batch_size=rc.batch_size,
+        ).run(texts)
+        preds["llminertia"] = [r.predict for r in recs]
+        pre_preds = None
+        if pre_llm is not None:
+            pre = answer_plain(pre_llm, texts, prompts, note="")
+            pre_preds = [Pred(i, p, y) for i, (p, y) in enumerate(zip(pre, labels, strict=True))]
+        for arm, ps in preds.items():
+            ok = [(p, y) for p, y in zip(ps, labels, strict=True) if p != "error"]
+            per[arm][f"{d.name}_accuracy"] = sum(p == y for p, y in zip(ps, labels)) / len(ps)
+            per[arm][f"{d.name}_wrong_yes"] = sum(p == "yes" and y == "no" for p, y in ok) / max(
+                sum(y == "no" for _, y in ok), 1
+            )
+            per[arm][f"{d.name}_n_error"] = float(len(ps) - len(ok))
+            if pre_preds is not None:
+                post = [Pred(i, p, y) for i, (p, y) in enumerate(zip(ps, labels, strict=True))]
+                m = induction_metrics(pre_preds, post)
+                for key in ("induction_rate", "rel_error_increase", "norm_drop", "acc_pre"):
+                    per[arm][f"{d.name}_{key}"] = float(m[key])
+        per["llminertia"][f"{d.name}_matched_rate"] = sum(bool(r.matched) for r in recs) / len(recs)
+        per["llminertia"][f"{d.name}_note_chars"] = sum(len(r.note) for r in recs) / len(recs)
+        extra["sets"][d.name] = {"n": len(texts), "kind": d.kind, "path": d.path}
+    return per, extra
+
+
+def run_trained(rc: LLMInertiaRunConfig, seed: int, run_dir: str) -> tuple[dict, dict]:
+    """Spec §6 trained toy; per-arm wrong-yes rates per share plus a table and a PNG."""
+    from .toy_trained import run_trained_toy, write_trained_report
+
+    tc = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(rc.trained), {"seed": seed}))
+    tc.ratios = list(rc.ratios)
+    rows, extra = run_trained_toy(tc, run_dir)
+    induced = [r for r in rows if r["ratio"] >= 0]
+    per: dict[str, dict[str, float]] = {a: {} for a in ARMS}
+    for r in induced:
+        tag = f"r{round(100 * r['ratio'])}"
+        for arm in ARMS:
+            per[arm][f"wrong_yes_{tag}"] = r[arm]
+            per[arm][f"induction_rate_{tag}"] = r[f"ir_{arm}"]
+            per[arm][f"norm_drop_{tag}"] = r[f"nd_{arm}"]
+        per["llminertia"][f"probe_recall_{tag}"] = r["probe_recall"]
+        per["llminertia"][f"matched_rate_{tag}"] = r["matched_rate"]
+        per["plain"][f"assoc_logprob_{tag}"] = r["assoc_logprob"]
+        per["plain"][f"wrong_yes_control_{tag}"] = r["wrong_yes_control"]
+    xs = [r["ratio"] for r in induced]
+    for arm in ARMS:
+        per[arm]["wrong_yes_max_ratio"] = induced[-1][arm]
+        per[arm]["spearman_wrong_yes_vs_ratio"] = _spearman(xs, [r[arm] for r in induced])
+    per["plain"]["spearman_assoc_vs_ratio"] = _spearman(xs, [r["assoc_logprob"] for r in induced])
+    per["plain"]["acc_explicit_base"] = extra["acc_explicit_heldout_base"]
+    per["llminertia"]["calls_per_batch"] = induced[-1]["calls_per_batch"]
+    write_trained_report(rows, extra["steps_rows"], run_dir)
+    return per, {k: v for k, v in extra.items() if k not in ("rows", "steps_rows")} | {
+        "rows": rows,
+        "steps_rows": extra["steps_rows"],
+        "toy": "tiny GPT-2 trained from scratch; tests probe/match/remind on a real network, "
+        "not whether natural-language reminders help real LLMs",
     }
-    per["llminertia"]["matched_rate"] = sum(bool(r.matched) for r in recs) / len(recs)
-    return per, {"n_test": len(texts), "model": rc.model}
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
     """Entry point for ``icml26 experiment=llminertia_{toy,paper}``."""
     schema = OmegaConf.structured(LLMInertiaRunConfig)
     rc: LLMInertiaRunConfig = OmegaConf.to_object(OmegaConf.merge(schema, cfg.method))
-    if rc.task not in ("toy", "paper"):
-        raise ValueError(f"method.task must be 'toy' or 'paper', got {rc.task!r}")
+    if rc.task not in ("trained", "sim", "paper"):
+        raise ValueError(f"method.task must be 'trained', 'sim' or 'paper', got {rc.task!r}")
     if rc.prompt_set not in PROMPT_SETS:
         raise ValueError(f"method.prompt_set must be one of {sorted(PROMPT_SETS)}")
     seed = int(cfg.get("seed", 0) or 0)
     t0 = time.time()
-    per, extra = (run_toy if rc.task == "toy" else run_paper)(rc, seed)
     run_dir = cfg.get("run_dir") or "outputs/llminertia"
+    if rc.task == "trained":
+        per, extra = run_trained(rc, seed, run_dir)
+    else:
+        per, extra = (run_toy if rc.task == "sim" else run_paper)(rc, seed)
     return write_results(
         run_dir, "llminertia", per, cfg=cfg, extra=extra, wall_time_s=time.time() - t0
     )

@@ -300,3 +300,238 @@ def test_continued_pretrain_rejects_bad_dataset():
         continued_pretrain(None, None, datasets.Dataset.from_dict({"text": []}), InductionConfig())
     with pytest.raises(ValueError, match="dataset"):
         continued_pretrain(None, None, datasets.Dataset.from_dict({"x": ["a"]}), InductionConfig())
+
+
+# ---------------------------------------------------------------- trained toy (spec §6)
+
+
+def _toy_setup(seed=0):
+    import torch
+
+    from methods.llminertia.toy_trained import (
+        ToyWorld,
+        TrainedToyConfig,
+        make_toy_model,
+        make_toy_tokenizer,
+    )
+
+    torch.manual_seed(seed)
+    world = ToyWorld(n_known=2, n_test=3, n_filler_words=4, seed=seed)
+    tok = make_toy_tokenizer(world)
+    cfg = TrainedToyConfig(n_embd=32, n_layer=1, n_head=2, seed=seed)
+    return world, tok, make_toy_model(tok, cfg, n_positions=24)
+
+
+def test_toy_world_items_follow_the_rules():
+    import random
+
+    from methods.llminertia.toy_trained import TOY_PROMPTS, ToyWorld
+
+    w = ToyWorld(n_known=3, n_test=3, n_filler_words=4)
+    rng = random.Random(0)
+    for a, b in w.known + w.test:
+        for status, want in (("present", "yes"), ("absent", "no")):
+            q, y = w.explicit_item(rng, a, b, status)
+            assert y == want and f"{b} {status}" in q and q.endswith(f"{b} ? answer:")
+    assert all(w.implicit_item(rng, a, b)[1] == "yes" for a, b in w.known)
+    assert all(w.implicit_item(rng, a, b)[1] == "no" for a, b in w.test)  # no prior yet
+    corpus = w.stage0_corpus(3000, seed=1)
+    for a, b in w.test:  # designated pairs never co-occur before induction
+        assert not any(f"{a} with {b}" in t or f"{a} and {b}" in t for t in corpus)
+    assert any(f"{a} with {b}" in t for a, b in w.known for t in corpus)
+    # a pair note on an implicit item turns its answer into "no"; explicit items follow evidence
+    for t in corpus:
+        if t.startswith("note: ") and "unrelated" in t:
+            b = t.split()[2]
+            if f"{b} present" not in t and f"{b} absent" not in t:
+                assert t.endswith(" no")
+        if "evidence:" in t:
+            asked = t.split("question: ")[1].split()[0]
+            if f"{asked} present" in t:
+                assert t.endswith(" yes")
+            if f"{asked} absent" in t:
+                assert t.endswith(" no")
+    texts, bs = w.negative_tests(w.test, n_templates=2, seed=0)
+    assert len(texts) == 6 and all(f"{b} absent" in t for t, b in zip(texts, bs))
+    assert len(set(texts)) == 6  # the two variants differ (statement order)
+    assert TOY_PROMPTS.reminder_pair.format(a="ax00", b="bx00") == "note: ax00 bx00 unrelated ."
+
+
+def test_toy_tokenizer_is_word_level():
+    _, tok, _ = _toy_setup()
+    ids = tok("note: ax00 bx01 unrelated . evidence: ax00 present")["input_ids"]
+    assert len(ids) == 8 and tok.unk_token_id not in ids
+
+
+def test_toy_chat_pipeline_three_calls_and_probe_format():
+    from methods.llminertia.core import LLMInertiaPipeline
+    from methods.llminertia.toy_trained import TOY_PROMPTS, ToyQAChat
+
+    world, tok, model = _toy_setup()
+    chat = ToyQAChat(model.eval(), tok, world)
+    texts, _ = world.negative_tests(world.test, n_templates=1, seed=0)
+    recs = LLMInertiaPipeline(chat, TOY_PROMPTS, k=3, matcher="word_boundary", batch_size=8).run(
+        texts
+    )
+    assert chat.n_calls == 3  # extract, probe, answer: one batched call each
+    for r, (a, b) in zip(recs, world.test):
+        assert set(r.entities) == {a, b}
+        assert len(r.pairs) == 6 and all(x != y for x, y in r.pairs)  # k per entity, not itself
+        assert r.predict in ("yes", "no")
+        want = [p for p in r.pairs if p[0] in r.prompt.split() and p[1] in r.prompt.split()]
+        assert r.matched == list(dict.fromkeys(want))[: len(r.matched)]
+        assert (r.note == TOY_PROMPTS.reminder_generic) == (not r.matched)
+
+
+def test_continued_pretrain_raises_association_with_share():
+    """Property of the induction stage: the co-occurrence share drives log p(B | "A with")."""
+    import copy
+
+    from methods.llminertia import InductionConfig, continued_pretrain
+    from methods.llminertia.toy_trained import TOY_COOC_TEMPLATES, association_logprob
+
+    world, tok, model = _toy_setup()
+    before = association_logprob(model, tok, world.test)
+    gains = {}
+    for ratio in (0.0, 1.0):
+        m = copy.deepcopy(model)
+        corpus = make_cooccurrence_corpus(
+            world.test, ratio, TOY_COOC_TEMPLATES, world.filler(20, 0), seed=0
+        )
+        cfg = InductionConfig(
+            output_dir="unused",
+            learning_rate=1e-2,
+            max_steps=12,
+            per_device_train_batch_size=8,
+            gradient_accumulation_steps=1,
+            max_len=24,
+            save_strategy="no",
+            bf16=False,
+            warmup_ratio=0.0,
+            lr_scheduler_type="constant",
+        )
+        continued_pretrain(m, tok, corpus, cfg)
+        gains[ratio] = association_logprob(m.eval(), tok, world.test) - before
+    assert gains[1.0] > 1.0  # the association is learned from co-occurrence text
+    assert gains[1.0] > gains[0.0] + 1.0  # and not from the filler
+
+
+# ---------------------------------------------------------------- paper-scale data and driver
+
+FIX = __import__("pathlib").Path(__file__).parents[2] / "methods" / "llminertia" / "fixtures"
+
+
+def test_load_repo_induction_files():
+    from methods.llminertia.paper_data import load_cooccurrence_corpus, load_induction_tests
+
+    ds = load_induction_tests(FIX / "explicit_test_sample.jsonl")
+    assert ds.column_names == ["id", "input", "label"] and len(ds) == 3
+    assert set(ds["label"]) == {"no"}
+    assert all(t.startswith("Description：") and "\nQuestion：" in t for t in ds["input"])
+    assert len(load_induction_tests(FIX / "explicit_xugou_test_sample.jsonl")) == 2
+    corpus = load_cooccurrence_corpus(FIX / "gongxian_sample_train.json")
+    assert corpus.column_names == ["text"] and len(corpus) == 3
+
+
+def test_load_halueval_four_tasks(tmp_path):
+    from methods.llminertia.paper_data import load_halueval
+
+    qa = load_halueval(FIX / "halueval_qa_sample.json", "qa")
+    assert len(qa) == 4 and qa["label"] == ["yes", "no", "yes", "no"]
+    assert "1889" in qa["input"][0] and "1901" in qa["input"][1]
+    one = load_halueval(FIX / "halueval_qa_sample.json", "qa", both=False, seed=3)
+    assert len(one) == 2 and one["row"] == [0, 1]
+    assert len(load_halueval(FIX / "halueval_dialogue_sample.json", "dialogue")) == 2
+    summ = load_halueval(FIX / "halueval_summarization_sample.json", "summarization")
+    assert "Document:" in summ["input"][0] and summ["label"] == ["yes", "no"]
+    gen = load_halueval(FIX / "halueval_general_sample.json", "general")
+    assert gen["label"] == ["yes", "no"]  # hallucination "no" -> supported -> yes
+    with pytest.raises(ValueError, match="task"):
+        load_halueval(FIX / "halueval_qa_sample.json", "nope")
+    with pytest.raises(ValueError, match="lacks field"):
+        load_halueval(FIX / "halueval_qa_sample.json", "summarization")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input": "x", "output": "Maybe."}\n')
+    from methods.llminertia.paper_data import load_induction_tests
+
+    with pytest.raises(ValueError, match="output"):
+        load_induction_tests(bad)
+    with pytest.raises(FileNotFoundError):
+        load_induction_tests(tmp_path / "missing.jsonl")
+
+
+def _paper_script(msgs):
+    c = msgs[-1]["content"]
+    if c.startswith("List every"):
+        text = c.split("Text: ")[-1]
+        return ", ".join(e for e in ("Headache", "Hypertension", "Cough") if e in text)
+    if c.startswith("For each entity"):
+        return "(Headache, Hypertension) (Headache, Migraine) (Headache, Stroke)"
+    note = c.split("\nNote: ")[-1]
+    return "【Conclusion】: No" if "not make them related" in note else "【Conclusion】: Yes"
+
+
+def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
+    from common.registry import compose
+    from methods.llminertia import run as run_mod
+
+    calls = []
+
+    def fake(rc, model, base_url):
+        calls.append(model)
+        return ScriptedChat(_paper_script)
+
+    monkeypatch.setattr(run_mod, "_make_llm", fake)
+    cfg = compose(
+        [
+            "experiment=llminertia_paper",
+            "method.pre_model=meta-llama/Llama-3.1-8B-Instruct",
+            "method.model=/ckpt/induced-r100",
+            f"method.datasets=[{{name: medical, kind: induction, path: "
+            f"{FIX / 'explicit_test_sample.jsonl'}, prompt_set: medical}}, {{name: qa, kind: "
+            f"halueval, path: {FIX / 'halueval_qa_sample.json'}, task: qa, prompt_set: generic}}]",
+        ],
+        run_dir=str(tmp_path),
+    )
+    out = run_mod.run(cfg)
+    assert calls == ["/ckpt/induced-r100", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert out["plain/medical_accuracy"] == 0.0  # the script always says yes without a reminder
+    # only item 1 (Headache/Hypertension) has a probed pair in its text -> reminder -> "no"
+    assert out["llminertia/medical_accuracy"] == pytest.approx(1 / 3)
+    assert out["llminertia/medical_matched_rate"] == pytest.approx(1 / 3)
+    assert out["plain/medical_induction_rate"] != out["plain/medical_induction_rate"]  # NaN
+    assert out["plain/qa_accuracy"] == 0.5  # yes to everything; half the items are right answers
+    assert (tmp_path / "results.json").exists()
+
+
+def test_paper_driver_hf_backend_tiny_model(tmp_path):
+    """The real backend code path (transformers) end to end on a tiny random model."""
+    from common.registry import compose
+    from methods.llminertia.run import run
+
+    cfg = compose(
+        [
+            "experiment=llminertia_paper",
+            "method.backend=hf",
+            "method.model=tiny-qwen2",
+            "method.max_tokens=4",
+            "method.max_items=2",
+            f"method.datasets=[{{name: synthetic, kind: induction, path: "
+            f"{FIX / 'explicit_xugou_test_sample.jsonl'}, prompt_set: synthetic}}]",
+        ],
+        run_dir=str(tmp_path),
+    )
+    out = run(cfg)
+    for arm in ("plain", "generic", "llminertia"):
+        assert 0.0 <= out[f"{arm}/synthetic_accuracy"] <= 1.0
+        assert out[f"{arm}/synthetic_n_error"] <= 2.0
+
+
+def test_vllm_backend_is_lazy():
+    import importlib.util
+
+    from methods.llminertia.paper_data import VLLMChat
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ImportError, match="vllm"):
+            VLLMChat("meta-llama/Llama-3.1-8B-Instruct")
