@@ -83,6 +83,7 @@ class AgentXRayRunConfig:
     data_seed: int = 0
     hidden_chain: list[str] = field(default_factory=lambda: list(HIDDEN_CHAIN))
     n_distractors: int = 0  # near-miss agents added to Ω (0–12), spec §6 "more primitives"
+    random_budget: str = "executions"  # direct_random: executions (red_black's) | iterations
     tokens_per_profile: int | None = None  # None: tokenizer count of the generator call; int: fixed
     # paper path
     dataset: str = "metagpt"
@@ -114,6 +115,10 @@ class AgentXRayRunConfig:
             )
         if any(n < 0 for n in self.iterations):
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        if self.random_budget not in ("executions", "iterations"):
+            raise ValueError(
+                f"random_budget must be 'executions' or 'iterations', got {self.random_budget!r}"
+            )
         unknown = [n for n in self.hidden_chain if n not in ALL_AGENTS]
         if not self.hidden_chain or unknown:
             raise ValueError(f"hidden_chain must name toy agents, unknown: {unknown}")
@@ -142,7 +147,9 @@ def _toy_search(
         omega = toy_agent_pool(cfg.n_distractors) + [Primitive("tool", t) for t in TOY_TOOLS]
         budget = budget or iters * cfg.search.max_depth
         best, best_r, used, i = [], -1.0, 0, 0
-        while used < budget:
+        # "executions": as many primitive executions as red_black used; "iterations": one random
+        # chain per search iteration (N chains), the cheaper reading of "same budget"
+        while (used < budget) if cfg.random_budget == "executions" else (i < iters):
             wf = [rng.choice(omega) for _ in range(rng.randint(1, cfg.search.max_depth))]
             task, target = train[i % len(train)]
             sibs: list[Primitive] = []

@@ -660,3 +660,31 @@ def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatc
     extra = json.loads((tmp_path / "run" / "results.json").read_text())
     wf = load_workflow(extra["workflows"]["metagpt/red_black"])
     assert wf and wf[0].kind == "agent"
+
+
+def test_toy_variants_distractors_long_chain_and_random_budget():
+    from methods.agentxray.run import AgentXRayRunConfig, _toy_search
+    from methods.agentxray.toy import DISTRACTOR_AGENTS, HIDDEN_CHAIN_LONG
+
+    pool = toy_agent_pool(12)
+    assert len(pool) == 24 and {p.name for p in pool} >= set(DISTRACTOR_AGENTS)
+    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+    task = make_tasks(1, 0)[0]
+    base = ex.run([Primitive("agent", "Coder")], task)
+    for p in pool:  # every agent keeps the project parseable and distractors change it
+        out = ex.run([Primitive("agent", "Coder"), p], task)
+        assert parse_project(out)
+        if p.name in DISTRACTOR_AGENTS:
+            assert out != base, p.name
+    with pytest.raises(ValueError, match="n_distractors"):
+        toy_agent_pool(13)
+    with pytest.raises(ValueError, match="hidden_chain"):
+        AgentXRayRunConfig(hidden_chain=["Nobody"])
+    with pytest.raises(ValueError, match="random_budget"):
+        AgentXRayRunConfig(random_budget="chains")
+    cfg = AgentXRayRunConfig(hidden_chain=list(HIDDEN_CHAIN_LONG), random_budget="iterations")
+    hidden = [Primitive("agent", n) for n in cfg.hidden_chain]
+    train = [(t, ex.run(hidden, t)) for t in make_tasks(2, 0)]
+    wf, st = _toy_search("direct_random", cfg, 4, 0, train, None)
+    assert 4 <= st["executions"] <= 4 * cfg.search.max_depth  # exactly 4 random chains
+    assert st["tokens/generator"] > 0 and wf and wf[0].kind == "agent"
