@@ -12,14 +12,7 @@ from .augment import (
     augment_structural_disambiguation,
     build_cgke_dataset,
 )
-from .cdkc import (
-    CalibrationWeights,
-    CDKCConfig,
-    CDKCTrainer,
-    cdkc_entropy_loss,
-    correctness_reward,
-    masked_mean,
-)
+from .cdkc import CalibrationWeights, cdkc_entropy_loss, correctness_reward
 from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
 from .metrics import (
     expected_calibration_error,
@@ -59,7 +52,6 @@ __all__ = [
     "correctness_reward",
     "expected_calibration_error",
     "fit_structural_decay",
-    "masked_mean",
     "mean_token_entropy",
     "normalize_answer",
     "parse_region_reply",
@@ -70,3 +62,14 @@ __all__ = [
     "sequence_confidence",
     "sequence_nll",
 ]
+
+
+_LAZY = {"CDKCConfig", "CDKCTrainer"}  # import TRL only when the trainer is asked for
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,9 +25,10 @@ DEMO_OVERRIDES = [
     "method.n_bins=4",
     "method.sft_steps=4",
     "method.seeds=[0]",
+    "method.arms=[vanilla_sft,cgke]",  # the GRPO/CDKC arms are tested in tests/methods/test_kmkc.py
 ]
 HEADLINE = ("cgke/acc", "vanilla_sft/acc")
-ARMS = ("vanilla_sft", "cgke")
+ARMS = ("vanilla_sft", "cgke", "grpo", "cdkc")
 
 
 def _plot(diags: dict, path: Path) -> None:
@@ -52,6 +53,23 @@ def _plot(diags: dict, path: Path) -> None:
     save_plot(fig, path)
 
 
+def _run_paper(cfg: DictConfig, paper: dict) -> dict[str, float]:
+    """``method.paper`` set: the paper-scale pipeline (methods/kmkc/pipeline.py)."""
+    from .pipeline import PaperConfig, run_paper
+
+    pc = PaperConfig(**{"seed": int(cfg.seed), **paper})  # unknown keys raise TypeError
+    t0 = time.time()
+    results = run_paper(pc)
+    return write_results(
+        cfg.run_dir,
+        "kmkc",
+        results,
+        cfg=cfg,
+        wall_time_s=time.time() - t0,
+        notes=f"paper pipeline: {pc.model}, {pc.rounds} round(s), engine {pc.engine}",
+    )
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     """Fact-world toy: decay law, regions vs tiers, CGKE vs uniform SFT at equal budget."""
     fields = OmegaConf.to_container(cfg.method, resolve=True)
@@ -59,10 +77,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     arms = list(fields.pop("arms", ARMS))
     paper = fields.pop("paper", None)
     if paper:
-        raise ValueError(
-            "the paper-scale pipeline (vLLM profiling, TRL SFT/GRPO on Qwen2.5-7B) is not "
-            "implemented in this package; see docs/methods/kmkc.md and scripts/reproduce/kmkc.sh"
-        )
+        return _run_paper(cfg, paper)
     unknown = set(arms) - set(ARMS)
     if unknown:
         raise ValueError(f"method.arms: unknown {sorted(unknown)}; valid: {list(ARMS)}")

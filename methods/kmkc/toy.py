@@ -63,6 +63,17 @@ class ToyConfig:
     n_missing: int = 3
     sft_steps: int = 40
     sft_lr: float = 3e-3
+    # Calibration stage (spec §6 step 7): GRPO vs CDKC from a CGKE checkpoint that withheld a share
+    # of tier C, so those questions stay unanswerable.
+    withhold_c: float = 0.5  # share of tier-C facts left out of the calibration stage's CGKE SFT
+    grpo_steps: int = 80
+    grpo_lr: float = 1e-3
+    grpo_generations: int = 8  # G (spec §6)
+    grpo_prompts_per_step: int = 8
+    grpo_beta: float = 0.0
+    cdkc_mode: str = "loss"  # loss | reward (spec §9.1)
+    cdkc_signal: str = "nll"  # nll | entropy (spec §9.2)
+    cdkc_scale: float = 1.0  # multiplies every λ of the spec's table (1.0 = spec defaults)
     seeds: list[int] = field(default_factory=lambda: [0])
 
 
@@ -162,8 +173,11 @@ def profile_model(model, world: FactWorld, cfg: ToyConfig, seed: int):
     return profiles
 
 
-def greedy_eval(model, world: FactWorld) -> dict[str, float]:
-    """Greedy accuracy (overall and per tier) and equal-mass ECE with c = exp(−U)."""
+def greedy_eval(model, world: FactWorld, withheld: set[str] | None = None) -> dict[str, float]:
+    """Greedy accuracy (overall and per tier) and equal-mass ECE with c = exp(−U).
+
+    With ``withheld`` (questions whose facts the model never saw), also their mean confidence.
+    """
     qs = [f[0] for f in world.facts]
     lp = answer_logprobs(model, world, qs)  # [N, V]
     top = lp.argmax(-1)  # [N]
@@ -176,7 +190,79 @@ def greedy_eval(model, world: FactWorld) -> dict[str, float]:
         out[f"acc_{t}"] = float(correct[tiers == t].mean())
     out["ece"] = expected_calibration_error(conf, correct, n_bins=10)
     out["mean_conf"] = float(conf.mean())
+    if withheld:
+        held = np.array([q in withheld for q in qs])
+        out["conf_withheld"] = float(conf[held].mean())
+        out["conf_answerable"] = float(conf[~held].mean())
     return out
+
+
+def word_tokenizer(world: FactWorld):
+    """A word-level ``PreTrainedTokenizerFast`` over the toy vocabulary (for TRL's GRPO)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel(dict(world.ids), unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
+    tok.padding_side = "left"
+    return tok
+
+
+def calibrate(
+    model, world: FactWorld, cfg: ToyConfig, regions: dict[str, str], arm: str, seed: int, out: str
+) -> None:
+    """One calibration arm (spec §6 step 7): plain GRPO or CDKC on all questions, in place."""
+    from datasets import Dataset
+
+    from common.rl import GroupAdvantageGRPOTrainer, cpu_grpo_kwargs
+
+    from .trainer import CDKCConfig, CDKCTrainer
+
+    qs = [f[0] for f in world.facts]
+    ds = Dataset.from_dict(
+        {
+            "prompt": [f"<q> {q} <a>" for q in qs],
+            "gold": [world.gold[q] for q in qs],
+            "region": [regions[q] for q in qs],
+        }
+    )
+
+    def first_word_correct(completions, gold, **kwargs):  # E5 on a one-token answer space
+        return [float(c.split()[:1] == [g]) for c, g in zip(completions, gold, strict=True)]
+
+    lam = {
+        "mastered": [1e-2 * cfg.cdkc_scale, 1e-3 * cfg.cdkc_scale],
+        "confused": [3e-3 * cfg.cdkc_scale, 3e-3 * cfg.cdkc_scale],
+        "missing": [1e-3 * cfg.cdkc_scale, 1e-2 * cfg.cdkc_scale],
+    }
+    args = CDKCConfig(
+        **cpu_grpo_kwargs(
+            output_dir=out,
+            max_steps=cfg.grpo_steps,
+            learning_rate=cfg.grpo_lr,
+            num_generations=cfg.grpo_generations,
+            per_device_train_batch_size=cfg.grpo_generations * cfg.grpo_prompts_per_step,
+            max_completion_length=3,
+            beta=cfg.grpo_beta,
+            seed=seed,
+        ),
+        calibration_mode=cfg.cdkc_mode,
+        signal=cfg.cdkc_signal,
+        region_weights=lam,
+    )
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = world.ids["<eos>"]
+    trainer_cls = CDKCTrainer if arm == "cdkc" else GroupAdvantageGRPOTrainer
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=first_word_correct,
+        args=args,
+        train_dataset=ds,
+        processing_class=word_tokenizer(world),
+    )
+    trainer.train()
+    model.eval()
 
 
 def toy_generator(world: FactWorld) -> ScriptedChat:
@@ -264,11 +350,31 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
         for i in (rng.randrange(len(world.facts)) for _ in range(len(cgke_pairs)))
     ]
     data = {"vanilla_sft": uniform_pairs, "cgke": cgke_pairs}
-    for arm in arms:
+    for arm in [a for a in arms if a in data]:
         model.load_state_dict(state)
         train(model, world, data[arm], cfg.sft_steps, cfg.sft_lr, cfg.batch_size, seed + 2)
         metrics[arm] = greedy_eval(model, world)
         metrics[arm]["n_sft_items"] = float(len(data[arm]))
+    calib_arms = [a for a in arms if a in ("grpo", "cdkc")]
+    if calib_arms:
+        # Step 7: CGKE SFT with a share of tier C withheld, then GRPO vs CDKC from that checkpoint.
+        c_subjects = [q.split()[1] for q, _, _, t in world.facts if t == "C"]
+        n_hold = round(cfg.withhold_c * len(c_subjects))
+        held_subjects = set(random.Random(seed + 3).sample(c_subjects, n_hold))
+        withheld = {q for q, _, _, _ in world.facts if q.split()[1] in held_subjects}
+        kept = [(a, b) for a, b in cgke_pairs if not (set(f"{a} {b}".split()) & held_subjects)]
+        model.load_state_dict(state)
+        train(model, world, kept, cfg.sft_steps, cfg.sft_lr, cfg.batch_size, seed + 2)
+        metrics["cgke_calib_init"] = greedy_eval(model, world, withheld)
+        calib_state = {k: v.clone() for k, v in model.state_dict().items()}
+        regions = {p.id: p.region for p in profiles}
+        import tempfile
+
+        for arm in calib_arms:
+            model.load_state_dict(calib_state)
+            with tempfile.TemporaryDirectory() as tmp:
+                calibrate(model, world, cfg, regions, arm, seed, tmp)
+            metrics[arm] = greedy_eval(model, world, withheld)
     diag = {
         "pretrain_loss": pre_loss,
         "confusion": confusion,

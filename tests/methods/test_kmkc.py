@@ -464,14 +464,15 @@ def test_cdkc_with_zero_weights_is_grpo_bit_for_bit(tmp_path):
 
     torch.set_num_threads(1)
     zero = {"mastered": [0.0, 0.0], "confused": [0.0, 0.0], "missing": [0.0, 0.0]}
-    _, ref = _train_cdkc(tmp_path / "ref", trainer_cls=GroupAdvantageGRPOTrainer)
-    _, loss0 = _train_cdkc(tmp_path / "l0", region_weights=zero)
+    _, ref = _train_cdkc(tmp_path / "ref", trainer_cls=GroupAdvantageGRPOTrainer, steps=1)
+    _, loss0 = _train_cdkc(tmp_path / "l0", region_weights=zero, steps=1)
     _, rew0 = _train_cdkc(
         tmp_path / "r0",
+        steps=1,
         calibration_mode="reward",
         reward_alpha={"mastered": 0.0, "confused": 0.0, "missing": 0.0},
     )
-    _, rew = _train_cdkc(tmp_path / "r1", calibration_mode="reward")
+    _, rew = _train_cdkc(tmp_path / "r1", calibration_mode="reward", steps=1)
     for k in ref:
         assert torch.equal(loss0[k], ref[k]), k
         assert torch.equal(rew0[k], ref[k]), k
@@ -522,3 +523,120 @@ def test_cdkc_trainer_bad_input(tmp_path):
         CDKCConfig(output_dir=str(tmp_path), region_weights={"known": [1, 1]}, use_cpu=True)
     with pytest.raises(ValueError, match="region"):
         _train_cdkc(tmp_path / "noreg", regions=False, steps=1)
+
+
+def test_toy_calibration_arm_runs_cdkc_on_the_word_model(tmp_path):
+    """The toy's GRPO/CDKC stage: word tokenizer round-trips the prompts; one CDKC step moves θ."""
+    from methods.kmkc.toy import (
+        FactWorld,
+        ToyConfig,
+        calibrate,
+        greedy_eval,
+        make_model,
+        word_tokenizer,
+    )
+
+    torch.set_num_threads(1)
+    cfg = ToyConfig(n_per_tier=4, grpo_steps=1, grpo_generations=4, grpo_prompts_per_step=2)
+    world = FactWorld(cfg, seed=0)
+    tok = word_tokenizer(world)
+    q = world.facts[0][0]
+    assert tok(f"<q> {q} <a>")["input_ids"] == world.encode(q, "")[:4]
+    model = make_model(world, cfg, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    regions = {f[0]: "missing" for f in world.facts}
+    calibrate(model, world, cfg, regions, "cdkc", seed=0, out=str(tmp_path))
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    held = {f[0] for f in world.facts if f[3] == "C"}
+    out = greedy_eval(model, world, held)
+    assert 0.0 < out["conf_withheld"] <= 1.0 and 0.0 <= out["ece"] <= 1.0
+
+
+# ---------------------------------------------------------------- paper pipeline (spec §3.6, §7)
+def _flashrag_fixture(root, name, split, n):
+    """A few lines in the FlashRAG QA format (id, question, golden_answers, metadata)."""
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"{split}.jsonl", "w") as f:
+        for i in range(n):
+            rec = {
+                "id": f"{split}_{i}",
+                "question": f"what is {i} plus {i}?",
+                "golden_answers": [str(2 * i), f"{2 * i}.0"],
+                "metadata": {},
+            }
+            f.write(json.dumps(rec) + "\n")
+
+
+def test_load_qa_jsonl_sampling_and_errors(tmp_path):
+    from methods.kmkc.pipeline import extract_answer, load_qa_jsonl
+
+    _flashrag_fixture(tmp_path, "nq", "dev", 10)
+    full = load_qa_jsonl(tmp_path / "nq" / "dev.jsonl")
+    assert [it["id"] for it in full] == [f"dev_{i}" for i in range(10)]
+    a = load_qa_jsonl(tmp_path / "nq" / "dev.jsonl", n=4, seed=3)
+    b = load_qa_jsonl(tmp_path / "nq" / "dev.jsonl", n=4, seed=3)
+    assert a == b and len(a) == 4 and len({it["id"] for it in a}) == 4
+    (tmp_path / "bad.jsonl").write_text('{"question": "q"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_qa_jsonl(tmp_path / "bad.jsonl")
+    with pytest.raises(FileNotFoundError):
+        load_qa_jsonl(tmp_path / "missing.jsonl")
+    assert extract_answer("thinking...\nAnswer: Paris\n") == "Paris"
+    assert extract_answer("Paris") == "Paris"
+
+
+def test_paper_pipeline_runs_one_round_on_a_tiny_local_model(tmp_path):
+    """kmkc_paper's code path end to end on a saved tiny Qwen2 and FlashRAG-format fixtures."""
+    from omegaconf import OmegaConf
+
+    from common.registry import compose
+    from common.tiny import save_tiny, tiny_causal_lm
+    from methods.kmkc.run import run
+
+    torch.set_num_threads(1)
+    model_dir = save_tiny(*tiny_causal_lm("qwen2", seed=0), tmp_path / "tiny")
+    data = tmp_path / "flashrag"
+    _flashrag_fixture(data, "nq", "train", 6)
+    _flashrag_fixture(data, "nq", "dev", 4)
+    _flashrag_fixture(data, "triviaqa", "dev", 3)
+    cfg = compose(["experiment=kmkc_paper"], run_dir=str(tmp_path / "run"))
+    cpu = {"use_cpu": True, "bf16": False, "max_steps": 1, "disable_tqdm": True}
+    OmegaConf.update(
+        cfg,
+        "method.paper",
+        {
+            "model": str(model_dir),
+            "output_dir": str(tmp_path / "run" / "paper"),
+            "data_dir": str(data),
+            "train_sets": {"nq": 4},
+            "eval_sets": {"nq": 3, "triviaqa": 3},
+            "engine": "hf",
+            "k": 2,
+            "max_new_tokens": 4,
+            "rounds": 1,
+            "augment": {"max_drop_frac": 1.0, "consistency_checks": 0, "max_retries": 0},
+            "sft": {**cpu, "per_device_train_batch_size": 2, "max_length": 64},
+            "cdkc": {
+                **cpu,
+                "use_vllm": False,
+                "num_generations": 2,
+                "per_device_train_batch_size": 4,
+                "max_completion_length": 4,
+                "learning_rate": 1e-3,
+            },
+        },
+        merge=False,
+    )
+    out = run(cfg)
+    for stage in ("base", "round1"):
+        for name in ("nq", "triviaqa"):
+            assert 0.0 <= out[f"{stage}/{name}/acc"] <= 1.0
+            assert 0.0 < out[f"{stage}/{name}/mean_conf"] <= 1.0
+    paper_dir = tmp_path / "run" / "paper"
+    ids = json.loads((paper_dir / "sampled_ids.json").read_text())
+    assert sorted(ids) == ["nq", "triviaqa"] and len(ids["nq"]) == 3
+    profiles = (paper_dir / "round1" / "profile.jsonl").read_text().splitlines()
+    assert len(profiles) == 4
+    assert all(json.loads(p)["region"] in ("mastered", "confused", "missing") for p in profiles)
+    assert (paper_dir / "round1" / "cgke.jsonl").is_file()

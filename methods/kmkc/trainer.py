@@ -1,0 +1,214 @@
+"""The CDKC trainer: GRPO + the calibration term of spec §3.4 (Eqs. E5-E8) on common.rl's hooks.
+
+Kept apart from :mod:`methods.kmkc.cdkc` so that importing the package does not import TRL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from trl import GRPOConfig
+
+from common.rl import GroupAdvantageGRPOTrainer
+
+from .cdkc import CalibrationWeights, cdkc_entropy_loss
+from .regions import REGIONS
+
+CALIBRATION_MODES = ("loss", "reward")
+SIGNALS = ("nll", "entropy")
+
+
+@dataclass
+class CDKCConfig(GRPOConfig):
+    """``trl.GRPOConfig`` plus the calibration knobs of CDKC (spec §3.4, all [inferred]).
+
+    Attributes:
+        calibration_mode: ``"loss"`` adds the signed region-weighted term (E7) to the GRPO loss
+            (E8); ``"reward"`` shapes the reward ``r_i + α_g·s_i·c(y_i|q)`` instead.
+        signal: the sequence uncertainty H̄ in (E7): ``"nll"`` (mean token NLL, E1; the spec's
+            default, consistent with the ECE confidence exp(−U)) or ``"entropy"`` (mean entropy of
+            the next-token distribution, E3).
+        region_weights: λ[g] = [λ_correct, λ_wrong] per region; None keeps the spec defaults.
+        reward_alpha: α_g per region for the reward mode; None keeps the spec defaults.
+        region_adaptive: False uses ``shared_weights`` / ``shared_alpha`` for every region (ablation).
+        shared_weights: λ pair used when ``region_adaptive`` is False.
+        shared_alpha: α used when ``region_adaptive`` is False.
+        stabilize_batches: number of policy-loss batches whose H̄ values fix the confused band
+            ``[h_lo, h_hi]`` (spec: the first 10); the confused region contributes nothing before.
+        stabilize_quantiles: the band's quantiles (spec: 25th-75th percentile).
+        correct_reward_index: which reward function is the 0/1 correctness reward (E5).
+    """
+
+    calibration_mode: str = "loss"
+    signal: str = "nll"
+    region_weights: dict | None = None
+    reward_alpha: dict | None = None
+    region_adaptive: bool = True
+    shared_weights: list[float] = field(default_factory=lambda: [3e-3, 3e-3])
+    shared_alpha: float = 0.5
+    stabilize_batches: int = 10
+    stabilize_quantiles: list[float] = field(default_factory=lambda: [0.25, 0.75])
+    correct_reward_index: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.calibration_mode not in CALIBRATION_MODES:
+            raise ValueError(
+                f"calibration_mode must be one of {CALIBRATION_MODES}, got {self.calibration_mode!r}"
+            )
+        if self.signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
+        for name, table in (
+            ("region_weights", self.region_weights),
+            ("reward_alpha", self.reward_alpha),
+        ):
+            bad = sorted(set(table or {}) - set(REGIONS))
+            if bad:
+                raise ValueError(f"{name}: unknown regions {bad}; valid: {list(REGIONS)}")
+        lo, hi = self.stabilize_quantiles
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"stabilize_quantiles must satisfy 0 <= lo <= hi <= 1, got {lo, hi}")
+        if self.stabilize_batches < 1:
+            raise ValueError(f"stabilize_batches must be >= 1, got {self.stabilize_batches}")
+
+    def calibration_weights(self, band: tuple[float, float] | None = None) -> CalibrationWeights:
+        """The λ table of (E7) with the current confused band."""
+        table = {r: tuple(v) for r, v in (self.region_weights or {}).items()}
+        return CalibrationWeights(
+            band=band,
+            region_adaptive=self.region_adaptive,
+            shared=tuple(self.shared_weights),
+            **table,
+        )
+
+    def alpha(self, region: str) -> float:
+        """α_g of the reward mode (spec §3.4: mastered 0.5, confused 0.25, missing 0.5)."""
+        if not self.region_adaptive:
+            return float(self.shared_alpha)
+        table = {"mastered": 0.5, "confused": 0.25, "missing": 0.5, **(self.reward_alpha or {})}
+        return float(table[region])
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the unmasked positions of each row: ``[b, T] -> [b]`` (empty rows give 0)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+class CDKCTrainer(GroupAdvantageGRPOTrainer):
+    """GRPO with the bidirectional, region-adaptive calibration of CDKC (spec §3.4).
+
+    The dataset needs a ``region`` column (mastered / confused / missing, from CGKE profiling)
+    unless ``args.region_adaptive`` is False; the first reward function must be the 0/1
+    correctness reward (E5; ``args.correct_reward_index`` selects another).
+
+    * ``calibration_mode="loss"``: loss = TRL's GRPO loss (E6, E8) + (1/b)Σ λ[g_i, s_i]·s_i·H̄_i
+      (E7), with H̄ the mean NLL (or entropy) of the rollout under the current policy, s_i = +1
+      for a correct and −1 for a wrong rollout. With every λ = 0 the loss is TRL's, bit for bit.
+    * ``calibration_mode="reward"``: the GRPO advantage of ``1[correct] + α_g·s_i·exp(−U_i)``.
+
+    Correctness and region travel from generation to the loss through
+    :meth:`common.rl.GroupAdvantageGRPOTrainer.completion_extras`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, CDKCConfig):
+            raise TypeError(f"args must be a CDKCConfig, got {type(self.args).__name__}")
+        n_funcs = len(self.reward_funcs)
+        if not 0 <= self.args.correct_reward_index < n_funcs:
+            raise ValueError(
+                f"correct_reward_index={self.args.correct_reward_index} but there are "
+                f"{n_funcs} reward functions"
+            )
+        self.band: tuple[float, float] | None = None
+        self._band_values: list[float] = []
+        self._band_calls = 0
+
+    # ----- generation-time hooks -----------------------------------------------------------
+    def _local_correct(self, inputs: dict[str, Any]) -> torch.Tensor:
+        per_func = inputs["rewards_per_func"][..., self.args.correct_reward_index]  # [B, N]
+        return (per_func.flatten()[inputs["process_slice"]] > 0.5).cpu()  # [b·N] bool
+
+    def _local_regions(self, inputs: dict[str, Any]) -> list[str]:
+        rows = inputs["trainer_inputs"]
+        if not self.args.region_adaptive:
+            return [str(r.get("region", "missing")) for r in rows]
+        missing = [i for i, r in enumerate(rows) if "region" not in r]
+        if missing:
+            raise ValueError(
+                "CDKC needs a 'region' column in the training dataset (mastered/confused/missing "
+                "from CGKE profiling), or region_adaptive=False"
+            )
+        regions = [str(r["region"]) for r in rows]
+        bad = sorted(set(regions) - set(REGIONS))
+        if bad:
+            raise ValueError(f"region column: unknown labels {bad}; valid: {list(REGIONS)}")
+        return regions
+
+    def compute_advantages(self, rewards: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        """Loss mode: TRL's group advantage (E6). Reward mode: the advantage of the shaped reward."""
+        if self.args.calibration_mode == "loss":
+            return super().compute_advantages(rewards, inputs)
+        regions = self._local_regions(inputs)
+        correct = self._local_correct(inputs)
+        with torch.no_grad():
+            logps = self.per_token_logps(self.model, inputs)  # [b·N, T]
+            # c = exp(-U) (E1, E2); a fully masked (truncated) rollout gets U = 0.
+            conf = torch.exp(-masked_mean(-logps, inputs["completion_mask"]))  # [b·N]
+        sign = torch.where(correct, 1.0, -1.0).to(conf.device)
+        alpha = torch.tensor([self.args.alpha(r) for r in regions], device=conf.device)
+        bonus = self.accelerator.gather(alpha * sign * conf)  # [B·N], all processes
+        shaped = rewards + bonus.view_as(rewards).to(rewards.dtype)
+        self.log_metric("cdkc/reward_bonus", float(bonus.mean()))
+        return super().compute_advantages(shaped, inputs)
+
+    def completion_extras(self, rewards: torch.Tensor, inputs: dict[str, Any]) -> dict:
+        regions = self._local_regions(inputs)
+        index = {r: i for i, r in enumerate(REGIONS)}
+        return {
+            "cdkc_correct": self._local_correct(inputs),
+            "cdkc_region": torch.tensor([index.get(r, 0) for r in regions], dtype=torch.long),
+        }
+
+    # ----- the loss ------------------------------------------------------------------------
+    def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+        """(E8): GRPO loss + the signed calibration term (loss mode)."""
+        loss = super().policy_loss(model, inputs)
+        if self.args.calibration_mode != "loss":
+            return loss
+        w = self.args.calibration_weights(self.band)
+        pairs = [w.shared] if not w.region_adaptive else [w.mastered, w.confused, w.missing]
+        if all(v == 0.0 for p in pairs for v in p):
+            return loss  # every λ = 0: exactly TRL's GRPO loss
+        mask = inputs["completion_mask"].bool()
+        if self.args.signal == "entropy":
+            _, ent = self.per_token_logps(model, inputs, with_entropy=True)
+            h = masked_mean(ent, mask)  # [b] (E3)
+        else:
+            h = masked_mean(-self.per_token_logps(model, inputs), mask)  # [b] (E1)
+        regions = [REGIONS[i] for i in inputs["cdkc_region"].tolist()]
+        if self.band is None:
+            self._band_values.extend(h.detach().float().tolist())
+            self._band_calls += 1
+            if self._band_calls >= self.args.stabilize_batches:
+                lo, hi = self.args.stabilize_quantiles
+                vals = torch.tensor(self._band_values)
+                self.band = (float(vals.quantile(lo)), float(vals.quantile(hi)))
+                self.log_metric("cdkc/band_lo", self.band[0])
+                self.log_metric("cdkc/band_hi", self.band[1])
+        if self.band is None and w.region_adaptive:
+            # Before the band is frozen the confused region is held still (spec: stabilise).
+            w = self.args.calibration_weights(None)
+            w.confused = (0.0, 0.0)
+        term = cdkc_entropy_loss(h, inputs["cdkc_correct"].to(h.device), regions, w)
+        mode = "train" if self.model.training else "eval"
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        correct = inputs["cdkc_correct"].bool()
+        if correct.any():
+            self.log_metric("cdkc/h_correct", float(h.detach()[correct.to(h.device)].mean()))
+        if (~correct).any():
+            self.log_metric("cdkc/h_wrong", float(h.detach()[~correct.to(h.device)].mean()))
+        return loss + term / normalizer
