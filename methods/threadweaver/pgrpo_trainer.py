@@ -122,7 +122,8 @@ class OrchestratedRollout:
             return list(self.encode_prompt(prompt))
         if isinstance(prompt, str):
             return list(self.tok(prompt, add_special_tokens=False)["input_ids"])
-        return list(self.tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))
+        ids = self.tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def key(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> tuple:
         """Cache key of a trajectory (trailing pad ids stripped, as in TRL's padded batch)."""
