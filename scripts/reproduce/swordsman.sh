@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Swordsman paper-scale reproduction (spec §5, §7): GPU, lm-evaluation-harness, batch 1, G = 512.
-# Needs: pip install 'lm-eval>=0.4.8' and network access to the hub. Not run on CPU.
+# Needs: pip install -e '.[eval]' (lm-eval>=0.4.8) and network access to the hub. Not run on CPU.
+# CACHES="none dual" runs every setting with the dual KV cache off and on.
 # Prefix/dual cache need a LLaDA/Dream modeling file whose forward accepts past_key_values/use_cache
 # (+ replace_position for dual), e.g. Fast-dLLM's ports; with the stock hub code use CACHES="none".
 # The hub modeling files predate transformers 5: if loading fails, pin transformers to 4.49 in a
@@ -22,14 +23,15 @@ for model in "${!DEC[@]}"; do
   for task in "${!SHOTS[@]}"; do
     for cache in $CACHES; do
       common=(--model "$model" --task "$task" --num_fewshot "${SHOTS[$task]}" --out "$OUT/$cache"
+              --cache "$cache"
               ${LIMIT:+--limit "$LIMIT"})
-      dec=(gen_length=512 min_block_len=1 max_block_len=32 min_jump=0.01 cache="$cache" ${DEC[$model]})
+      dec=(gen_length=512 min_block_len=1 max_block_len=32 min_jump=0.01 ${DEC[$model]})
       # Swordsman
       accelerate launch --num_processes "$NGPU" -m methods.swordsman.eval_harness "${common[@]}" \
         --decoder "${dec[@]}"
       # Fast-dLLM baseline: fixed blocks of 32, tau = 0.9
       accelerate launch --num_processes "$NGPU" -m methods.swordsman.eval_harness "${common[@]}" \
-        --baseline fixed --decoder gen_length=512 max_block_len=32 tau_max=0.9 cache="$cache"
+        --baseline fixed --decoder gen_length=512 max_block_len=32 tau_max=0.9
     done
   done
 done

@@ -755,3 +755,16 @@ def test_lm_eval_registration_is_lazy():
         from lm_eval.api.registry import get_model
 
         assert get_model("swordsman_dlm") is register_lm_eval()
+
+
+def test_paper_configs_load_with_repo_decoder_values():
+    from common.registry import compose
+    from methods.swordsman.run import _to_config
+
+    llada = _to_config(compose(["experiment=swordsman_paper"]).method)
+    dream = _to_config(compose(["experiment=swordsman_paper_dream"]).method)
+    for cfg in (llada, dream):
+        d = cfg.decoder_config()
+        assert (d.gen_length, d.max_block_len, d.tau_max, d.cache) == (512, 32, 0.9, "dual")
+    assert (llada.tau_min, llada.gamma) == (0.7, 1.0) and "LLaDA" in llada.paper["model"]
+    assert (dream.tau_min, dream.gamma) == (0.0, 0.5) and "Dream" in dream.paper["model"]
