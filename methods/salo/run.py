@@ -271,7 +271,12 @@ def run(cfg: DictConfig) -> dict[str, float]:
         cfg=cfg,
         wall_time_s=wall,
         notes=note,
-        extra={"window": list(window), "prefill": prefill, "suffix": SUFFIX},
+        extra={
+            "window": list(window),
+            "prefill": prefill,
+            "suffix": SUFFIX,
+            "gcg_suffixes": gcg_sfx,
+        },
     )
 
 
