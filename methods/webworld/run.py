@@ -1,110 +1,322 @@
-"""WebWorld's CPU toy for the CLI: ``icml26 experiment=webworld_toy`` (data layer only, spec §3.3).
+"""WebWorld's CPU toy "MiniWorld" (spec §6): ``icml26 experiment=webworld_toy``.
 
-What it measures (no model is trained yet; see docs/methods/webworld.md):
+A tiny causal LM (``common.tiny`` qwen2, random init) is trained with TRL ``SFTTrainer`` (Stage-1
+recipe: loss on every assistant turn) as a world model of generated A11y websites
+(:mod:`methods.webworld.toy_sites`), in the exact chat format of spec §3.2. On held-out sites:
 
-* format-conversion fidelity on generated A11y trees: App. G's parse-then-generate pipeline
-  (``parse_a11y`` -> ``to_xml`` -> ``from_xml``) vs a naive line-by-line converter that ignores
-  indentation; metrics are exact tree recovery, parent-link preservation and bid recall;
-* trajectory cleaning on generated "Level-1" crawls: share of no-op transitions (``s_{t+1} == s_t``)
-  left in the training data with ``drop_noop_transitions`` + ``filter_trajectory`` vs keeping all.
+1. **data scale**: models trained on a small vs a large crawl set (equal epochs); metric
+   ``effect_acc`` = share of transitions whose predicted state shows the main effect of the action
+   (the new title after a link / Search / ``go_back``; the changed line after fill / checkbox);
+2. **history**: the large model with the full multi-turn context vs a single-step context
+   (``WebWorldSimulator(history="single")``), on the ``go_back`` split and the other splits;
+3. **lookahead**: "reach page X" episodes with a noisy agent (correct link with probability
+   ``agent_p``, else a random action); greedy vs best-of-k through a copy model (predicts no change),
+   the learned model, and the ground-truth browser (oracle). Value = 1 if the predicted title is the
+   target.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 import random
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
+from common.generation import HFGenerator
+from common.tiny import tiny_causal_lm
 from common.tracking import write_results
-from methods.webworld.a11y import from_xml, parse_a11y, to_a11y, to_xml
-from methods.webworld.data import drop_noop_transitions, filter_trajectory
-from methods.webworld.toy import naive_flat_xml_round_trip, parent_map, random_crawl, random_tree
+from methods.webworld.data import Trajectory
+from methods.webworld.search import lookahead_search
+from methods.webworld.simulator import WebWorldSimulator
+from methods.webworld.toy_sites import (
+    ToyBrowser,
+    crawl,
+    make_sites,
+    page_title,
+    shortest_path_actions,
+)
+from methods.webworld.train import chat_dataset, site_tokenizer, stage1_config, train_world_model
 
 logger = logging.getLogger(__name__)
 
-DEMO_OVERRIDES = ["method.n_trees=40", "method.n_trajectories=40", "method.seeds=[0]"]
-HEADLINE = ("webworld/parent_preserved", "naive/parent_preserved")
+DEMO_OVERRIDES = [
+    "method.data_sizes=[16,32]",
+    "method.epochs=1",
+    "method.eval_trajectories=6",
+    "method.episodes=4",
+    "method.seeds=[0]",
+    "method.model.hidden_size=32",
+    "method.model.intermediate_size=64",
+]
+HEADLINE = ("bon_learned/success", "greedy/success")
 
 
 @dataclass
 class ToyConfig:
     """Fields of ``configs/method/webworld.yaml`` (strictly merged: unknown keys raise)."""
 
-    n_trees: int = 300
-    tree_nodes: list[int] = field(default_factory=lambda: [5, 40])
-    max_depth: int = 5
-    n_trajectories: int = 500
-    min_steps: int = 3
-    max_steps: int = 10
-    max_tokens: int = 30_000
-    max_turns: int = 30
-    blocklist: list[str] = field(default_factory=list)
+    n_sites: int = 25
+    n_train_sites: int = 20
+    n_pages: int = 6
+    min_steps: int = 2
+    max_steps: int = 6
+    data_sizes: list[int] = field(default_factory=lambda: [100, 1000])
+    epochs: int = 3
+    lr: float = 1e-3
+    batch_size: int = 8
+    vocab_size: int = 1000
+    model: dict = field(
+        default_factory=lambda: dict(
+            arch="qwen2",
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+        )
+    )
+    eval_trajectories: int = 60
+    max_new_tokens: int = 64
+    episodes: int = 40
+    agent_p: float = 0.4
+    k: int = 3
+    extra_steps: int = 2
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    threads: int = 1
     prompts: dict = field(default_factory=dict)
+    paper: dict = field(default_factory=dict)
 
 
-def _conversion(tc: ToyConfig, rng: random.Random, naive: bool) -> dict[str, float]:
-    exact, parents, bids = [], [], []
-    for _ in range(tc.n_trees):
-        t = random_tree(rng, rng.randint(*tc.tree_nodes), tc.max_depth)
-        text = to_a11y(t)
-        back = naive_flat_xml_round_trip(text) if naive else from_xml(to_xml(parse_a11y(text)))
-        exact.append(float(back == t))
-        pa, pb = parent_map(t), parent_map(back)
-        parents.append(statistics.mean(float(pb.get(i) == p) for i, p in pa.items()))
-        want = [n.bid for n in t.walk() if n.bid]
-        got = {n.bid for n in back.walk() if n.bid}
-        bids.append(statistics.mean(float(b in got) for b in want) if want else 1.0)
-    return {
-        "tree_exact": statistics.mean(exact),
-        "parent_preserved": statistics.mean(parents),
-        "bid_recall": statistics.mean(bids),
-    }
+# ------------------------------------------------------------------------------------ effect metric
+def _lines(s: str) -> set[str]:
+    return {ln.strip() for ln in s.strip().split("\n") if ln.strip()}
 
 
-def _cleaning(tc: ToyConfig, rng: random.Random, clean: bool) -> dict[str, float]:
-    kept_traj, trans, noop = 0, 0, 0
-    for _ in range(tc.n_trajectories):
-        t, _ = random_crawl(rng, min_steps=tc.min_steps, max_steps=tc.max_steps)
-        if clean:
-            t = drop_noop_transitions(t)
-            if not filter_trajectory(
-                t, max_tokens=tc.max_tokens, max_turns=tc.max_turns, blocklist=tc.blocklist
-            ):
-                continue
-        kept_traj += 1
-        trans += t.n_transitions
-        noop += sum(a == b for a, b in zip(t.states, t.states[1:]))
-    return {
-        "noop_frac": noop / max(trans, 1),
-        "transitions": float(trans),
-        "trajectories": float(kept_traj),
-    }
+def effect_present(prev: str, pred: str, gt: str) -> bool:
+    """The toy's programmatic Factuality: does ``pred`` show the main effect of ``prev -> gt``?
+
+    If the title changes, the predicted title must equal the true one; otherwise every line that
+    changed (present in ``gt``, absent in ``prev``) must appear in ``pred``.
+    """
+    t_prev, t_gt = page_title(prev), page_title(gt)
+    if t_gt != t_prev:
+        return page_title(pred) == t_gt
+    changed = _lines(gt) - _lines(prev)
+    return bool(changed) and changed <= _lines(pred) and page_title(pred) == t_gt
 
 
+def line_f1(pred: str, gt: str) -> float:
+    """F1 between the sets of stripped lines."""
+    p, g = _lines(pred), _lines(gt)
+    if not p or not g:
+        return 0.0
+    tp = len(p & g)
+    return 0.0 if tp == 0 else 2 * tp / (len(p) + len(g))
+
+
+def _kind(action: str, prev: str, gt: str) -> str:
+    if action.startswith("go_back"):
+        return "go_back"
+    if action.startswith("fill"):
+        return "fill"
+    if page_title(prev) != page_title(gt):
+        return "search" if (page_title(gt) or "").startswith("Results for") else "click"
+    return "check"
+
+
+def evaluate_effects(gen, trajs: list[Trajectory], history: str, tc: ToyConfig) -> dict:
+    """Predicts every transition of ``trajs`` (true history in the context) and scores it."""
+    sims, items = [], []
+    for tr in trajs:
+        sim = WebWorldSimulator(
+            gen,
+            window=None,
+            history=history,
+            temperature=0.0,
+            max_tokens=tc.max_new_tokens,
+            prompts=tc.prompts or None,
+        )
+        sim.reset(tr.states[0])
+        for t, a in enumerate(tr.actions):
+            items.append((sim.prompt(a), tr.states[t], a, tr.states[t + 1], sim))
+            sim.commit(a, tr.states[t + 1])
+        sims.append(sim)
+    outs = gen.generate([it[0] for it in items], n=1, params=_greedy(tc.max_new_tokens))
+    per: dict[str, list[float]] = {}
+    f1s = []
+    for (_, prev, a, gt, _), o in zip(items, outs, strict=True):
+        pred = o[0].text
+        ok = float(effect_present(prev, pred, gt))
+        per.setdefault(_kind(a, prev, gt), []).append(ok)
+        per.setdefault("all", []).append(ok)
+        f1s.append(line_f1(pred, gt))
+    out = {f"{k}_acc": statistics.mean(v) for k, v in per.items()}
+    out.update({f"n_{k}": float(len(v)) for k, v in per.items() if k != "all"})
+    out["effect_acc"] = out.pop("all_acc")
+    out["line_f1"] = statistics.mean(f1s)
+    return out
+
+
+def _greedy(n):
+    from common.generation import SamplingParams
+
+    return SamplingParams(max_new_tokens=n, temperature=0.0)
+
+
+# ------------------------------------------------------------------------------------- lookahead
+class OracleSim:
+    """The ground-truth browser behind the ``peek`` interface."""
+
+    def __init__(self, browser: ToyBrowser) -> None:
+        self.b = browser
+
+    def peek(self, actions):
+        return [(copy.deepcopy(self.b).step(a), {}) for a in actions]
+
+
+class CopySim:
+    """A world model that predicts no change (the "copy" baseline)."""
+
+    def __init__(self, browser: ToyBrowser) -> None:
+        self.b = browser
+
+    def peek(self, actions):
+        return [(self.b.state(), {}) for _ in actions]
+
+
+def _episode(site, rng: random.Random, arm: str, tc: ToyConfig, gen) -> float:
+    b = ToyBrowser(site)
+    pages = sorted(site.pages)
+    start = rng.choice(pages)
+    dist = {p: len(shortest_path_actions(site, start, p) or []) for p in pages}
+    far = [p for p in pages if dist[p] >= 2] or [p for p in pages if p != start]
+    target = rng.choice(far)
+    b.reset(start)
+    sim = None
+    if arm == "bon_learned":
+        sim = WebWorldSimulator(
+            gen,
+            window=10,
+            temperature=0.0,
+            max_tokens=8,
+            stop_at_first_line=True,
+            prompts=tc.prompts or None,
+        )
+        sim.reset(b.state())
+
+    def agent() -> str:
+        acts = b.actions(rng)
+        cur = b.view.page
+        if cur in site.pages and rng.random() < tc.agent_p:
+            nxt = shortest_path_actions(site, cur, target)[0]
+            return next(f"click('{bid}')" for bid, t in site.pages[cur].links if t == nxt)
+        return rng.choice(acts)
+
+    def value(state: str) -> float:
+        return float(page_title(state) == target)
+
+    for _ in range(dist[target] + tc.extra_steps):
+        if arm == "greedy":
+            a = agent()
+        else:
+            peeker = {"bon_copy": CopySim(b), "bon_oracle": OracleSim(b), "bon_learned": sim}[arm]
+            a, _ = lookahead_search(agent, peeker, value, k=tc.k)
+        s = b.step(a)
+        if sim is not None:
+            sim.commit(a, s)
+        if b.title == target:
+            return 1.0
+    return 0.0
+
+
+def _ci95(xs: list[float]) -> float:
+    return 1.96 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else float("nan")
+
+
+# ------------------------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict[str, float]:
-    """Runs the conversion-fidelity and no-op-cleaning toy per seed; writes results.{json,md}."""
+    """Trains the toy world models, runs the three experiments and writes results.{json,md}."""
     fields = OmegaConf.to_container(cfg.method, resolve=True)
     fields.pop("name", None)
     tc = ToyConfig(**fields)  # unknown keys raise TypeError
+    if len(tc.data_sizes) != 2 or tc.data_sizes[0] >= tc.data_sizes[1]:
+        raise ValueError(f"method.data_sizes must be [small, large], got {tc.data_sizes}")
+    torch.set_num_threads(tc.threads)
     t0 = time.time()
-    per_seed = []
-    for s in tc.seeds:
-        seed = int(cfg.seed) + s
-        row = {}
-        for arm, naive in (("webworld", False), ("naive", True)):
-            m = _conversion(tc, random.Random(seed), naive)
-            m.update(_cleaning(tc, random.Random(seed + 10_000), clean=not naive))
-            row[arm] = m
-        per_seed.append(row)
-    metrics = {
-        arm: {k: statistics.mean(r[arm][k] for r in per_seed) for k in per_seed[0][arm]}
-        for arm in per_seed[0]
+    seed = int(cfg.seed)
+    rng = random.Random(seed)
+    sites = make_sites(tc.n_sites, rng, n_pages=tc.n_pages)
+    train_sites, test_sites = sites[: tc.n_train_sites], sites[tc.n_train_sites :]
+    pool = []
+    while len(pool) < tc.data_sizes[1]:
+        t = crawl(rng.choice(train_sites), rng, tc.min_steps, tc.max_steps)
+        if t.n_transitions:
+            pool.append(t)
+    evals = []
+    while len(evals) < tc.eval_trajectories:
+        t = crawl(rng.choice(test_sites), rng, tc.min_steps, tc.max_steps)
+        if t.n_transitions:
+            evals.append(t)
+    templates = {k: v for k, v in (tc.prompts or {}).items()}
+    full = chat_dataset(pool, **templates)
+    corpus = [m["content"] for r in full for m in r["messages"]] + ["system", "user", "assistant"]
+    tok = site_tokenizer(corpus, tc.vocab_size)
+    metrics: dict[str, dict[str, float]] = {}
+    gens = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm, n in (("data_small", tc.data_sizes[0]), ("data_large", tc.data_sizes[1])):
+            mk = dict(tc.model)
+            arch = mk.pop("arch", "qwen2")
+            model, _ = tiny_causal_lm(arch, seed=seed, tokenizer=tok, **mk)
+            sft = stage1_config(
+                "tiny",
+                output_dir=tmp,
+                learning_rate=tc.lr,
+                num_train_epochs=tc.epochs,
+                per_device_train_batch_size=tc.batch_size,
+                gradient_accumulation_steps=1,
+                packing=False,
+                seed=seed,
+                disable_tqdm=True,
+                logging_steps=10_000,
+            )
+            t1 = time.time()
+            model, loss = train_world_model(model, tok, full.select(range(n)), sft)
+            gen = HFGenerator(model, tok, batch_size=32)
+            gens[arm] = gen
+            m = evaluate_effects(gen, evals, "full", tc)
+            m.update(train_loss=loss, train_s=time.time() - t1, n_traj=float(n))
+            metrics[arm] = m
+            logger.info("%s: %s", arm, m)
+    big = gens["data_large"]
+    metrics["ctx_full"] = {
+        k: v for k, v in metrics["data_large"].items() if k.endswith("_acc") or k == "line_f1"
     }
+    metrics["ctx_single"] = evaluate_effects(big, evals, "single", tc)
+    for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
+        per_seed = []
+        for s in tc.seeds:
+            succ = [
+                _episode(
+                    test_sites[e % len(test_sites)],
+                    random.Random(1_000_003 * (seed + s) + e),
+                    arm,
+                    tc,
+                    big,
+                )
+                for e in range(tc.episodes)
+            ]
+            per_seed.append(statistics.mean(succ))
+        metrics[arm] = {"success": statistics.mean(per_seed), "success_ci95": _ci95(per_seed)}
+        for i, v in enumerate(per_seed):
+            metrics[arm][f"success_seed{tc.seeds[i]}"] = v
     return write_results(
         cfg.run_dir,
         "webworld",
@@ -112,10 +324,11 @@ def run(cfg: DictConfig) -> dict[str, float]:
         cfg=cfg,
         wall_time_s=time.time() - t0,
         notes=(
-            f"{tc.n_trees} random A11y trees ({tc.tree_nodes[0]}-{tc.tree_nodes[1]} nodes, depth <= "
-            f"{tc.max_depth}) converted A11y -> XML -> tree; {tc.n_trajectories} random crawls of "
-            f"{tc.min_steps}-{tc.max_steps} steps; seeds {[int(cfg.seed) + s for s in tc.seeds]}. "
-            "webworld = App. G stack parser + drop_noop_transitions + filter_trajectory; naive = "
-            "line-by-line conversion ignoring indentation, no cleaning. No world model is trained."
+            f"{tc.n_sites} generated sites ({tc.n_train_sites} train / "
+            f"{tc.n_sites - tc.n_train_sites} held out), {tc.n_pages} pages each; tiny "
+            f"{tc.model.get('arch', 'qwen2')} world model (hidden {tc.model['hidden_size']}) trained "
+            f"with TRL SFT, {tc.epochs} epochs on {tc.data_sizes} crawls; {len(evals)} held-out "
+            f"crawls for effect_acc; lookahead: {tc.episodes} episodes x seeds {tc.seeds}, agent_p "
+            f"{tc.agent_p}, BoN({tc.k}); success_ci95 is over seeds."
         ),
     )

@@ -335,3 +335,409 @@ def test_to_chat_and_convert_sample_only_touch_the_initial_tree():
         convert_sample(chat, "pdf")
     with pytest.raises(ValueError, match="messages"):
         convert_sample([{"role": "user", "content": "hi"}], "xml")
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulator, judge metrics, lookahead, synthesis, training recipe, toy sites (spec §3.5-§3.10, §6)
+# ---------------------------------------------------------------------------------------------
+import json  # noqa: E402
+
+from common.llm import ScriptedChat  # noqa: E402
+from methods.webworld import (  # noqa: E402
+    FIRST_TURN,
+    JudgeResult,
+    ToyBrowser,
+    WebWorldSimulator,
+    agent_sft_dataset,
+    aggregate,
+    crawl,
+    evaluate,
+    factuality,
+    instantiate_goal,
+    last_turn_dataset,
+    load_bench_jsonl,
+    lookahead_search,
+    make_sites,
+    page_title,
+    parse_judge_json,
+    parse_value_reply,
+    stage1_config,
+    stage2_config,
+    synthesize,
+    web_turing,
+)
+
+
+def _page(i: int) -> str:
+    return f"RootWebArea 'p{i}', focused\n\t[{i + 10}] link 'next', clickable"
+
+
+def _counting_llm():
+    """A scripted world model whose n-th reply is page n (always a valid A11y state)."""
+    n = iter(range(1, 10_000))
+    return ScriptedChat(lambda msgs: _page(next(n)))
+
+
+def test_simulator_sliding_window_rebase():
+    llm = _counting_llm()
+    sim = WebWorldSimulator(llm, window=10)
+    sim.reset(_page(0))
+    for t in range(25):
+        state, info = sim.step(f"click('{t + 10}')")
+        assert state == _page(t + 1) and not info["format_mismatch"]
+        assert len(sim.messages) - 1 <= 20  # at most 2W non-system messages
+        assert sum(m["role"] == "system" for m in sim.messages) == 1
+        roles = [m["role"] for m in sim.messages[1:]]
+        assert roles == ["user", "assistant"] * (len(roles) // 2)
+    assert sim.n_rebases > 0
+    # the first user turn is a valid FIRST_TURN built on an earlier *predicted* state and the action
+    # that followed it; the context then continues without gaps
+    first = sim.messages[1]["content"]
+    m = re.fullmatch(FIRST_TURN.format(state="(?P<s>.*)", action="(?P<a>.*)"), first, re.S)
+    assert m is not None
+    k = int(re.search(r"'p(\d+)'", m.group("s")).group(1))
+    assert m.group("s") == _page(k) and k >= 1 and m.group("a") == f"click('{k + 10}')"
+    assert sim.messages[2]["content"] == _page(k + 1)
+    assert sim.messages[-1]["content"] == _page(25)
+    # every model call saw one system prompt and at most 2W + 1 turns (context + the new action)
+    assert all(len(c) - 1 <= 21 and c[0]["role"] == "system" for c in llm.calls)
+    assert llm.calls[-1][-1]["content"].endswith("Action: 'click('34')'\n\nNext Page State:")
+
+
+def test_simulator_second_state_vs_first_state_rebase():
+    for rebase, s0 in (("second_state", 2), ("first_state", 1)):
+        sim = WebWorldSimulator(_counting_llm(), window=1, rebase=rebase)
+        sim.reset(_page(0))
+        sim.step("click('10')")
+        sim.step("click('11')")
+        if rebase == "second_state":
+            sim.step("click('12')")  # needs 3 pairs before it can drop two
+        assert sim.n_rebases == 1
+        assert sim.messages[1]["content"] == FIRST_TURN.format(
+            state=_page(s0), action=f"click('{s0 + 10}')"
+        )
+
+
+def test_simulator_history_single_and_window_errors():
+    llm = _counting_llm()
+    sim = WebWorldSimulator(llm, history="single")
+    sim.reset(_page(0))
+    sim.step("click('10')")
+    sim.step("click('11')")
+    last = llm.calls[-1]
+    assert len(last) == 2 and last[1]["content"] == FIRST_TURN.format(
+        state=_page(1), action="click('11')"
+    )
+    with pytest.raises(ValueError, match="window"):
+        WebWorldSimulator(llm, window=0)
+    with pytest.raises(ValueError, match="history"):
+        WebWorldSimulator(llm, history="half")
+    with pytest.raises(ValueError, match="s0"):
+        sim.reset("   ")
+
+
+def test_simulator_bad_action_not_sent_and_format_mismatch():
+    llm = ScriptedChat(["", "<html><body>x</body></html>", "<think>plan</think>\n" + _page(3)])
+    sim = WebWorldSimulator(llm)
+    sim.reset(_page(0))
+    with pytest.raises(ActionParseError):
+        sim.step("rm -rf /")
+    assert llm.calls == []  # never forwarded to the model
+    s, info = sim.step("click('10')")  # empty prediction: keep the previous state
+    assert info["format_mismatch"] and s == _page(0)
+    s, info = sim.step("click('10')")  # HTML for an A11y input: mismatch
+    assert info["format_mismatch"] and s == _page(0)
+    s, info = sim.step("click('10')")
+    assert not info["format_mismatch"] and s == _page(3) and info["reasoning"] == "plan"
+
+
+def test_simulator_truncation_and_confidence_with_tiny_model(tiny_qwen2):
+    from common.generation import HFGenerator
+
+    model, tok = tiny_qwen2
+    sim = WebWorldSimulator(
+        HFGenerator(model, tok), temperature=0.0, max_tokens=3, return_logprobs=True
+    )
+    sim.reset(_page(0))
+    _, info = sim.step("click('10')")
+    assert info["truncated"] is True  # 3 new tokens cannot finish a page
+    assert 0.0 < info["confidence"] <= 1.0
+    assert info["logprob"] <= 0.0
+
+
+# ---- judge metrics -------------------------------------------------------------------------
+def test_factuality_parsing_clamping_and_errors():
+    def fact(reply):
+        return factuality(ScriptedChat([reply]), "h", "click('1')", "p", "g")
+
+    assert fact("0.7").score == pytest.approx(0.7)
+    assert fact('{"reasoning": "r", "action_effect_accuracy_score": 1.3}').score == 1.0
+    assert fact('{"action_effect_accuracy_score": -2}').score == 0.0
+    r = fact('Sure!\n```json\n{"reasoning": "ok", "action_effect_accuracy_score": 0.4}\n```')
+    assert r.score == pytest.approx(0.4) and r.error is None and r.reasoning == "ok"
+    for bad in (
+        "I think it is good",
+        '{"reasoning": "no score"}',
+        '{"action_effect_accuracy_score": "x"}',
+    ):
+        r = fact(bad)
+        assert r.score == 0.0 and r.error is not None
+    for level in (0.0, 0.4, 0.7, 1.0):
+        reply = json.dumps({"reasoning": "", "action_effect_accuracy_score": level})
+        assert fact(reply).score == level
+
+    def boom(_):
+        raise RuntimeError("HTTP 500")
+
+    r = factuality(ScriptedChat(boom), "h", "a", "p", "g")
+    assert r.score == 0.0 and "HTTP 500" in r.error
+
+
+def _turing(judge, rng, pred="PRED", gt="GT"):
+    return web_turing(judge, "h", "click('1')", pred, gt, rng)
+
+
+def test_web_turing_stub_judges():
+    rng = random.Random(0)
+    always_a = ScriptedChat(lambda m: '{"reasoning": "", "choice": "A"}')
+    scores = [_turing(always_a, rng).score for _ in range(2000)]
+    assert abs(sum(scores) / len(scores) - 0.5) < 0.03
+
+    def picks(which):
+        def f(msgs):
+            text = msgs[-1]["content"]
+            slot_a = text.split("Observation A:\n", 1)[1].split("\n", 1)[0]
+            return json.dumps({"choice": "A" if slot_a == which else "B"})
+
+        return ScriptedChat(f)
+
+    assert all(_turing(picks("GT"), rng).score == 0.0 for _ in range(200))
+    assert all(_turing(picks("PRED"), rng).score == 1.0 for _ in range(200))
+    r = _turing(ScriptedChat(['{"choice": "C"}']), rng)
+    assert r.score == 0.0 and "A or B" in r.error
+    r = _turing(ScriptedChat(["no json here"]), rng)
+    assert r.score == 0.0 and r.error is not None
+
+
+def test_aggregate_counts_errors():
+    f = [JudgeResult(1.0), JudgeResult(0.0, error="bad"), JudgeResult(0.7)]
+    t = [JudgeResult(1.0), JudgeResult(0.0), JudgeResult(0.0, error="bad")]
+    out = aggregate(f, t, truncated=[True, False, False])
+    assert out["factuality"] == pytest.approx(1.7 / 3)
+    assert out["total"] == pytest.approx((1.0 + 0.0 + 0.35) / 3)
+    assert out["fact_error_rate"] == pytest.approx(1 / 3)
+    assert out["turing_error_rate"] == pytest.approx(1 / 3)
+    assert out["truncated_rate"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="equal length"):
+        aggregate(f, t[:2])
+    assert parse_judge_json('x {"a": 1} y') == {"a": 1}
+    with pytest.raises(ValueError):
+        parse_judge_json("nothing")
+
+
+def _bench_file(path, n=4):
+    lines = []
+    for i in range(n):
+        chat = {
+            "messages": [
+                {"role": "system", "content": "sys"},
+                {
+                    "role": "user",
+                    "content": FIRST_TURN.format(state=_page(i), action="click('10')"),
+                },
+                {"role": "assistant", "content": _page(i + 1)},
+            ]
+        }
+        lines.append(json.dumps(chat))
+    lines.insert(1, '{"messages": [broken')  # a corrupt line is skipped and counted
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_bench_loader_and_evaluate_with_tiny_world_model(tmp_path, tiny_qwen2):
+    from common.llm import HFChat
+
+    samples, skipped = load_bench_jsonl(_bench_file(tmp_path / "base.jsonl"))
+    assert len(samples) == 4 and skipped == 1 and samples[0].action == "click('10')"
+    assert samples[0].gt == _page(1) and samples[0].context[-1]["role"] == "user"
+    model, tok = tiny_qwen2
+    wm = HFChat(model, tok, max_new_tokens=4)
+    replies = iter(
+        ['{"action_effect_accuracy_score": 0.7}', "garbage"] * 2 + ["0.4", '{"choice": "A"}'] * 2
+    )
+    judge = ScriptedChat(lambda m: next(replies))
+    res = evaluate(wm, samples, judge, seed=0)
+    assert set(res) == {"base", "all"} and res["all"]["n"] == 4
+    assert res["all"]["factuality"] == pytest.approx((0.7 * 2 + 0.4 * 2) / 4)
+    assert res["all"]["turing_error_rate"] == pytest.approx(0.5)
+
+
+def test_bench_cli_on_local_tiny_models(tmp_path, tiny_qwen2):
+    from common.tiny import save_tiny
+    from methods.webworld.bench import main
+
+    model, tok = tiny_qwen2
+    path = save_tiny(model, tok, tmp_path / "wm")
+    data = tmp_path / "data"
+    data.mkdir()
+    _bench_file(data / "base.jsonl", n=2)
+    res = main(
+        [
+            "--model",
+            str(path),
+            "--judge",
+            str(path),
+            "--data",
+            str(data),
+            "--dims",
+            "base",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    # a random tiny judge cannot write JSON: every sample scores 0 and is counted as an error
+    assert res["base"]["n"] == 2 and res["base"]["fact_error_rate"] == 1.0
+    assert (tmp_path / "out" / "results.json").exists()
+
+
+# ---- lookahead -----------------------------------------------------------------------------
+class _TableSim:
+    def __init__(self, table):
+        self.table = table
+        self.peeked = []
+
+    def peek(self, actions):
+        self.peeked.append(list(actions))
+        return [(self.table[a], {}) for a in actions]
+
+
+def test_lookahead_picks_best_and_ties_go_first():
+    sim = _TableSim({"click('1')": "bad", "click('2')": "good", "click('3')": "good"})
+    cands = iter(["click('1')", "click('2')", "click('3')"])
+    a, info = lookahead_search(lambda: next(cands), sim, lambda s: float(s == "good"), k=3)
+    assert a == "click('2')" and info["chosen"] == 1 and info["values"] == [0.0, 1.0, 1.0]
+    cands = iter(["click('3')", "click('1')"])
+    a, _ = lookahead_search(lambda: next(cands), sim, lambda s: 0.0, k=2)
+    assert a == "click('3')"  # all tied: the agent's first sample (greedy)
+    cands = iter(["not an action", "click('1')"])
+    a, info = lookahead_search(lambda: next(cands), sim, lambda s: 1 / 0, k=2)
+    assert a == "click('1')" and info["values"][0] == float("-inf")  # failing value -> 0
+    with pytest.raises(ValueError, match="k"):
+        lookahead_search(lambda: "noop()", sim, lambda s: 0.0, k=0)
+    assert parse_value_reply("Status: SUCCESS") == ("SUCCESS", 1.0)
+    assert parse_value_reply("status: ongoing\nScore: 0.3") == ("ONGOING", 0.3)
+    assert parse_value_reply("I am not sure") == ("ONGOING", 0.0)
+
+
+# ---- synthesis -----------------------------------------------------------------------------
+def test_synthesize_filters_and_instantiate_none():
+    assert instantiate_goal(ScriptedChat(["  none \n"]), "s", ["noop()"], "s") is None
+    assert instantiate_goal(ScriptedChat(["Open p1"]), "s", ["noop()"], "s") == "Open p1"
+    sim = WebWorldSimulator(_counting_llm(), window=10)
+    acts = iter(["click('10')", "send_msg_to_user('done')", "click('10')", "bogus", "click('10')"])
+    tasks = [("reach p1", _page(0)), ("x", _page(0)), ("reach p9", _page(0))]
+    kept, counts = synthesize(
+        lambda g, s: next(acts),
+        sim,
+        tasks,
+        lambda g, s: g.endswith(page_title(s) or "?"),
+        max_steps=2,
+    )
+    assert counts == dict(kept=1, bad_action=1, truncated=0, format_mismatch=0, failed=1, no_goal=0)
+    assert kept[0].actions == ["click('10')", "send_msg_to_user('done')"]
+    ds = agent_sft_dataset(kept)
+    assert len(ds) == 2 and ds[0]["completion"][0]["content"] == "click('10')"
+
+
+# ---- training recipe -----------------------------------------------------------------------
+def test_stage_configs_follow_table9():
+    c1 = stage1_config("8B", output_dir="/tmp/x")
+    assert c1.learning_rate == 2e-5 and c1.num_train_epochs == 1 and c1.packing
+    assert c1.max_length == 20_000 and c1.assistant_only_loss and c1.lr_scheduler_type == "cosine"
+    assert c1.per_device_train_batch_size * c1.gradient_accumulation_steps == 4
+    c2 = stage2_config("14B", output_dir="/tmp/x")
+    assert c2.learning_rate == 8e-6 and c2.num_train_epochs == 5 and c2.completion_only_loss
+    with pytest.raises(ValueError, match="model_size"):
+        stage1_config("7B")
+
+
+def test_loss_masks_and_a_train_step(tmp_path):
+    """Stage 1: labels on every assistant token only; Stage 2: only the last assistant turn."""
+    from trl import SFTTrainer
+
+    from common.tiny import tiny_causal_lm
+    from methods.webworld.train import chat_dataset, site_tokenizer, train_world_model
+
+    sites = make_sites(2, random.Random(0))
+    trajs = [crawl(sites[i % 2], random.Random(i), 2, 3) for i in range(6)]
+    ds = chat_dataset([t for t in trajs if t.n_transitions >= 2])
+    tok = site_tokenizer([m["content"] for r in ds for m in r["messages"]], vocab_size=400)
+    model, _ = tiny_causal_lm("qwen2", hidden_size=32, intermediate_size=64, tokenizer=tok)
+    cfg = stage1_config(
+        "tiny",
+        output_dir=str(tmp_path),
+        max_steps=2,
+        learning_rate=1e-3,
+        per_device_train_batch_size=2,
+        packing=False,
+        disable_tqdm=True,
+    )
+    tr = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok)
+    row = tr.train_dataset[0]
+    ids, mask = row["input_ids"], row["assistant_masks"]
+    text_on = tok.decode([i for i, m in zip(ids, mask) if m])
+    msgs = ds[0]["messages"]
+    for m in msgs:
+        if m["role"] == "assistant":
+            assert m["content"] in text_on
+    assert "Initial Page State" not in text_on and msgs[0]["content"] not in text_on
+    before = [p.detach().clone() for p in model.parameters()]
+    _, loss = train_world_model(model, tok, ds, cfg)
+    assert loss == loss and any((a != b).any() for a, b in zip(before, model.parameters()))
+    # Stage 2: prompt-completion form, completion = the last assistant turn only
+    cfg2 = stage2_config("tiny", output_dir=str(tmp_path), max_steps=1, disable_tqdm=True)
+    ds2 = last_turn_dataset(ds)
+    tr2 = SFTTrainer(model=model, args=cfg2, train_dataset=ds2, processing_class=tok)
+    row2 = tr2.train_dataset[0]
+    on = tok.decode([i for i, m in zip(row2["input_ids"], row2["completion_mask"]) if m])
+    assert msgs[-1]["content"] in on
+    assert all(m["content"] not in on for m in msgs[:-1] if m["role"] == "assistant")
+    with pytest.raises(ValueError, match="assistant"):
+        last_turn_dataset([{"messages": msgs[:-1]}])
+
+
+# ---- toy sites -----------------------------------------------------------------------------
+def test_toy_browser_semantics():
+    site = make_sites(1, random.Random(3))[0]
+    b = ToyBrowser(site)
+    s0 = b.reset()
+    page = site.pages[site.start]
+    bid, target = page.links[0]
+    s1 = b.step(f"click('{bid}')")
+    assert page_title(s1) == target  # title equals the link name
+    b.step(f"click('{site.pages[target].checkbox}')")
+    assert "checked='true'" in b.state()
+    b.step(f"fill('{site.pages[target].textbox}', 'tea')")
+    assert "value='tea'" in b.state()
+    s_fill = b.state()
+    assert page_title(b.step(f"click('{site.pages[target].search}')")) == "Results for tea"
+    assert b.step("go_back()") == s_fill  # go_back restores the page exactly
+    assert b.step("go_back()") == s0
+    assert b.step("click('999')") == s0  # unknown bid: no change
+    for i in range(20):
+        t = crawl(site, random.Random(i))
+        assert all(a != b for a, b in zip(t.states, t.states[1:]))  # no-op transitions dropped
+
+
+def test_toy_effect_metric_hand_cases():
+    from methods.webworld.run import effect_present, line_f1
+
+    prev = "RootWebArea 'a', focused\n\t[1] textbox 'search', value=''"
+    gt = "RootWebArea 'a', focused\n\t[1] textbox 'search', value='x'"
+    assert effect_present(prev, gt, gt) and not effect_present(prev, prev, gt)
+    nxt = "RootWebArea 'b', focused\n\t[7] link 'c'"
+    assert effect_present(prev, "RootWebArea 'b', focused\n\t[9] link 'zz'", nxt)
+    assert not effect_present(prev, "RootWebArea 'c', focused", nxt)
+    assert line_f1(gt, gt) == 1.0 and line_f1("", gt) == 0.0
