@@ -33,11 +33,13 @@ def main() -> None:
     torch.manual_seed(0)
     print("command: python scripts/bench/threadweaver.py")
     print(
-        "| K | T | seq latency | tw latency | speedup | packed/sum(units) | t_packed/t_separate |"
+        "| K | T | seq latency | tw latency | speedup | tw latency (N: one token) | speedup "
+        "(N: one token) | packed/sum(units) | t_packed/t_separate |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for t_len in (16, 64):
         tok = toy_tokenizer(n_symbols=8, chain_len=t_len)
+        tok1 = toy_tokenizer(n_symbols=8, chain_len=t_len, num_colon=True)
         ids = tag_ids(tok)
         cb = make_codebook(8, t_len, 0)
         model = _toy_model(ThreadWeaverConfig(), len(tok), 0).eval()
@@ -54,6 +56,12 @@ def main() -> None:
                     prompt, toy_trajectory(syms, cb, form), enc, tok.eos_token_id
                 )
                 lat[form] = parallel_stats(resp, ids).longest
+            p1 = [tok1.bos_token_id, *tok1("Q: " + " ".join(f"s{s}" for s in syms) + "\n",
+                                            add_special_tokens=False)["input_ids"]]  # fmt: skip
+            r1, _ = extract_units(p1, toy_trajectory(syms, cb, "par"),
+                                  lambda s, t=tok1: t(s, add_special_tokens=False)["input_ids"],
+                                  tok1.eos_token_id)  # fmt: skip
+            lat["par1"] = parallel_stats(r1, tag_ids(tok1)).longest
             packed = build_packed(units)
             batch = TrieCollator(tok.pad_token_id)([packed])
             with torch.no_grad():
@@ -67,6 +75,7 @@ def main() -> None:
                 t2 = time.perf_counter()
             ratio_tok = len(packed) / sum(len(u.ids) for u in units)
             print(f"| {k} | {t_len} | {lat['seq']} | {lat['par']} | {lat['seq'] / lat['par']:.2f}x | "
+                  f"{lat['par1']} | {lat['seq'] / lat['par1']:.2f}x | "
                   f"{ratio_tok:.2f} | {(t1 - t0) / (t2 - t1):.2f} |")  # fmt: skip
 
 
