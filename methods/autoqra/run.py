@@ -63,16 +63,22 @@ class ToyConfig:
     num_layers: int = 4
     hidden_size: int = 32
     intermediate_size: int = 96
-    vocab: int = 128
+    vocab: int = 32
     seq_len: int = 24
-    markov_order: int = 1  # spec §6 says 2nd order; too slow to learn in a CPU-minute budget
-    pretrain_steps: int = 150
+    markov_order: int = 2  # spec §6: 2nd order, so the blocks (attention) carry the knowledge
+    markov_support: int = 2  # successors per context (sparse: learnable in a few hundred steps)
+    pretrain_steps: int = 400
     pretrain_batch: int = 16
     n_train: int = 1024
     n_heldout: int = 256
     task_shift: float = 0.3  # fraction of transition rows redrawn for S_task
     inject_outliers: bool = True
-    outlier_blocks: list[int] = field(default_factory=lambda: [1, 3])
+    outlier_blocks: list[int] = field(default_factory=lambda: [1])
+    outlier_mode: str = (
+        "input"  # "input": RMSNorm-compensated input-channel outliers; "mlp": up/down
+    )
+    outlier_channels: int = 2
+    outlier_factor: float = 32.0
     lf_steps: int = 6
     lf_n: int = 256
     hf_steps: int = 24
@@ -202,7 +208,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     t_start = time.perf_counter()
 
     # 1) base model pretrained on S_pre, outliers injected, task data from S_task
-    src = MarkovSource(t.vocab, order=t.markov_order, seed=seed)
+    src = MarkovSource(t.vocab, support=t.markov_support, order=t.markov_order, seed=seed)
     task = src.shifted(t.task_shift, seed=seed + 1)
     pre_data = src.sample(max(t.n_train, 512), t.seq_len, seed=seed + 2)
     train = task.sample(t.n_train, t.seq_len, seed=seed + 3)
@@ -210,7 +216,14 @@ def run(cfg: DictConfig) -> dict[str, float]:
     base = tiny_llama(t.num_layers, t.hidden_size, t.intermediate_size, t.vocab, seed)
     train_lm(base, pre_data, t.pretrain_steps, t.pretrain_batch, t.lr, seed)
     if t.inject_outliers:
-        inject_outliers(base, t.outlier_blocks, seed=seed)
+        inject_outliers(
+            base,
+            t.outlier_blocks,
+            channels=t.outlier_channels,
+            factor=t.outlier_factor,
+            seed=seed,
+            mode=t.outlier_mode,
+        )
     for p in base.parameters():
         p.requires_grad_(False)
 

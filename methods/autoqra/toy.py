@@ -111,18 +111,48 @@ def eval_ce(model, data: torch.Tensor, batch: int = 256) -> float:
     return tot / n
 
 
-def inject_outliers(model, blocks=(1, 4), channels: int = 4, factor: float = 16.0, seed: int = 0):
-    """Function-preserving rescaling (spec §6): ``up_proj`` rows ×factor, matching ``down_proj`` cols ÷factor."""
+def inject_outliers(
+    model,
+    blocks=(1, 4),
+    channels: int = 4,
+    factor: float = 16.0,
+    seed: int = 0,
+    mode: str = "mlp",
+):
+    """Function-preserving outlier weights (spec §6); the model's outputs are unchanged.
+
+    ``mode="mlp"``: ``up_proj`` rows ×factor with the matching ``down_proj`` columns ÷factor.
+    ``mode="input"``: ``channels`` hidden channels of the RMSNorm gains ÷factor and the matching input
+    columns of ``q/k/v_proj`` and ``gate/up_proj`` ×factor, the pattern of LLM activation outliers: every
+    row of those six projections then holds ``channels`` weights ``factor`` times larger than the rest, so
+    each quantisation group's range, hence its step, grows ~``factor``-fold and low bit-widths erase the
+    ordinary weights of the block.
+    """
+    if mode not in ("mlp", "input"):
+        raise ValueError(f"mode must be 'mlp' or 'input', got {mode!r}")
     rng = np.random.default_rng(seed)
     mods = block_modules(model)
+    layers = model.model.layers
     for b in blocks:
         if b >= len(mods):
             continue
-        up, down = mods[b]["mlp.up_proj"], mods[b]["mlp.down_proj"]
-        idx = torch.as_tensor(rng.choice(up.weight.shape[0], size=channels, replace=False))
         with torch.no_grad():
-            up.weight[idx] *= factor
-            down.weight[:, idx] /= factor
+            if mode == "mlp":
+                up, down = mods[b]["mlp.up_proj"], mods[b]["mlp.down_proj"]
+                idx = torch.as_tensor(rng.choice(up.weight.shape[0], size=channels, replace=False))
+                up.weight[idx] *= factor
+                down.weight[:, idx] /= factor
+                continue
+            hidden = mods[b]["self_attn.q_proj"].weight.shape[1]
+            idx = torch.as_tensor(rng.choice(hidden, size=channels, replace=False))
+            groups = {
+                "input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj"),
+            }
+            for norm_name, projs in groups.items():
+                getattr(layers[b], norm_name).weight[idx] /= factor
+                for name in projs:
+                    mods[b][name].weight[:, idx] *= factor
     return model
 
 

@@ -689,3 +689,29 @@ def test_paper_evaluator_on_tiny_local_model(paper_files, tiny_qwen, tmp_path):
     assert memory.total_bytes(QRConfig(tuple(out["q"]), tuple(out["r"]))) <= budget
     for f in ("phase2_pareto.json", "phase3_selected.json", "paper_run.json"):
         assert (tmp_path / "run" / f).is_file()
+
+
+def test_input_channel_outliers_preserve_function_and_break_4bit_blocks(tiny_llama):
+    """The toy's outlier mode: RMSNorm gain ÷f, q/k/v and gate/up input columns ×f (function kept);
+    4-bit quantisation of that block then loses much more than 8-bit, and more than without outliers."""
+    import copy
+
+    from methods.autoqra.toy import MarkovSource, inject_outliers
+
+    ids = MarkovSource(128, seed=0).sample(8, 16, seed=1)
+    m2 = inject_outliers(copy.deepcopy(tiny_llama), (1,), channels=2, factor=32.0, mode="input")
+    with torch.no_grad():
+        torch.testing.assert_close(m2(ids).logits, tiny_llama(ids).logits, atol=1e-4, rtol=1e-4)
+    w = m2.model.layers[1].mlp.up_proj.weight
+    assert (w.abs().amax(0) > 8 * w.abs().median()).sum() >= 2  # outlier input columns exist
+
+    def block_err(model, bits):
+        q = build_quantized_lora_model(model, QRConfig((16, bits, 16), (4, 4, 4)), group_size=32)
+        with torch.no_grad():
+            y, yq = model(ids).logits, q(input_ids=ids).logits
+        return float((yq - y).norm() / y.norm())
+
+    assert block_err(m2, 4) > 3 * block_err(m2, 8)
+    assert block_err(m2, 4) > 2 * block_err(tiny_llama, 4)
+    with pytest.raises(ValueError, match="mode"):
+        inject_outliers(copy.deepcopy(tiny_llama), (1,), mode="rows")
