@@ -360,7 +360,7 @@ def test_paper_pipeline_on_tiny_model(llama4, tmp_path):
         SALOConfig(n_filters=4),
         TrainConfig(epochs=1, batch_size=4),
     )
-    assert set(out) == {"salo_max", "salo_mean", "last_token_probe", "repe_mean"}
+    assert set(out) == {"salo_max", "salo_mean", "last_token_probe", "mean_pool_mlp", "repe_mean"}
     assert all(0 <= out[k]["gcg"] <= 1 and "tau" in out[k] for k in out)
     bad = tmp_path / "bad.csv"
     bad.write_text("prompt\nx\n")
