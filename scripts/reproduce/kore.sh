@@ -16,7 +16,10 @@ else
   CONFIG=${ACCELERATE_CONFIG:-configs/accelerate/deepspeed_zero3.yaml}
   accelerate launch --config_file "$CONFIG" scripts/run.py experiment=kore_paper "$@"
   # LLaVA-13B: method.paper.model=llava-hf/llava-1.5-13b-hf (global batch 32).
-  # Qwen2.5-VL-7B (rank 274, warmup 0.1) needs a Qwen2.5-VL loader/collator: not wired (see doc).
-  # Evaluation (not in this package): EVOKE CEM/F1 with greedy decoding on the merged model (vLLM),
-  # retention via VLMEvalKit on the 12 benchmarks of spec §5.
+  # Qwen2.5-VL-7B (rank 274, warmup 0.1, chat-template prompts):
+  #   accelerate launch --config_file "$CONFIG" scripts/run.py experiment=kore_paper_qwen run_dir=runs/kore_qwen
+  # EVOKE knowledge adaptation (CEM, F1, K.A; greedy, vicuna_v1 for LLaVA, chat for Qwen2.5-VL):
+  #   icml26 experiment=kore_evoke method.evoke.adapter_dir=<run_dir>/kore \
+  #     method.evoke.question_file=$EVOKE_QUESTIONS method.evoke.image_root=$EVOKE_IMAGES
+  # Retention (K.R) via VLMEvalKit on the 12 benchmarks of spec §5 (external harness, not wired).
 fi
