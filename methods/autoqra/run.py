@@ -1,7 +1,7 @@
 """CPU toy for AutoQRA (spec §6, "AutoQRA-tiny"): joint (bits, rank) search vs fixed allocations.
 
-A tiny Llama is pretrained on a sparse 2nd-order Markov source; two blocks get function-preserving outlier
-channels (hard to quantise). The downstream task is a shifted source. Arms, all fine-tuned with the same
+A tiny Llama is pretrained on a sparse 2nd-order Markov source; block 1 gets function-preserving input-channel
+outliers (hard to quantise). The downstream task is a shifted source. Arms, all fine-tuned with the same
 steps / lr / batch and evaluated by held-out task cross-entropy (lower is better) over several seeds:
 
 - ``fp_lora``: full-precision base + LoRA (reference; over budget);
