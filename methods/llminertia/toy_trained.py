@@ -110,15 +110,15 @@ class TrainedToyConfig:
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 64
-    base_steps: int = 200
-    base_batch: int = 128
+    base_steps: int = 500
+    base_batch: int = 64
     base_lr: float = 3e-3
-    answer_weight: float = 1.0  # loss weight of each stage-0 line's last (answer) token
+    answer_weight: float = 5.0  # loss weight of each stage-0 line's last (answer) token
     ratios: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
-    induce_steps: int = 60
+    induce_steps: int = 100
     induce_batch: int = 16
-    induce_lr: float = 1e-3
-    step_checkpoints: list[int] = field(default_factory=lambda: [20, 40, 60])
+    induce_lr: float = 3e-3
+    step_checkpoints: list[int] = field(default_factory=lambda: [25, 50, 100])
     n_test_templates: int = 2
     k: int = 3
     seed: int = 0
@@ -258,8 +258,20 @@ def make_toy_model(tok: Any, cfg: TrainedToyConfig, n_positions: int = 48) -> An
     return GPT2LMHeadModel(conf)
 
 
-def _encode(tok: Any, texts: list[str], max_len: int = 48) -> dict[str, torch.Tensor]:
-    return tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_len)
+def _encode(
+    tok: Any, texts: list[str], max_len: int = 48, side: str = "left"
+) -> dict[str, torch.Tensor]:
+    """Pads on ``side`` and adds ``position_ids`` that start at 0 on the first real token (GPT-2
+    does not derive them from the attention mask, so left padding would shift them)."""
+    old, tok.padding_side = tok.padding_side, side
+    try:
+        enc = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_len)
+    finally:
+        tok.padding_side = old
+    enc = dict(enc)
+    enc.pop("token_type_ids", None)
+    enc["position_ids"] = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    return enc
 
 
 def train_base(
@@ -280,7 +292,7 @@ def train_base(
     lines); ``eval_fn(step)`` is called every ``eval_every`` steps if given.
     """
     g = torch.Generator().manual_seed(seed)
-    enc = _encode(tok, texts)  # tokenised once: [N, T]
+    enc = _encode(tok, texts, side="right")  # tokenised once: [N, T]
     ids, mask = enc["input_ids"], enc["attention_mask"]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
@@ -294,7 +306,8 @@ def train_base(
             logits.transpose(1, 2), b_ids[:, 1:], reduction="none"
         )  # [B, T-1]
         w = b_mask[:, 1:].float()
-        w[:, -1] *= answer_weight  # left padding: the last position is each line's last token
+        last = b_mask.sum(1) - 2  # right padding: target index of each line's last token
+        w[torch.arange(len(idx)), last] *= answer_weight
         loss = (nll * w).sum() / w.sum()
         opt.zero_grad()
         loss.backward()
@@ -492,7 +505,9 @@ def run_trained_toy(cfg: TrainedToyConfig, out_dir: str) -> tuple[dict, dict]:
         cb = _step_eval_callback()(
             cfg.step_checkpoints, lambda m, st, r=ratio: steps_rows.append(measure(m, r, st))
         )
+        tok.padding_side = "right"  # GPT-2 positions: pad after the text during training
         continued_pretrain(model, tok, corpus, ic, callbacks=[cb] if track else None)
+        tok.padding_side = "left"
         model.eval()
         rows.append(measure(model, ratio, cfg.induce_steps))
         logger.info("ratio %.2f: %s", ratio, rows[-1])

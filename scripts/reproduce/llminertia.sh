@@ -1,26 +1,39 @@
 #!/usr/bin/env bash
-# LLMInertia (ICML 2026) at paper scale (spec §7), inference part only: the induction test set
-# answered by Llama-3.1-8B-Instruct / Qwen2.5-7B-Instruct served by vLLM, three arms
-# (plain prompt, generic note, LLMInertia adaptive notes).
-# Not covered yet: the induction runs (continued_pretrain on the co-occurrence corpora at
-# 25/50/75/100 %, checkpoints every 10 steps) and the four context-rich datasets (spec §3.3).
+# LLMInertia (ICML 2026) at paper scale (spec §7). Needs GPUs, vLLM and the data files:
+#   data/llminertia/explicit_test_1000.jsonl, explicit_xugou_test_1000.jsonl   (repo data/faithful/test)
+#   data/llminertia/train/gongxian_{25,50,75,100}%_train.json (+ xugou)        (repo data/faithful/train)
+#   data/llminertia/halueval/{qa,dialogue,summarization,general}_data.json     (HaluEval data/)
+# Stage 1 (optional, STAGE=induce): continued pre-training on the co-occurrence corpora with the
+#   repo's hyper-parameters (methods/llminertia/induction_train.py, DeepSpeed ZeRO-3 via DS_CONFIG).
+# Stage 2: three backbones x {plain, generic note, LLMInertia} on the two induction sets and the
+#   four HaluEval sets, each backbone served by `vllm serve` (OpenAI-compatible).
+# The three backbones: the repo's two + a larger one (our choice; the paper's third is unknown).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 : "${OPENAI_API_KEY:=EMPTY}"
-export OPENAI_API_KEY
-MODEL="${MODEL:-meta-llama/Llama-3.1-8B-Instruct}"
+export OPENAI_API_KEY HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-0}"
 PORT="${PORT:-8000}"
-DATA="${DATA:-null}"   # repo data/faithful/test/explicit_test_1000.json (JSONL with "input"), or generated
+MODELS="${MODELS:-meta-llama/Llama-3.1-8B-Instruct Qwen/Qwen2.5-7B-Instruct Qwen/Qwen2.5-72B-Instruct}"
 
-vllm serve "$MODEL" --port "$PORT" --max-model-len 2560 --tensor-parallel-size "${TP:-1}" &
-SERVER=$!
-trap 'kill $SERVER' EXIT
-until curl -sf "http://localhost:$PORT/v1/models" >/dev/null; do sleep 5; done
+if [[ "${STAGE:-eval}" == "induce" ]]; then
+  for model in meta-llama/Llama-3.1-8B-Instruct Qwen/Qwen2.5-7B-Instruct; do
+    for corpus in data/llminertia/train/gongxian_*%_train.json data/llminertia/train/gongxian_xugou*%_train.json; do
+      tag="$(basename "$corpus" .json)"
+      accelerate launch ${ACCEL_CONFIG:+--config_file "$ACCEL_CONFIG"} -m methods.llminertia.induce_cli \
+        "$model" "$corpus" "outputs/llminertia_induce/${model//\//_}/$tag" ${DS_CONFIG:+"$DS_CONFIG"}
+    done
+  done
+fi
 
-for family in medical synthetic; do
-  python scripts/run.py experiment=llminertia_paper method.model="$MODEL" \
-    method.base_url="http://localhost:$PORT/v1" method.data_path="$DATA" \
-    method.family="$family" method.prompt_set="$family" \
-    run_dir="outputs/llminertia_paper/${MODEL//\//_}_$family"
+for model in $MODELS; do
+  tp=1; [[ "$model" == *72B* ]] && tp="${TP_LARGE:-4}"
+  vllm serve "$model" --port "$PORT" --max-model-len 2560 --tensor-parallel-size "$tp" \
+    --gpu-memory-utilization 0.8 &
+  server=$!
+  until curl -sf "http://localhost:$PORT/v1/models" >/dev/null; do sleep 5; done
+  python scripts/run.py experiment=llminertia_paper method.backend=openai method.model="$model" \
+    method.base_url="http://localhost:$PORT/v1" \
+    run_dir="outputs/llminertia_paper/${model//\//_}"
+  kill "$server"; wait "$server" || true
 done

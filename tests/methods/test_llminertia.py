@@ -535,3 +535,18 @@ def test_vllm_backend_is_lazy():
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ImportError, match="vllm"):
             VLLMChat("meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_induce_cli_uses_repo_hyperparameters(monkeypatch):
+    from methods.llminertia import induce_cli
+
+    seen = {}
+    monkeypatch.setattr(
+        induce_cli, "continued_pretrain", lambda m, t, ds, cfg: seen.update(m=m, n=len(ds), cfg=cfg)
+    )
+    induce_cli.main(["org/model", str(FIX / "gongxian_sample_train.json"), "out", "ds.json"])
+    cfg = seen["cfg"]
+    assert seen["m"] == "org/model" and seen["n"] == 3
+    assert (cfg.learning_rate, cfg.num_train_epochs, cfg.max_len) == (1e-5, 61.0, 256)
+    assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == (8, 8)
+    assert cfg.save_steps == 10 and cfg.deepspeed == "ds.json" and cfg.bf16
