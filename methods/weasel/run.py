@@ -140,13 +140,19 @@ def _run_toy(cfg: DictConfig, rc: WeaselRunConfig) -> dict[str, float]:
     tok = build_word_tokenizer([e["prompt"] + e["completion"] for e in ex_train + ex_id + ex_ood])
     sim = _similarity(rc)
     per_arm: dict[str, list[dict[str, float]]] = {a: [] for a in rc.arms}
-    t_sel = {}
+    t_sel: dict[str, float] = {}
+    cached: dict[str, list[int]] = {}  # deterministic arms are selected once, not once per seed
     for seed in rc.seeds:
         seed = int(cfg.seed) + int(seed)
         for arm in rc.arms:
             ts = time.time()
-            idx = _arm_indices(arm, pruned, rc, sim, seed)
-            t_sel[arm] = time.time() - ts
+            if arm in cached:
+                idx = cached[arm]
+            else:
+                idx = _arm_indices(arm, pruned, rc, sim, seed)
+                t_sel[arm] = time.time() - ts
+                if arm != "random":
+                    cached[arm] = idx
             kinds = [pruned[i]["kind"] for i in idx]
             model, info = train_policy(
                 [ex_train[i] for i in idx],

@@ -454,3 +454,81 @@ def test_rationale_synthesis_with_stub_llm():
         assert "correct next action" not in o["messages"][1]["content"]
     with pytest.raises(ValueError, match="max_tries"):
         SynthesisConfig(max_tries=0)
+
+
+# ---------------------------------------------------------------- paper-scale data and SFT glue
+
+_FIX = __import__("pathlib").Path(__file__).parents[2] / "methods" / "weasel" / "fixtures"
+
+
+def test_agentlab_fixture_loads_selects_and_keeps_format(tmp_path):
+    import json
+    import re
+
+    from methods.weasel import WeaselConfig, WeaselSelector, parse_records, segment_by_goal
+    from methods.weasel.sft import load_agentlab_records, to_prompt_completion
+
+    recs = load_agentlab_records(_FIX / "agentlab_sample.json")
+    steps, _ = parse_records(recs)
+    trajs = segment_by_goal(steps)
+    assert sorted(len(t.index) for t in trajs) == [2, 3]
+    sel = WeaselSelector(JaccardSimilarity(), WeaselConfig(budget_fixed=2, window=1, fallback=2))
+    out = sel.run(recs, sidecar=tmp_path / "scores.json")
+    assert len(out) == 4  # 2 per trajectory
+    for r in out:  # still AgentLab chat records: [system, user, assistant], think + action
+        assert [m["role"] for m in r["messages"]] == ["system", "user", "assistant"]
+        a = r["messages"][2]["content"]
+        assert re.fullmatch(r"<think>.*</think>\n<action>.*</action>", a, re.DOTALL)
+        assert "## Goal:" in r["messages"][1]["content"]
+    # pruning kept the target element of each selected step
+    for r in out:
+        act = re.search(r"<action>(.*)</action>", r["messages"][2]["content"]).group(1)
+        bid = re.search(r"'([ab]\d+)'", act)
+        if bid:
+            assert f"[{bid.group(1)}]" in r["messages"][1]["content"]
+    json.loads((tmp_path / "scores.json").read_text())
+    pc = to_prompt_completion(out)
+    assert [m["role"] for m in pc[0]["prompt"]] == ["system", "user"]
+    assert pc[0]["completion"][0]["role"] == "assistant"
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"messages": [{"role": "user", "content": "x"}]}]')
+    with pytest.raises(ValueError, match="assistant"):
+        load_agentlab_records(bad)
+
+
+def test_sft_recipes_and_batch_arithmetic():
+    from methods.weasel.sft import SFT_RECIPES, SFTRecipe, train_sft
+
+    assert set(SFT_RECIPES) == {"Qwen/Qwen2.5-7B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-8B"}
+    q = SFT_RECIPES["Qwen/Qwen2.5-7B-Instruct"]
+    assert (q.learning_rate, q.num_train_epochs, q.global_batch, q.lora_r, q.lora_alpha) == (
+        2e-5,
+        4,
+        8,
+        8,
+        8,
+    )
+    assert SFT_RECIPES["Qwen/Qwen3-8B"].learning_rate == 1e-6
+    with pytest.raises(ValueError, match="divisible"):
+        train_sft("tiny-qwen2", [], "unused", SFTRecipe(1e-3, 1, 8), world_size=3)
+
+
+def test_train_sft_lora_on_tiny_model(tmp_path):
+    """The TRL + PEFT path end to end (two steps) on a tiny local model with the fixture."""
+    from methods.weasel.sft import SFTRecipe, load_agentlab_records, train_sft
+
+    recs = load_agentlab_records(_FIX / "agentlab_sample.json")
+    trainer = train_sft(
+        "tiny-qwen2",
+        recs,
+        str(tmp_path),
+        SFTRecipe(1e-3, 1, 2),
+        per_device_batch=2,
+        max_length=2048,  # the byte-level tiny tokenizer needs ~1k tokens per prompt
+        bf16=False,
+        max_steps=2,
+        use_cpu=True,
+    )
+    assert trainer.state.global_step == 2
+    names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert names and all("lora" in n for n in names)
