@@ -566,6 +566,32 @@ def test_rl_round_reward_and_grpo_update(tiny_selfies_lm):
     assert log["rl/steps"] >= 1 and seen and all(n % 4 == 0 for n in seen)
     assert any(not torch.equal(before[k], v) for k, v in pol.state_dict().items())
     assert run_rl_round(pol, tok, prompts[:1], reward, dcfg) == {"rl/skipped": 1.0}
+    # the loop in coevolve_rl mode: one GRPO round after the local+api pair, scored outside budget
+    cfg = MCCEConfig(
+        mode="coevolve_rl",
+        pop_size=4,
+        budget=40,
+        experience_prob=0.0,
+        prompt_style="compact",
+        response_sep="",
+        conversational=False,
+        n_pairs_max=2,
+        min_archive_for_training=4,
+        dpo=DPORoundConfig(
+            per_device_train_batch_size=2, rl_num_generations=2, rl_max_completion_length=6
+        ),
+    )
+    local = TinyLMChat(
+        tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=64, seed=0),
+        tok,
+        max_new_tokens=6,
+    )
+    res = MCCEOptimizer(toy_problem(), _explorer_chat(0), local, cfg, load_seed_smiles()[:8]).run(
+        max_generations=2
+    )
+    assert len(res.train_log) == 1 and res.train_log[0]["rl/steps"] >= 1
+    assert res.archive.n_evaluations == len(res.archive)  # RL rewards never enter the archive
+    assert res.metrics["rl_oracle_calls"] == res.train_log[0]["rl_oracle_calls"]
 
 
 def test_build_paper_wires_gpt4o_local_model_and_reload(tmp_path, monkeypatch):
