@@ -22,6 +22,7 @@ from .operators import (
     repair_to_budget,
     warm_start,
 )
+from .paper import PaperEvaluator, load_alpaca, load_winogrande, winogrande_accuracy
 from .search import (
     AutoQRA,
     EvolutionConfig,
@@ -51,6 +52,7 @@ __all__ = [
     "Importance",
     "MemoryModel",
     "MultiFidelityEvolution",
+    "PaperEvaluator",
     "ParetoResult",
     "ProxyEvaluator",
     "QRConfig",
@@ -74,6 +76,8 @@ __all__ = [
     "held_bytes",
     "hypervolume_2d",
     "jitter",
+    "load_alpaca",
+    "load_winogrande",
     "mutate_coupled",
     "mutate_importance_guided",
     "quantize_groups",
@@ -81,4 +85,5 @@ __all__ = [
     "surrogate_features",
     "trust_region_bo",
     "warm_start",
+    "winogrande_accuracy",
 ]
