@@ -355,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     ap.add_argument("--dims", nargs="*", default=list(DIMENSIONS))
     ap.add_argument("--n-samples", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=8192)
+    ap.add_argument("--judge-max-new-tokens", type=int, default=1024)
     ap.add_argument("--judge-temperature", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="outputs/webworld/bench")
@@ -373,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     if not samples:
         raise ValueError(f"no bench samples found in {args.data} for dims {args.dims}")
     wm = _load_llm(args.model, args.max_new_tokens, 0.0)
-    judge = _load_llm(args.judge, 1024, args.judge_temperature)
+    judge = _load_llm(args.judge, args.judge_max_new_tokens, args.judge_temperature)
     res = evaluate(wm, samples, judge, seed=args.seed)
     write_results(args.out, "webworld", res, extra={"skipped_lines": skipped, "model": args.model})
     return res

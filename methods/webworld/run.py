@@ -64,13 +64,13 @@ class ToyConfig:
 
     n_sites: int = 25
     n_train_sites: int = 20
-    n_pages: int = 6
+    n_pages: int = 5
     min_steps: int = 2
-    max_steps: int = 6
-    data_sizes: list[int] = field(default_factory=lambda: [100, 1000])
-    epochs: int = 3
-    lr: float = 1e-3
-    batch_size: int = 8
+    max_steps: int = 4
+    data_sizes: list[int] = field(default_factory=lambda: [50, 500])
+    epochs: int = 4
+    lr: float = 3e-3
+    batch_size: int = 16
     vocab_size: int = 1000
     model: dict = field(
         default_factory=lambda: dict(
@@ -82,9 +82,9 @@ class ToyConfig:
             intermediate_size=128,
         )
     )
-    eval_trajectories: int = 60
-    max_new_tokens: int = 64
-    episodes: int = 40
+    eval_trajectories: int = 30
+    max_new_tokens: int = 72
+    episodes: int = 20
     agent_p: float = 0.4
     k: int = 3
     extra_steps: int = 2
@@ -149,6 +149,10 @@ def evaluate_effects(gen, trajs: list[Trajectory], history: str, tc: ToyConfig) 
             sim.commit(a, tr.states[t + 1])
         sims.append(sim)
     outs = gen.generate([it[0] for it in items], n=1, params=_greedy(tc.max_new_tokens))
+    if outs:
+        logger.info(
+            "example prediction (%s): %r -> %r", history, items[0][2], outs[0][0].text[:160]
+        )
     per: dict[str, list[float]] = {}
     f1s = []
     for (_, prev, a, gt, _), o in zip(items, outs, strict=True):

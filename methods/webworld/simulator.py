@@ -140,15 +140,16 @@ class WebWorldSimulator:
         self.messages += [self._user_turn(action), {"role": "assistant", "content": state}]
         self.state = state
         while self.window is not None and len(self.messages) - 1 > 2 * self.window:
-            self._rebase()
+            if not self._rebase():
+                break  # too few turns to re-base yet (window < skip)
 
-    def _rebase(self) -> None:
+    def _rebase(self) -> bool:
         # messages[1:] = [u0, A1, u1, A2, u2, A3, ...]; "second_state" re-bases on (A2, a2) and
         # drops u0..A2 (upstream demo), "first_state" on (A1, a1) and drops u0, A1.
         skip = 2 if self.rebase == "second_state" else 1
         conv = self.messages[1:]
         if len(conv) < 2 * skip + 2:
-            return
+            return False
         new_s0 = conv[2 * skip - 1]["content"]
         action = self._action_of(conv[2 * skip]["content"])
         first = {"role": "user", "content": self.first_turn.format(state=new_s0, action=action)}
@@ -158,6 +159,7 @@ class WebWorldSimulator:
         logger.debug(
             "simulator context re-based (%s), %d messages", self.rebase, len(self.messages)
         )
+        return True
 
     @staticmethod
     def _action_of(user_text: str) -> str:

@@ -141,7 +141,7 @@ def site_tokenizer(corpus: Iterable[str], vocab_size: int = 2000) -> PreTrainedT
     specials = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(
-        Regex(r"'[^'\n]*'|\d+"), behavior="isolated", invert=False
+        Regex(r"'[^'\n]*'|\d+|\n"), behavior="isolated", invert=False
     )
     tok.decoder = decoders.Fuse()
     corpus = list(corpus)
