@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -64,10 +64,12 @@ class EpiCacheRunConfig(EpiCacheConfig):
     judge_model: str | None = None
     sensitivity_path: str | None = None
     # toy
-    train_steps: int = 3000
+    train_steps: int = 2000
     train_batch: int = 8
     train_lr: float = 3e-3
-    train_time_limit_s: float | None = 240.0
+    train_time_limit_s: float | None = 1800.0
+    train_curriculum: list[int] = field(default_factory=lambda: [2, 2, 4, 8])
+    train_questions: int = 40
     hidden_size: int = 64
     cache_model: bool = True
     n_eval: int = 50
@@ -85,10 +87,26 @@ def to_config(method_cfg: DictConfig | dict) -> EpiCacheRunConfig:
     return EpiCacheRunConfig(**{f.name: kw[f.name] for f in fields(EpiCacheRunConfig)})
 
 
-def _toy_model(cfg: EpiCacheRunConfig, seed: int):
-    """Trains the toy model, or loads it from the local cache of a previous identical run."""
+TOY_RECIPE_VERSION = 2  # bump when the training recipe changes: cached models are keyed by it
+
+
+def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = None):
+    """Trains the toy model once per run (all arms share it), or loads it from the local cache.
+
+    The trained weights are saved as ``<run_dir>/toy_model.pt`` and, with ``cache_model``, under
+    ``$ICML26_CACHE`` (default ``~/.cache/icml26``) keyed by the training settings.
+    """
     key = json.dumps(
-        [cfg.train_steps, cfg.train_batch, cfg.train_lr, cfg.hidden_size, seed, cfg.n_questions]
+        [
+            TOY_RECIPE_VERSION,
+            cfg.train_steps,
+            cfg.train_batch,
+            cfg.train_lr,
+            cfg.hidden_size,
+            seed,
+            cfg.train_questions,
+            list(cfg.train_curriculum),
+        ]
     )
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     path = (
@@ -108,12 +126,17 @@ def _toy_model(cfg: EpiCacheRunConfig, seed: int):
         cfg.train_lr,
         cfg.hidden_size,
         seed,
-        cfg.n_questions,
+        cfg.train_questions,
         cfg.train_time_limit_s,
+        tuple(cfg.train_curriculum),
     )
+    blob = {"state": model.state_dict(), "stats": stats, "key": key}
+    if run_dir is not None:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        torch.save(blob, Path(run_dir) / "toy_model.pt")
     if cfg.cache_model:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"state": model.state_dict(), "stats": stats}, path)
+        torch.save(blob, path)
     return model, tok, stats
 
 
@@ -307,7 +330,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     seed = int(cfg.get("seed", 0))
     torch.manual_seed(seed)
     np.random.seed(seed)
-    model, tok, stats = _toy_model(mcfg, seed)
+    run_dir = cfg.get("run_dir") or "outputs/epicache/toy"
+    model, tok, stats = _toy_model(mcfg, seed, run_dir)
     metrics = evaluate_toy(model, tok, mcfg, seed)
     conclusive = metrics["full_kv"]["accuracy"] >= mcfg.gate
     notes = ""
@@ -321,7 +345,6 @@ def run(cfg: DictConfig) -> dict[str, float]:
     for arm in metrics:
         metrics[arm]["conclusive"] = float(conclusive)
     metrics["train"] = {k: float(v) for k, v in stats.items()}
-    run_dir = cfg.get("run_dir") or "outputs/epicache/toy"
     return write_results(
         run_dir,
         "epicache",

@@ -94,8 +94,14 @@ def make_conversation(
 ) -> ToyConversation:
     """Samples one toy conversation (each topic in n_sessions/4 sessions, keys unique)."""
     topics = list(TOPICS)
-    order = [t for t in topics for _ in range(n_sessions // len(topics))]
-    rng.shuffle(order)
+    if n_sessions % len(topics) == 0:
+        order = [t for t in topics for _ in range(n_sessions // len(topics))]
+        rng.shuffle(order)
+    else:  # curriculum: fewer sessions, each topic at most twice (its 10 keys suffice)
+        if not 1 <= n_sessions <= 2 * len(topics):
+            raise ValueError(f"n_sessions must be in [1, {2 * len(topics)}], got {n_sessions}")
+        pool = [t for t in topics for _ in range(2)]
+        order = [pool[i] for i in rng.permutation(len(pool))[:n_sessions]]
     keys = {t: list(rng.permutation(TOPICS[t].split())) for t in topics}
     utts, parts, value_pos, n_tok = [], [], [], 0
     for s, t in enumerate(order):
@@ -168,7 +174,7 @@ def _train_batch(
         for q in tc.conversation.qa:
             qi = [vocab[w] for w in f"{q.question} {q.answer}".split()]  # ? key value
             ids += qi
-            lab += [-100, qi[2], -100]
+            lab += [-100, -100, qi[2]]  # the key position predicts the value
         rows.append(ids)
         labels.append(lab)
     n_ctx = len(rows[0]) - 3 * n_q
@@ -183,31 +189,48 @@ def _train_batch(
 
 
 def train_toy_model(
-    steps: int = 3000,
+    steps: int = 2000,
     batch: int = 8,
     lr: float = 3e-3,
     hidden_size: int = 64,
     seed: int = 0,
-    n_q: int = 24,
+    n_q: int = 40,
     time_limit_s: float | None = None,
-    curriculum: float = 0.4,
+    curriculum: tuple[int, ...] = (2, 2, 4, 8),
+    warmup: int = 30,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict[str, float]]:
     """Trains the toy model on freshly sampled conversations (cross-entropy on answer tokens).
 
-    Deviation (spec §6 trains on full conversations only): the first ``curriculum`` fraction of the
-    steps uses 4-session conversations, which makes the lookup circuit form sooner on a slow CPU.
+    The steps are split evenly over ``curriculum``, the number of sessions per training conversation
+    (spec §6 trains on 8-session conversations only): short histories make the key->value lookup
+    (an induction-style circuit) form sooner; the last stage matches the evaluation length. Each
+    conversation asks ``min(n_q, facts)`` questions; a batch holds ``batch * 8 / sessions``
+    conversations so every stage sees about the same number of tokens per step. AdamW at ``lr``
+    after a linear warm-up, cosine decay over the last quarter.
     """
+    if steps < 1 or not curriculum or any(n < 1 for n in curriculum):
+        raise ValueError(f"steps must be >= 1 and curriculum non-empty, got {steps}, {curriculum}")
     tok = toy_tokenizer()
     model = toy_model(tok, hidden_size, seed)
     model.train()
     rng = np.random.default_rng(seed + 1000)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    decay_from = int(0.75 * steps)
+
+    def lr_factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if step < decay_from:
+            return 1.0
+        frac = (step - decay_from) / max(1, steps - decay_from)
+        return 0.1 + 0.45 * (1 + np.cos(np.pi * frac))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     t0, loss_ema, acc_ema, done = time.perf_counter(), None, 0.0, 0
     for step in range(steps):
-        short = step < curriculum * steps
+        n_sess = curriculum[min(len(curriculum) - 1, step * len(curriculum) // steps)]
         ids, lab, mask, pos = _train_batch(
-            tok, rng, batch, min(n_q, 20) if short else n_q, 4 if short else 8
+            tok, rng, max(1, batch * 8 // n_sess), min(n_q, 5 * n_sess), n_sess
         )
         with epicache_forward(model, None, extra_mask=mask):
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
@@ -229,7 +252,13 @@ def train_toy_model(
         acc_ema = 0.95 * acc_ema + 0.05 * acc
         done = step + 1
         if step % 50 == 0:
-            logger.info("toy train step %d loss %.3f acc %.3f", step, loss_ema, acc_ema)
+            logger.info(
+                "toy train step %d (%d sessions) loss %.3f acc %.3f",
+                step,
+                n_sess,
+                loss_ema,
+                acc_ema,
+            )
         if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
             logger.warning("toy training stopped at step %d by the time limit", step)
             break

@@ -14,7 +14,7 @@ unset HF_HUB_OFFLINE
 [ -d "$DATA/realtalk" ] || git clone --depth 1 https://github.com/danny911kr/REALTALK "$DATA/REALTALK_repo" \
   && mkdir -p "$DATA/realtalk" && cp "$DATA"/REALTALK_repo/data/*.json "$DATA/realtalk/" 2>/dev/null || true
 # LongMemEval histories follow the official repo's builder (custom 50-conversation sets, spec §3.8);
-# place the JSONL at $DATA/longmemeval.jsonl.
+# place its JSON ({"conversations": [...]}) or the converted SCBench-style JSONL at $DATA/longmemeval.json.
 
 # 2. One-off layer sensitivity profile (official: BookSum sample 0, 16K tokens, block 4096, sink 128).
 SENS="$DATA/sensitivity_$(basename "$MODEL" | tr 'A-Z' 'a-z').json"
@@ -31,13 +31,16 @@ fi
 case "$BENCH" in
   locomo) DPATH="$DATA/locomo10.json" ;;
   realtalk) DPATH="$DATA/realtalk" ;;
-  longmemeval) DPATH="$DATA/longmemeval.jsonl" ;;
+  longmemeval) DPATH="$DATA/longmemeval.json" ;;
 esac
 
 # 3. Budget sweep (Hydra multirun); each conversation is independent, so shard over GPUs with
 #    several processes (CUDA_VISIBLE_DEVICES=i ... method.n_eval) if more than one GPU is available.
 icml26 -m experiment=epicache_paper method.model_name="$MODEL" method.benchmark="$BENCH" \
   method.data_path="$DPATH" method.sensitivity_path="$SENS" method.budget=2048,4096,6144,8192
+
+# Efficiency setting of the paper (LLaMA-3.2-3B, LongMemEval histories, budget 8K):
+#   icml26 experiment=epicache_paper_llama method.sensitivity_path=...
 
 # 4. Ablations (v4 table): E in {2, 8}, α in {0, 8}, n_medoid = 1 (paper text), MiniLM embedder.
 icml26 -m experiment=epicache_paper method.model_name="$MODEL" method.benchmark="$BENCH" \

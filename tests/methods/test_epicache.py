@@ -588,3 +588,25 @@ def test_paper_path_realtalk_folder_with_judge(tmp_path):
     assert len(judge.calls) == 2  # one judged answer per conversation, through common.llm
     assert out["epicache/judge"] == 0.5 and out["epicache/judge_unparsed"] == 1.0
     assert "epicache/f1_1" in out
+
+
+def test_toy_training_batch_supervises_the_value_from_the_key_position():
+    """Each answer label is predicted at its question's key token and equals that key's value."""
+    from methods.epicache.toy import _train_batch, make_conversation, toy_tokenizer
+
+    tok = toy_tokenizer()
+    inv = {i: w for w, i in tok.get_vocab().items()}
+    ids, lab, mask, pos = _train_batch(tok, np.random.default_rng(0), 2, 6, n_sessions=2)
+    for b in range(ids.shape[0]):
+        words = [inv[i] for i in ids[b].tolist()]
+        n_ctx = len(words) - 3 * 6
+        facts = dict(zip(words[1:n_ctx:1], words[2:n_ctx:1]))  # token -> next token in the context
+        targets = (lab[b, 1:] != -100).nonzero().flatten().tolist()  # logits index t predicts t+1
+        assert len(targets) == 6
+        for t in targets:
+            assert words[t - 1] == "?" and facts[words[t]] == inv[int(lab[b, t + 1])]
+            assert not mask[t, t + 1]  # the answer token itself is not visible to its predictor
+    conv = make_conversation(np.random.default_rng(1), n_sessions=3, n_questions=15)
+    assert len(conv.conversation.utterances) == 15 and len(conv.conversation.qa) == 15
+    with pytest.raises(ValueError, match="n_sessions"):
+        make_conversation(np.random.default_rng(1), n_sessions=9)
