@@ -107,6 +107,15 @@ def test_transform_and_fitness():
     np.testing.assert_allclose(fitness(t), 5 - t.sum(1))
     sa = prob.transform(np.array([[1.0, 0, 0, 0, 0], [10.0, 0, 0, 0, 0]]))[:, 0]
     np.testing.assert_allclose(sa, [0.0, 1.0])
+    # end to end on real molecules: archive HV == pymoo HV of the hand-transformed raw values
+    from pymoo.indicators.hv import HV
+
+    toy = toy_problem()
+    arc = Archive(toy)
+    arc.add(load_seed_smiles()[:12], representation="smiles")
+    raw = np.array([[c.raw[g] for g in toy.goals] for c in arc.items])  # qed, sa, sim
+    t_hand = np.column_stack([1 - raw[:, 0], (raw[:, 1] - 1) / 9, 1 - raw[:, 2]])
+    assert hypervolume(arc.items) == pytest.approx(HV(ref_point=np.full(3, 1.1))(t_hand))
 
 
 # ------------------------------------------------------------------ sorting / selection
