@@ -202,6 +202,8 @@ class MCCEOptimizer:
             "parse_stats": {k: v.as_dict() for k, v in self.parse_stats.items()},
             "state": self.state,
             "rng": self.rng.getstate(),
+            "rl_cache": self._rl_cache,
+            "rl_oracle_calls": self.rl_oracle_calls,
         }
         if self.trains and self.state["last_trigger"] > 0:
             import torch
@@ -229,6 +231,8 @@ class MCCEOptimizer:
         }
         self.state = blob["state"]
         self.rng.setstate(blob["rng"])
+        self._rl_cache = dict(blob.get("rl_cache", {}))
+        self.rl_oracle_calls = int(blob.get("rl_oracle_calls", 0))
         weights = os.path.join(self.checkpoint_dir, "local.pt")
         if self.trains and os.path.exists(weights):
             import torch
