@@ -47,10 +47,15 @@ from methods.webworld.train import chat_dataset, site_tokenizer, stage1_config, 
 logger = logging.getLogger(__name__)
 
 DEMO_OVERRIDES = [
-    "method.data_sizes=[16,32]",
+    "method.n_sites=6",
+    "method.n_train_sites=5",
+    "method.n_pages=3",
+    "method.data_sizes=[4,8]",
     "method.epochs=1",
-    "method.eval_trajectories=6",
-    "method.episodes=4",
+    "method.vocab_size=400",
+    "method.eval_trajectories=3",
+    "method.max_new_tokens=12",
+    "method.episodes=2",
     "method.seeds=[0]",
     "method.model.hidden_size=32",
     "method.model.intermediate_size=64",
@@ -68,8 +73,8 @@ class ToyConfig:
     min_steps: int = 2
     max_steps: int = 4
     data_sizes: list[int] = field(default_factory=lambda: [50, 500])
-    epochs: int = 4
-    lr: float = 3e-3
+    epochs: int = 8
+    lr: float = 5e-3
     batch_size: int = 16
     vocab_size: int = 1000
     model: dict = field(
@@ -87,7 +92,7 @@ class ToyConfig:
     episodes: int = 20
     agent_p: float = 0.4
     k: int = 3
-    extra_steps: int = 2
+    extra_steps: int = 1
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     threads: int = 1
     prompts: dict = field(default_factory=dict)
@@ -227,8 +232,8 @@ def _episode(site, rng: random.Random, arm: str, tc: ToyConfig, gen) -> float:
         return float(page_title(state) == target)
 
     for _ in range(dist[target] + tc.extra_steps):
-        if arm == "greedy":
-            a = agent()
+        if arm == "greedy":  # the first of the same k samples (common random numbers)
+            a = [agent() for _ in range(tc.k)][0]
         else:
             peeker = {"bon_copy": CopySim(b), "bon_oracle": OracleSim(b), "bon_learned": sim}[arm]
             a, _ = lookahead_search(agent, peeker, value, k=tc.k)
