@@ -15,7 +15,7 @@ import time
 import torch
 
 from common.tiny import tiny_causal_lm
-from methods.salo import SALO, collect_volumes, score_detector
+from methods.salo import SALO, build_chat, collect_volumes, score_detector
 from methods.salo.toy import ToyWorld, toy_tokenizer
 
 
@@ -36,8 +36,7 @@ def main() -> None:
     world = ToyWorld(0)
     prompts = [world.prompt(i % 2 == 1).text for i in range(32)]
     det = SALO(model.config.hidden_size, n_filters=64).eval()
-    ids = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
-           for p in prompts]  # fmt: skip
+    ids = [build_chat(tok, p) for p in prompts]
     t_max = max(len(r) for r in ids)
     x = torch.full((len(ids), t_max), tok.pad_token_id)
     m = torch.zeros(len(ids), t_max, dtype=torch.long)
