@@ -178,6 +178,9 @@ def load_adapter(model, adapter_dir: str | Path):
             raise ValueError(f"projector weights do not match the model: {missing.unexpected_keys}")
     cfg = LoraConfig(r=r, lora_alpha=r, lora_dropout=0.0, target_modules=names)
     pm = get_peft_model(model, cfg)
+    n_lora = sum(1 for n, _ in pm.named_parameters() if "lora_A" in n)
+    if n_lora != len(names):
+        raise ValueError(f"adapter covers {len(names)} layers but the model wrapped {n_lora}")
     res = set_peft_model_state_dict(pm, sd)
     if getattr(res, "unexpected_keys", None):
         raise ValueError(f"adapter keys do not match the model: {res.unexpected_keys[:3]}")

@@ -546,9 +546,3 @@ def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
         lines = (tmp_path / name / "evoke_answers.jsonl").read_text().splitlines()
         outs[name] = json.loads(lines[0])
         assert outs[name]["question_id"] == "q1"
-    # the lr-0.5 step moved B, so the adapter changes the (greedy) continuation's logits path;
-    # at least check the adapter was loaded onto every decoder linear
-    from methods.kore.evoke import load_adapter
-
-    pm = load_adapter(tiny_llava()[0], tmp_path / "train" / "kore")
-    assert sum("lora_A" in n for n, _ in pm.named_parameters()) == 14
