@@ -64,7 +64,7 @@ class EpiCacheRunConfig(EpiCacheConfig):
     judge_model: str | None = None
     sensitivity_path: str | None = None
     # toy
-    train_steps: int = 2000
+    train_steps: int = 2500
     train_batch: int = 8
     train_lr: float = 3e-3
     train_time_limit_s: float | None = 1800.0
@@ -331,8 +331,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
     torch.manual_seed(seed)
     np.random.seed(seed)
     run_dir = cfg.get("run_dir") or "outputs/epicache/toy"
-    model, tok, stats = _toy_model(mcfg, seed, run_dir)
-    metrics = evaluate_toy(model, tok, mcfg, seed)
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: extra threads only add contention on a shared CPU
+    try:
+        model, tok, stats = _toy_model(mcfg, seed, run_dir)
+        metrics = evaluate_toy(model, tok, mcfg, seed)
+    finally:
+        torch.set_num_threads(n_threads)
     conclusive = metrics["full_kv"]["accuracy"] >= mcfg.gate
     notes = ""
     if not conclusive:
