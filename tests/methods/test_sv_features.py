@@ -534,6 +534,24 @@ def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
     assert out["ckpt_first/n_edges"] <= 4.0 and "ckpt_last/sparseness_control" in out
     assert out["ckpt_first/revision"] == 0.0 and out["ckpt_last/revision"] == 1.0
     assert (tmp_path / "run_pythia" / "checkpoint_sparseness.png").exists()
+    # a Llama-style rotary model (GQA) by path through the same driver
+    from common.tiny import save_tiny, tiny_causal_lm
+
+    llama, ltok = tiny_causal_lm("llama", seed=0)
+    save_tiny(llama, ltok, tmp_path / "llama")
+    out = run(
+        compose(
+            [
+                "experiment=sv_features_gpt2_ioi",
+                f"method.real.model={tmp_path / 'llama'}",
+                "method.real.n_prompts=2",
+                "method.real.heads=[[1,0],[1,3]]",
+                "method.real.firing_thresh=0.0",
+            ],
+            run_dir=str(tmp_path / "run_llama"),
+        )
+    )
+    assert out["ioi_heads/n_firing_heads"] == 2.0 and 0 < out["ioi_heads/median_sparseness"] <= 1
     with pytest.raises(ValueError, match="unknown keys"):
         run(
             compose(
