@@ -59,7 +59,9 @@ class ToyConfig:
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.lr_schedule not in ("constant", "cosine"):
-            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+            raise ValueError(
+                f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}"
+            )
         if self.attn_loss not in ("ce", "mse"):
             raise ValueError(f"attn_loss must be 'ce' or 'mse', got {self.attn_loss!r}")
         self.pairs = tuple(tuple(p) for p in self.pairs)
