@@ -35,7 +35,7 @@ from .trie import TrieCollator, build_packed, extract_units, packed_forward, par
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["make_codebook", "run_toy", "toy_tokenizer", "toy_trajectory"]
+__all__ = ["make_codebook", "run_toy", "toy_prompt", "toy_tokenizer", "toy_trajectory"]
 
 _SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -96,11 +96,19 @@ def make_codebook(n_symbols: int, chain_len: int, seed: int) -> list[list[str]]:
     return [codes[a * chain_len : (a + 1) * chain_len] for a in range(n_symbols)]
 
 
-def toy_trajectory(symbols: list[int], codebook: list[list[str]], form: str) -> Trajectory:
-    """The sequential (``form="seq"``) or parallel (``"par"``) trace for a problem."""
+def toy_trajectory(
+    symbols: list[int], codebook: list[list[str]], form: str, numbered: bool = False
+) -> Trajectory:
+    """The sequential (``form="seq"``) or parallel (``"par"``) trace for a problem.
+
+    With ``numbered=True`` every chain in the sequential trace starts with its index (``"2: s5 …"``,
+    one chain per line), matching the numbered prompt of :func:`toy_prompt`.
+    """
     chains = [f"s{s} " + " ".join(codebook[s]) for s in symbols]
     final = "A: " + " ".join(codebook[s][-1] for s in symbols)
     if form == "seq":
+        if numbered:
+            return Trajectory(["\n".join(f"{i + 1}: {c} ;" for i, c in enumerate(chains))], final)
         return Trajectory([" ; ".join(chains) + " ;"], final)
     if form == "par":
         nums = [str(i + 1) for i in range(len(symbols))]
@@ -112,13 +120,21 @@ def toy_trajectory(symbols: list[int], codebook: list[list[str]], form: str) -> 
     raise ValueError(f"form must be 'seq' or 'par', got {form!r}")
 
 
+def toy_prompt(symbols: list[int], numbered: bool = False) -> str:
+    """``"Q: s1 s5 …\\n"`` or, numbered, ``"Q:\\n1: s1\\n2: s5\\n…"`` (one symbol per line)."""
+    if numbered:
+        return "Q:" + "".join(f"\n{i + 1}: s{s}" for i, s in enumerate(symbols)) + "\n"
+    return "Q: " + " ".join(f"s{s}" for s in symbols) + "\n"
+
+
 def _problems(n: int, cfg: ThreadWeaverConfig, rng: random.Random) -> list[list[int]]:
     return [rng.sample(range(cfg.n_symbols), rng.choice(cfg.k_values)) for _ in range(n)]
 
 
-def _prompt_ids(tok, symbols: list[int]) -> list[int]:
-    text = "Q: " + " ".join(f"s{s}" for s in symbols) + "\n"
-    return [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"]
+def _prompt_ids(tok, symbols: list[int], numbered: bool = False) -> list[int]:
+    return [tok.bos_token_id] + tok(toy_prompt(symbols, numbered), add_special_tokens=False)[
+        "input_ids"
+    ]
 
 
 def _toy_model(cfg: ThreadWeaverConfig, vocab_size: int, seed: int):
@@ -192,7 +208,7 @@ def _evaluate(model, tok, problems, codebook, cfg: ThreadWeaverConfig, parallel:
     )
     engine = HFGenerateEngine(model, tok.pad_token_id, batch_size=cfg.eval_batch_size)
     orch = ParallelOrchestrator(engine, tok, ocfg)
-    rollouts = orch.run_many([_prompt_ids(tok, p) for p in problems])
+    rollouts = orch.run_many([_prompt_ids(tok, p, cfg.toy_numbered) for p in problems])
     rows, samples = [], []
     for p, r in zip(problems, rollouts):
         text = tok.decode(r.response_ids, skip_special_tokens=False)
@@ -266,8 +282,9 @@ def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str,
         return tok(s, add_special_tokens=False)["input_ids"]
 
     def units_for(p: list[int], form: str, trie: bool):
-        traj = toy_trajectory(p, codebook, form)
-        _, units = extract_units(_prompt_ids(tok, p), traj, enc, tok.eos_token_id, cfg.join_suffix)
+        traj = toy_trajectory(p, codebook, form, cfg.toy_numbered)
+        pids = _prompt_ids(tok, p, cfg.toy_numbered)
+        _, units = extract_units(pids, traj, enc, tok.eos_token_id, cfg.join_suffix)
         return units if trie else units[:1]
 
     # Closed form: stats of the canonical traces (what a perfect model would emit).
@@ -286,7 +303,7 @@ def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str,
     # Round trip of the serializer on the toy's traces (cheap sanity check in every run).
     for p in evalp[:20]:
         for form in ("seq", "par"):
-            t = toy_trajectory(p, codebook, form)
+            t = toy_trajectory(p, codebook, form, cfg.toy_numbered)
             text = serialize(t, cfg.join_suffix)
             if parse(text, cfg.join_suffix) != t or tok.decode(enc(text)) != text:
                 raise RuntimeError("toy serializer round trip failed")
