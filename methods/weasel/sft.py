@@ -145,3 +145,29 @@ def train_sft(
     )
     trainer.train()
     return trainer
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m methods.weasel.sft MODEL DATA_JSON OUT_DIR [--world-size N]`` (paper recipe of
+    MODEL from :data:`SFT_RECIPES`; launch under ``accelerate launch`` for multi-GPU/ZeRO-3)."""
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(description="Weasel LoRA SFT with the paper recipe")
+    ap.add_argument("model", choices=sorted(SFT_RECIPES))
+    ap.add_argument("data")
+    ap.add_argument("output_dir")
+    ap.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "1")))
+    ap.add_argument("--max-length", type=int, default=12288)
+    a = ap.parse_args(argv)
+    train_sft(
+        a.model,
+        load_agentlab_records(a.data),
+        a.output_dir,
+        world_size=a.world_size,
+        max_length=a.max_length,
+    )
+
+
+if __name__ == "__main__":
+    main()

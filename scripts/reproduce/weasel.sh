@@ -11,28 +11,14 @@ mkdir -p "$OUT"
 icml26 experiment=weasel_paper method.data_path="$DATA" \
   method.output_path="$OUT/weasel_agenttrek_train_10k.json" run_dir="$OUT/select"
 
-# 2) Convert chat records to prompt/completion JSONL (prompt = system + user, completion = assistant).
-python - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-rows = json.load(open(f"{out}/weasel_agenttrek_train_10k.json"))
-with open(f"{out}/train.jsonl", "w") as f:
-    for r in rows:
-        m = r["messages"]
-        f.write(json.dumps({"prompt": m[:-1], "completion": m[-1:]}) + "\n")
-PY
+# 2) LoRA SFT with TRL + PEFT and the paper recipe of $MODEL (methods/weasel/sft.py, spec §3.8:
+#    r=8, alpha=8, dropout 0, all-linear, cosine, warmup 0.1, bf16; Qwen2.5-7B: lr 2e-5, 4 ep,
+#    global batch 8; Gemma3-4B: 2e-5, 2 ep, 16; Qwen3-8B: 1e-6, 2 ep, 8). The data stay AgentLab chat
+#    records; prompt = system + user, completion = assistant (completion-only loss).
+accelerate launch ${ACCEL_CONFIG:+--config_file "$ACCEL_CONFIG"} -m methods.weasel.sft \
+  "$MODEL" "$OUT/weasel_agenttrek_train_10k.json" "$OUT/sft"
 
-# 3) LoRA SFT with TRL (spec §3.8: r=8, alpha=8, dropout 0, all-linear; Qwen2.5: lr 2e-5, 4 epochs,
-#    global batch 8; Gemma3: 2e-5, 2 ep, 16; Qwen3: 1e-6, 2 ep, 8). 8 GPUs, ZeRO-3 config from configs/.
-accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml -m trl.cli sft \
-  --model_name_or_path "$MODEL" --dataset_name json --dataset_train_split train \
-  --dataset_config "$OUT/train.jsonl" \
-  --use_peft --lora_r 8 --lora_alpha 8 --lora_dropout 0.0 --lora_target_modules all-linear \
-  --learning_rate 2e-5 --num_train_epochs 4 --per_device_train_batch_size 1 \
-  --gradient_accumulation_steps 1 --lr_scheduler_type cosine --warmup_ratio 0.1 --bf16 \
-  --max_length 12288 --completion_only_loss true --output_dir "$OUT/sft"
-
-# 4) Merge LoRA, serve with vLLM, evaluate with AgentLab GenericAgent on BrowserGym benchmarks.
+# 3) Merge LoRA, serve with vLLM, evaluate with AgentLab GenericAgent on BrowserGym benchmarks.
 python - "$OUT" "$MODEL" <<'PY'
 import sys
 from peft import AutoPeftModelForCausalLM

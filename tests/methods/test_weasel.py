@@ -532,3 +532,14 @@ def test_train_sft_lora_on_tiny_model(tmp_path):
     assert trainer.state.global_step == 2
     names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert names and all("lora" in n for n in names)
+
+
+def test_sft_cli_uses_the_model_recipe(monkeypatch):
+    from methods.weasel import sft
+
+    seen = {}
+    monkeypatch.setattr(sft, "train_sft", lambda m, recs, out, **kw: seen.update(m=m, n=len(recs)))
+    sft.main(["google/gemma-3-4b-it", str(_FIX / "agentlab_sample.json"), "out"])
+    assert seen == {"m": "google/gemma-3-4b-it", "n": 5}
+    with pytest.raises(SystemExit):
+        sft.main(["some/unknown-model", str(_FIX / "agentlab_sample.json"), "out"])
