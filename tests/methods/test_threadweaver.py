@@ -753,3 +753,25 @@ def test_paper_drivers_sft_rl_eval_on_tiny_model(tmp_path):
     recs = json.loads((tmp_path / "ev" / "records.json").read_text())
     assert len(recs["aime24"][0]["longest"]) == 2 and len(recs["math500"]) == 1
     assert compare(recs, recs)["math500"]["speedup"] == pytest.approx(1.0)
+
+
+def test_toy_numbered_tokenization_is_exact_and_single_token():
+    """Toy fix (docs): with num_colon, "N:" is one token in prompt, outlines and thread headers."""
+    from methods.threadweaver.toy import toy_prompt
+
+    tok = toy_tokenizer(4, 4, num_colon=True)
+    cb = make_codebook(4, 4, seed=0)
+    two = tok.convert_tokens_to_ids("2:")
+    for text in (toy_prompt([2, 0, 3], numbered=True), thread_header_text := "\n<Thread>\n2:",
+                 serialize(toy_trajectory([2, 0, 3], cb, "par", numbered=True)),
+                 serialize(toy_trajectory([2, 0, 3], cb, "seq", numbered=True))):  # fmt: skip
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text and two in ids, text
+    assert tok(thread_header_text, add_special_tokens=False)["input_ids"][-1] == two
+    assert (
+        parse(serialize(toy_trajectory([1, 3], cb, "seq", numbered=True)))
+        .segments[0]
+        .startswith("1: s1 ")
+    )
+    with pytest.raises(ValueError, match="toy_num_colon_token"):
+        ThreadWeaverConfig(toy_numbered=True, toy_num_colon_token=False)
