@@ -8,6 +8,8 @@ the same held-out prompts greedily with six decoders sharing one hyper-parameter
 - ``swordsman``: entropy partition + dynamic threshold (D);
 - ``fixed_dpu_stress`` / ``swordsman_stress``: B and D with τ_min = ``stress_tau_min`` (E).
 
+The same arms are then run on the exact grammar posterior (``GrammarPosteriorLM``, what a perfectly trained
+denoiser outputs) on the first ``n_oracle`` prompts, with keys prefixed ``oracle_``.
 Per arm: validity, NFE, tokens per NFE, boundary alignment, wall time per sample. Arm ``erh`` holds the
 mean entropy rise at gold phrase starts vs inside phrases on the all-masked first pass (the ERH premise).
 """
