@@ -58,6 +58,7 @@ class ThreadWeaverConfig:
     arms: list[str] = field(default_factory=lambda: ["seq", "tw", "flat"])
     hybrid_eval: bool = True  # also run the TW model without the orchestrator (AR mode)
     toy_num_colon_token: bool = True  # "N:" is one token in the toy tokenizer (see toy_tokenizer)
+    toy_tw_init: str = "seq"  # "seq": tw/flat fine-tune the trained seq model (as TW SFTs Qwen3-8B)
     toy_numbered: bool = True  # numbered prompt "Q:\n1: s5\n2: s1" and numbered seq chains
 
     def __post_init__(self) -> None:
@@ -82,6 +83,8 @@ class ThreadWeaverConfig:
             raise ValueError(
                 f"k_values must lie in [1, n_symbols={self.n_symbols}], got {self.k_values}"
             )
+        if self.toy_tw_init not in ("seq", "scratch"):
+            raise ValueError(f"toy_tw_init must be 'seq' or 'scratch', got {self.toy_tw_init!r}")
         if self.toy_numbered and not self.toy_num_colon_token:
             raise ValueError("toy_numbered=true needs toy_num_colon_token=true")
         if self.n_symbols * self.chain_len > 4096:

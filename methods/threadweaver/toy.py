@@ -311,13 +311,18 @@ def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str,
     specs = {"seq": ("seq", False), "tw": ("par", True), "flat": ("par", False)}
     results: dict[str, dict] = {}
     extra: dict = {"train_loss_last": {}, "packed_len_mean": {}, "train_time_s": {}}
-    for arm in cfg.arms:
+    seq_state = None
+    for arm in sorted(cfg.arms, key=lambda a: a != "seq"):  # seq first (it may initialise tw)
         form, trie = specs[arm]
         packs = [build_packed(units_for(p, form, trie)) for p in train]
         model = _toy_model(cfg, len(tok), seed)
+        if arm != "seq" and cfg.toy_tw_init == "seq":
+            model.load_state_dict(seq_state)  # parallel SFT of the sequential model (§4, §6.1)
         t1 = time.time()
         losses = _train(model, packs, cfg, tok.pad_token_id, seed, arm)
         extra["train_time_s"][arm] = round(time.time() - t1, 1)
+        if arm == "seq":
+            seq_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         extra["train_loss_last"][arm] = sum(losses[-10:]) / len(losses[-10:])
         extra["packed_len_mean"][arm] = sum(len(p) for p in packs) / len(packs)
         results[arm] = _evaluate(model, tok, evalp, codebook, cfg, parallel=True)
