@@ -504,6 +504,7 @@ def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
     assert (tmp_path / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_paper_driver_hf_backend_tiny_model(tmp_path):
     """The real backend code path (transformers) end to end on a tiny random model."""
     from common.registry import compose
