@@ -63,6 +63,9 @@ class ToyConfig:
     train_steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
+    weighting: str = (
+        "elbo"  # "elbo" = LLaDA's 1/t-weighted loss; "mean" = mean CE over masked tokens
+    )
     n_eval: int = 100
     block_len: int = 8  # fixed-block baseline size = M_max of the adaptive partition
     stress_tau_min: float = 0.3
@@ -215,7 +218,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
             typo_prob=t.typo_prob, max_phrases=t.max_phrases, gen_length=t.gen_length
         )
         model = tiny_mdm(grammar.vocab_size, t.hidden_size, t.num_layers, seed=seed)
-        losses = train_mdm(model, grammar, t.train_steps, t.batch_size, t.lr, seed=seed)
+        losses = train_mdm(
+            model, grammar, t.train_steps, t.batch_size, t.lr, seed=seed, weighting=t.weighting
+        )
         train_s = time.perf_counter() - start
         rng = random.Random(seed + 10_000)  # held-out prompts, same for every arm
         data = [grammar.sample(rng) for _ in range(t.n_eval)]

@@ -768,3 +768,15 @@ def test_paper_configs_load_with_repo_decoder_values():
         assert (d.gen_length, d.max_block_len, d.tau_max, d.cache) == (512, 32, 0.9, "dual")
     assert (llada.tau_min, llada.gamma) == (0.7, 1.0) and "LLaDA" in llada.paper["model"]
     assert (dream.tau_min, dream.gamma) == (0.0, 0.5) and "Dream" in dream.paper["model"]
+
+
+def test_train_mdm_weighting_options(mdm):
+    from methods.swordsman import train_mdm
+
+    g = PhraseGrammar(gen_length=32, max_phrases=6)
+    model = tiny_mdm(g.vocab_size, hidden_size=16, num_layers=1)
+    for w in ("elbo", "mean"):
+        losses = train_mdm(model, g, steps=2, batch_size=4, weighting=w)
+        assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    with pytest.raises(ValueError, match="weighting"):
+        train_mdm(model, g, steps=1, weighting="uniform")
