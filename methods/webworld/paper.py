@@ -78,7 +78,8 @@ def load_chats(
     kept, too_long = [], 0
     for c in iter_chats(source, max_samples):
         if tokenizer is not None and max_length is not None:
-            n = len(tokenizer.apply_chat_template(c["messages"], tokenize=True))
+            text = tokenizer.apply_chat_template(c["messages"], tokenize=False)
+            n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
             if n > max_length:
                 too_long += 1
                 continue

@@ -30,7 +30,8 @@ def _roll(gen, tok, window, steps: int, max_tokens: int) -> tuple[int, float]:
     t0 = time.perf_counter()
     n_prompt = 0
     for _ in range(steps):
-        n_prompt = len(tok.apply_chat_template(sim.prompt("click('12')"), tokenize=True))
+        text = tok.apply_chat_template(sim.prompt("click('12')"), tokenize=False)
+        n_prompt = len(tok(text, add_special_tokens=False)["input_ids"])
         sim.step("click('12')")
     return n_prompt, (time.perf_counter() - t0) / steps
 

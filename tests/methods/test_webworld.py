@@ -793,3 +793,17 @@ def test_paper_drivers_on_tiny_local_model(tmp_path):
     assert r3["n_samples"] == trajs[0].n_transitions
     with pytest.raises(ValueError, match="command"):
         main(["train"])
+
+
+def test_load_chats_skips_corrupt_and_counts_too_long(tmp_path, tiny_tok):
+    from methods.webworld.paper import load_chats
+
+    short = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    long = {
+        "messages": [{"role": "user", "content": "x " * 400}, {"role": "assistant", "content": "y"}]
+    }
+    no_answer = {"messages": [{"role": "user", "content": "a"}]}
+    f = tmp_path / "c.jsonl"
+    f.write_text("\n".join([json.dumps(short), "{bad", json.dumps(long), json.dumps(no_answer)]))
+    ds, counts = load_chats(str(f), tiny_tok, max_length=64)
+    assert len(ds) == 1 and counts == {"kept": 1, "too_long": 1}
