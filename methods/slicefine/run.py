@@ -31,10 +31,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
     fields.pop("name", None)
     task = fields.pop("task", "toy")
     glue_fields = fields.pop("glue", None) or {}
+    vision_fields = fields.pop("vision", None) or {}
     if task == "glue":
         return _run_glue(cfg, glue_fields)
+    if task == "vision":
+        return _run_vision(cfg, vision_fields)
     if task != "toy":
-        raise ValueError(f"method.task must be 'toy' or 'glue', got {task!r}")
+        raise ValueError(f"method.task must be 'toy', 'glue' or 'vision', got {task!r}")
     tc = ToyConfig(**fields)  # unknown keys raise TypeError
     t0 = time.time()
     encoder, tok = load_minilm(tc.encoder_layers)
@@ -78,6 +81,22 @@ def _run_glue(cfg: DictConfig, glue_fields: dict) -> dict[str, float]:
         cfg.run_dir,
         "slicefine",
         {f"slicefine_{gc.task}": res},
+        cfg=cfg,
+        wall_time_s=time.time() - t0,
+    )
+
+
+def _run_vision(cfg: DictConfig, vision_fields: dict) -> dict[str, float]:
+    """The paper-scale vision path (spec §7): HF Trainer + SliceFine on a VTAB-1K task."""
+    from methods.slicefine.vision import VisionConfig, train_vision
+
+    vc = VisionConfig(**{"seed": int(cfg.seed), **vision_fields})
+    t0 = time.time()
+    res = train_vision(vc, Path(cfg.run_dir) / "trainer")
+    return write_results(
+        cfg.run_dir,
+        "slicefine",
+        {f"slicefine_{vc.task}": res},
         cfg=cfg,
         wall_time_s=time.time() - t0,
     )

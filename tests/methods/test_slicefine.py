@@ -314,3 +314,63 @@ def test_glue_path_on_a_tiny_local_bert(tmp_path):
     assert type(merged.bert.encoder.layer[0].attention.self.query) is nn.Linear
     with pytest.raises(ValueError, match="task"):
         GlueConfig(task="imagenet")
+
+
+def test_vision_path_on_a_tiny_local_vit_and_vtab1k_layout(tmp_path):
+    """The VTAB-1K path: NOAH/VPT list files -> HF Trainer + callback -> merged ViT, on a tiny ViT."""
+    from PIL import Image
+    from transformers import AutoModelForImageClassification, ViTConfig, ViTImageProcessor
+
+    from common.registry import compose
+    from methods.slicefine.run import run
+    from methods.slicefine.vision import load_vtab1k
+
+    torch.manual_seed(0)
+    vit = ViTConfig(
+        image_size=16,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=2,
+    )
+    AutoModelForImageClassification.from_config(vit).save_pretrained(tmp_path / "vit")
+    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path / "vit")
+    task = tmp_path / "vtab" / "eurosat"
+    (task / "images").mkdir(parents=True)
+    lines = []
+    for i in range(8):  # two colour classes
+        colour = (200, 30, 30) if i % 2 == 0 else (30, 30, 200)
+        Image.new("RGB", (20, 20), colour).save(task / "images" / f"{i}.jpg")
+        lines.append(f"images/{i}.jpg {i % 2}")
+    (task / "train800val200.txt").write_text("\n".join(lines) + "\n")
+    (task / "test.txt").write_text("\n".join(lines[:4]) + "\n")
+    ds = load_vtab1k(tmp_path / "vtab", "eurosat")
+    assert ds["train"].num_rows == 8 and ds["test"]["label"] == [0, 1, 0, 1]
+    cfg = compose(["experiment=slicefine_paper_vtab"], run_dir=str(tmp_path / "run"))
+    from omegaconf import OmegaConf
+
+    OmegaConf.set_struct(cfg, False)
+    cfg.method.vision.update(
+        model=str(tmp_path / "vit"),
+        task="eurosat",
+        data_root=str(tmp_path / "vtab"),
+        r=2,
+        switch_every=2,
+        batch_size=4,
+        max_steps=4,
+        bf16=False,
+    )
+    out = run(cfg)
+    assert out["slicefine_eurosat/switches"] == 2.0
+    assert 0.0 <= out["slicefine_eurosat/accuracy"] <= 1.0
+    # Row slices of q_proj/v_proj (2 x 32 each, 2 layers) + the classifier head (trainable).
+    assert out["slicefine_eurosat/trainable_params"] == 2 * 2 * (2 * 32) + (32 * 2 + 2)
+    merged = AutoModelForImageClassification.from_pretrained(
+        tmp_path / "run" / "trainer" / "merged"
+    )
+    assert type(merged.vit.layers[0].attention.q_proj) is nn.Linear
+    (task / "test.txt").write_text("images/0.jpg zero\n")
+    with pytest.raises(ValueError, match="test.txt:1"):
+        load_vtab1k(tmp_path / "vtab", "eurosat")
