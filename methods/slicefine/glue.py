@@ -127,6 +127,15 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         compute_metrics=accuracy,
         callbacks=[SliceSwitchCallback(sf)],
     )
+    return fit_and_report(trainer, sf, tok, output_dir)
+
+
+def fit_and_report(trainer, sf, processor, output_dir: str | Path) -> dict[str, float]:
+    """Trains, evaluates and saves the merged model (shared by the GLUE and vision paths).
+
+    Returns accuracy, trainable parameters, optimiser steps per second, the number of slice
+    switches and, on CUDA, the peak allocated memory in MiB.
+    """
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
@@ -142,5 +151,5 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
     if torch.cuda.is_available():
         res["peak_mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
     sf.merge_and_unload().save_pretrained(Path(output_dir) / "merged")
-    tok.save_pretrained(Path(output_dir) / "merged")
+    processor.save_pretrained(Path(output_dir) / "merged")
     return res

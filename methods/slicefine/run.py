@@ -33,9 +33,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
     glue_fields = fields.pop("glue", None) or {}
     vision_fields = fields.pop("vision", None) or {}
     if task == "glue":
-        return _run_glue(cfg, glue_fields)
+        return _run_paper(cfg, task, glue_fields)
     if task == "vision":
-        return _run_vision(cfg, vision_fields)
+        return _run_paper(cfg, task, vision_fields)
     if task != "toy":
         raise ValueError(f"method.task must be 'toy', 'glue' or 'vision', got {task!r}")
     tc = ToyConfig(**fields)  # unknown keys raise TypeError
@@ -70,33 +70,21 @@ def run(cfg: DictConfig) -> dict[str, float]:
     )
 
 
-def _run_glue(cfg: DictConfig, glue_fields: dict) -> dict[str, float]:
-    """The paper-scale path (spec §7): HF Trainer + SliceFine on a GLUE task."""
-    from methods.slicefine.glue import GlueConfig, train_glue
-
-    gc = GlueConfig(**{"seed": int(cfg.seed), **glue_fields})
+def _run_paper(cfg: DictConfig, task: str, fields: dict) -> dict[str, float]:
+    """The paper-scale paths (spec §7): HF Trainer + SliceFine on GLUE or VTAB-1K."""
+    if task == "glue":
+        from methods.slicefine.glue import GlueConfig as Config
+        from methods.slicefine.glue import train_glue as train
+    else:
+        from methods.slicefine.vision import VisionConfig as Config
+        from methods.slicefine.vision import train_vision as train
+    pc = Config(**{"seed": int(cfg.seed), **fields})
     t0 = time.time()
-    res = train_glue(gc, Path(cfg.run_dir) / "trainer")
+    res = train(pc, Path(cfg.run_dir) / "trainer")
     return write_results(
         cfg.run_dir,
         "slicefine",
-        {f"slicefine_{gc.task}": res},
-        cfg=cfg,
-        wall_time_s=time.time() - t0,
-    )
-
-
-def _run_vision(cfg: DictConfig, vision_fields: dict) -> dict[str, float]:
-    """The paper-scale vision path (spec §7): HF Trainer + SliceFine on a VTAB-1K task."""
-    from methods.slicefine.vision import VisionConfig, train_vision
-
-    vc = VisionConfig(**{"seed": int(cfg.seed), **vision_fields})
-    t0 = time.time()
-    res = train_vision(vc, Path(cfg.run_dir) / "trainer")
-    return write_results(
-        cfg.run_dir,
-        "slicefine",
-        {f"slicefine_{vc.task}": res},
+        {f"slicefine_{pc.task}": res},
         cfg=cfg,
         wall_time_s=time.time() - t0,
     )

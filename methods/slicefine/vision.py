@@ -15,7 +15,6 @@ fused-``qkv`` caveat as with timm).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from methods.slicefine.callback import SliceSwitchCallback
+from methods.slicefine.glue import fit_and_report
 from methods.slicefine.model import apply_slicefine
 
 if TYPE_CHECKING:
@@ -189,20 +189,4 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
         compute_metrics=accuracy,
         callbacks=[SliceSwitchCallback(sf)],
     )
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.time()
-    out = trainer.train()
-    wall = time.time() - t0
-    ev = trainer.evaluate()
-    res = {
-        "accuracy": float(ev["eval_accuracy"]),
-        "trainable_params": float(sf.trainable_parameters()),
-        "steps_per_s": float(out.global_step / max(wall, 1e-9)),
-        "switches": float(sf.num_switches),
-    }
-    if torch.cuda.is_available():
-        res["peak_mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
-    sf.merge_and_unload().save_pretrained(Path(output_dir) / "merged")
-    processor.save_pretrained(Path(output_dir) / "merged")
-    return res
+    return fit_and_report(trainer, sf, processor, output_dir)
