@@ -70,7 +70,6 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         AutoTokenizer,
         DataCollatorWithPadding,
         Trainer,
-        TrainingArguments,
     )
 
     (col_a, col_b), n_labels, val_split = GLUE_TASKS[gc.task]
@@ -96,27 +95,7 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         seed=gc.seed,
         modules_to_save=head,
     )
-    use_bf16 = gc.bf16 and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    args = TrainingArguments(
-        output_dir=str(output_dir),
-        learning_rate=gc.lr,
-        num_train_epochs=gc.epochs,
-        max_steps=gc.max_steps,
-        per_device_train_batch_size=gc.batch_size,
-        per_device_eval_batch_size=gc.batch_size,
-        warmup_steps=gc.warmup_ratio,  # a float in (0, 1) is a ratio of the total steps
-        weight_decay=0.0,
-        bf16=use_bf16,
-        save_strategy="no",
-        report_to="none",
-        seed=gc.seed,
-        disable_tqdm=True,
-        use_cpu=not torch.cuda.is_available(),
-        label_names=["labels"],  # the wrapper hides the class signature Trainer inspects
-    )
-
-    def accuracy(pred):
-        return {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())}
+    args = trainer_args(gc, output_dir)
 
     trainer = Trainer(
         model=sf,
@@ -124,10 +103,40 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         train_dataset=ds["train"],
         eval_dataset=ds[val_split],
         data_collator=DataCollatorWithPadding(tok),
-        compute_metrics=accuracy,
+        compute_metrics=accuracy_metric,
         callbacks=[SliceSwitchCallback(sf)],
     )
     return fit_and_report(trainer, sf, tok, output_dir)
+
+
+def accuracy_metric(pred) -> dict[str, float]:
+    """``compute_metrics`` for the Trainer: top-1 accuracy of the logits."""
+    return {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())}
+
+
+def trainer_args(pc, output_dir: str | Path, **extra):
+    """``TrainingArguments`` from a paper config (GLUE or vision): the settings both paths share."""
+    from transformers import TrainingArguments
+
+    kwargs = {
+        "output_dir": str(output_dir),
+        "learning_rate": pc.lr,
+        "num_train_epochs": pc.epochs,
+        "max_steps": pc.max_steps,
+        "per_device_train_batch_size": pc.batch_size,
+        "per_device_eval_batch_size": pc.batch_size,
+        "warmup_steps": pc.warmup_ratio,  # a float in (0, 1) is a ratio of the total steps
+        "weight_decay": 0.0,
+        "bf16": pc.bf16 and torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        "save_strategy": "no",
+        "report_to": "none",
+        "seed": pc.seed,
+        "disable_tqdm": True,
+        "use_cpu": not torch.cuda.is_available(),
+        "label_names": ["labels"],  # the wrapper hides the class signature Trainer inspects
+    }
+    kwargs.update(extra)
+    return TrainingArguments(**kwargs)
 
 
 def fit_and_report(trainer, sf, processor, output_dir: str | Path) -> dict[str, float]:

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from methods.slicefine.callback import SliceSwitchCallback
-from methods.slicefine.glue import fit_and_report
+from methods.slicefine.glue import accuracy_metric, fit_and_report, trainer_args
 from methods.slicefine.model import apply_slicefine
 
 if TYPE_CHECKING:
@@ -123,7 +122,6 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
         AutoImageProcessor,
         AutoModelForImageClassification,
         Trainer,
-        TrainingArguments,
     )
 
     ds = load_from_disk(vc.data_path) if vc.data_path else load_vtab1k(vc.data_root, vc.task)
@@ -154,28 +152,8 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
         seed=vc.seed,
         modules_to_save=head,
     )
-    use_bf16 = vc.bf16 and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    args = TrainingArguments(
-        output_dir=str(output_dir),
-        learning_rate=vc.lr,
-        num_train_epochs=vc.epochs,
-        max_steps=vc.max_steps,
-        per_device_train_batch_size=vc.batch_size,
-        per_device_eval_batch_size=vc.batch_size,
-        warmup_steps=vc.warmup_ratio,  # a float in (0, 1) is a ratio of the total steps
-        weight_decay=0.0,
-        bf16=use_bf16,
-        save_strategy="no",
-        report_to="none",
-        seed=vc.seed,
-        disable_tqdm=True,
-        use_cpu=not torch.cuda.is_available(),
-        remove_unused_columns=False,  # the transform needs the raw image column
-        label_names=["labels"],
-    )
-
-    def accuracy(pred):
-        return {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())}
+    # remove_unused_columns=False: the transform needs the raw image column.
+    args = trainer_args(vc, output_dir, remove_unused_columns=False)
 
     def collate(rows):
         return {k: torch.stack([row[k] for row in rows]) for k in ("pixel_values", "labels")}
@@ -186,7 +164,7 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         data_collator=collate,
-        compute_metrics=accuracy,
+        compute_metrics=accuracy_metric,
         callbacks=[SliceSwitchCallback(sf)],
     )
     return fit_and_report(trainer, sf, processor, output_dir)
