@@ -1,6 +1,6 @@
 """Chat clients for a frozen helper LLM (judge, teacher, coder).
 
-One protocol, :class:`ChatLLM` (``chat(messages) -> str`` and ``chat_batch``), three
+One protocol, :class:`ChatLLM` (``chat(messages) -> str`` and ``chat_batch``), four
 implementations:
 
 * :class:`OpenAIChat` — any OpenAI-compatible ``/chat/completions`` endpoint (OpenAI itself,
@@ -9,6 +9,8 @@ implementations:
   exponential backoff on HTTP 429 / 5xx and connection errors.
 * :class:`HFChat` — a local ``transformers`` model through its chat template
   (:class:`common.generation.HFGenerator`).
+* :class:`VLLMChat` — vLLM's offline engine (``vllm.LLM.chat``) on GPUs; vllm is imported only
+  when the class is instantiated (the ``vllm`` extra).
 * :class:`ScriptedChat` — deterministic canned replies for tests; records every call.
 """
 
@@ -37,6 +39,7 @@ __all__ = [
     "Messages",
     "OpenAIChat",
     "ScriptedChat",
+    "VLLMChat",
     "validate_messages",
 ]
 
@@ -273,6 +276,40 @@ class HFChat:
             params = SamplingParams(**fields)
         outs = self.generator.generate(convs, n=1, params=params)
         return [o[0].text for o in outs]
+
+
+class VLLMChat:
+    """``ChatLLM`` over vLLM's offline engine (``vllm.LLM.chat``); vllm is imported lazily.
+
+    Args:
+        model: hub id or local path.
+        temperature / max_tokens: decoding (greedy, 512 new tokens by default).
+        **engine_kwargs: forwarded to ``vllm.LLM`` (``tensor_parallel_size``, ``max_model_len``,
+            ``gpu_memory_utilization``, ...).
+
+    Raises:
+        ImportError: if vllm is not installed.
+    """
+
+    def __init__(
+        self, model: str, temperature: float = 0.0, max_tokens: int = 512, **engine_kwargs: Any
+    ) -> None:
+        try:
+            import vllm  # optional GPU dependency
+        except ImportError as err:
+            raise ImportError(
+                "VLLMChat needs vllm (GPU only): pip install icml26[vllm]; on CPU use "
+                "OpenAIChat against a server, or HFChat"
+            ) from err
+        self.llm = vllm.LLM(model=model, **engine_kwargs)
+        self.params = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
+
+    def chat(self, messages: list[dict], **kw: Any) -> str:  # pragma: no cover - GPU only
+        return self.chat_batch([messages], **kw)[0]
+
+    def chat_batch(self, batch: list[list[dict]], **kw: Any) -> list[str]:  # pragma: no cover
+        outs = self.llm.chat(batch, self.params, use_tqdm=False)
+        return [o.outputs[0].text for o in outs]
 
 
 class ScriptedChat:

@@ -29,6 +29,8 @@ from typing import Any
 
 import datasets
 
+from common.llm import VLLMChat  # re-exported: the backbone's vLLM backend
+
 __all__ = [
     "HALUEVAL_TASKS",
     "VLLMChat",
@@ -177,37 +179,3 @@ def load_halueval(
     return datasets.Dataset.from_dict(
         {"id": list(range(len(texts))), "input": texts, "label": labels, "row": src}
     )
-
-
-class VLLMChat:
-    """``ChatLLM`` over vLLM's offline engine (``vllm.LLM.chat``); vllm is imported lazily.
-
-    Args:
-        model: hub id or local path.
-        temperature / max_tokens: decoding (repo: 0 / 512).
-        **engine_kwargs: forwarded to ``vllm.LLM`` (``tensor_parallel_size``,
-            ``max_model_len=2560``, ``gpu_memory_utilization=0.8`` in the repo).
-
-    Raises:
-        ImportError: if vllm is not installed.
-    """
-
-    def __init__(
-        self, model: str, temperature: float = 0.0, max_tokens: int = 512, **engine_kwargs: Any
-    ) -> None:
-        try:
-            import vllm  # noqa: PLC0415 - optional GPU dependency
-        except ImportError as err:
-            raise ImportError(
-                "VLLMChat needs vllm (GPU only): pip install icml26[vllm]; on CPU use "
-                "method.backend=openai with a server, or method.backend=hf"
-            ) from err
-        self.llm = vllm.LLM(model=model, **engine_kwargs)
-        self.params = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
-
-    def chat(self, messages: list[dict], **kw: Any) -> str:  # pragma: no cover - GPU only
-        return self.chat_batch([messages], **kw)[0]
-
-    def chat_batch(self, batch: list[list[dict]], **kw: Any) -> list[str]:  # pragma: no cover
-        outs = self.llm.chat(batch, self.params, use_tqdm=False)
-        return [o.outputs[0].text for o in outs]

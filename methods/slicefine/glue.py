@@ -85,16 +85,7 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         return tok(*args, truncation=True, max_length=gc.max_length)
 
     ds = ds.map(encode, batched=True)
-    head = [n for n, _ in model.named_children() if n in ("classifier", "score")]
-    sf = apply_slicefine(
-        model,
-        gc.targets,
-        r=gc.r,
-        mode=gc.mode,
-        switch_every=gc.switch_every,
-        seed=gc.seed,
-        modules_to_save=head,
-    )
+    sf = wrap_classifier(model, gc)
     args = trainer_args(gc, output_dir)
 
     trainer = Trainer(
@@ -107,6 +98,21 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         callbacks=[SliceSwitchCallback(sf)],
     )
     return fit_and_report(trainer, sf, tok, output_dir)
+
+
+def wrap_classifier(model, pc):
+    """SliceFine on ``pc.targets`` of a classifier; its head (``classifier``/``score``/``head``)
+    stays fully trainable (the standard GLUE/VTAB PEFT protocol)."""
+    head = [n for n, _ in model.named_children() if n in ("classifier", "score", "head")]
+    return apply_slicefine(
+        model,
+        pc.targets,
+        r=pc.r,
+        mode=pc.mode,
+        switch_every=pc.switch_every,
+        seed=pc.seed,
+        modules_to_save=head,
+    )
 
 
 def accuracy_metric(pred) -> dict[str, float]:

@@ -22,8 +22,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from methods.slicefine.callback import SliceSwitchCallback
-from methods.slicefine.glue import accuracy_metric, fit_and_report, trainer_args
-from methods.slicefine.model import apply_slicefine
+from methods.slicefine.glue import (
+    accuracy_metric,
+    fit_and_report,
+    trainer_args,
+    wrap_classifier,
+)
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
@@ -142,16 +146,7 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
 
     train_ds = ds[vc.train_split].with_transform(transform)
     eval_ds = ds[vc.eval_split].with_transform(transform)
-    head = [n for n, _ in model.named_children() if n in ("classifier", "head")]
-    sf = apply_slicefine(
-        model,
-        vc.targets,
-        r=vc.r,
-        mode=vc.mode,
-        switch_every=vc.switch_every,
-        seed=vc.seed,
-        modules_to_save=head,
-    )
+    sf = wrap_classifier(model, vc)
     # remove_unused_columns=False: the transform needs the raw image column.
     args = trainer_args(vc, output_dir, remove_unused_columns=False)
 

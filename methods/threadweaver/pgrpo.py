@@ -19,22 +19,15 @@ from typing import Literal
 
 import torch
 
+from common.tasks import extract_boxed
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["extract_last_boxed", "group_advantages", "is_correct", "pgrpo_loss", "pgrpo_reward"]
 
 
-def extract_last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces) in ``text``, or None (§6.1 fn. 4)."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
+extract_last_boxed = extract_boxed
+"""Content of the last ``\\boxed{...}`` (balanced braces) or None (§6.1 fn. 4): ``common.tasks``'s."""
 
 
 def is_correct(response: str, gold: str | Sequence[str]) -> bool:

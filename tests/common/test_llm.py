@@ -233,3 +233,14 @@ def test_hf_chat_is_greedy_and_matches_generator(tiny_qwen2):
     ref = HFGenerator(model, tok).generate([MSGS], params=SamplingParams(6, temperature=0.0))
     assert a == ref[0][0].text
     assert chat.chat_batch([MSGS, MSGS]) == [a, a]
+
+
+def test_vllm_chat_is_lazy_and_names_the_extra():
+    """VLLMChat imports vllm only when built; without it the error names the install extra."""
+    import importlib.util
+
+    from common.llm import VLLMChat
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ImportError, match=r"icml26\[vllm\]"):
+            VLLMChat("Qwen/Qwen2.5-0.5B-Instruct")
