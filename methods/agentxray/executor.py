@@ -4,7 +4,8 @@
 holds the role profile, the task and the previous content; a tool step is a deterministic
 function of the previous content. ``None`` stands for FAILURE and ends the chain. Model-generated
 code is only ever run by ``compiler_tool``: in a temporary directory, in a subprocess with
-``stdin=DEVNULL`` and a timeout.
+``stdin=DEVNULL``, a timeout, memory/CPU/file-size limits, a scrubbed environment and, where the
+kernel allows it, no network (``common.sandbox``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from common.sandbox import child_limits, network_isolation_prefix, scrubbed_env
 
 from .primitives import CostMeter, Primitive, charge_llm_call
 from .similarity import codes_to_content, parse_project
@@ -133,8 +136,12 @@ def empty_detect(content: str) -> str | None:
     return content
 
 
-def compiler_tool(timeout: float = 30.0) -> Tool:
+def compiler_tool(timeout: float = 30.0, mem_mb: int = 1024) -> Tool:
     """Return a tool that runs ``main.py`` in a temp dir (subprocess, ``stdin=DEVNULL``, timeout).
+
+    The child gets ``mem_mb`` of address space, CPU time just above ``timeout``, a scrubbed
+    environment (no API keys) and a network namespace when ``unshare -rn`` works
+    (:mod:`common.sandbox`).
 
     Passes the content through when it runs cleanly; otherwise appends the error and a request
     to fix it, so the next agent can react (spec §3.1 tool step).
@@ -155,12 +162,14 @@ def compiler_tool(timeout: float = 30.0) -> Tool:
                 path.write_text(code)
             try:
                 proc = subprocess.run(
-                    [sys.executable, "main.py"],
+                    [*network_isolation_prefix("auto"), sys.executable, "main.py"],
                     cwd=tmp,
+                    env=scrubbed_env(tmp),
                     stdin=subprocess.DEVNULL,
                     capture_output=True,
                     text=True,
                     timeout=timeout,
+                    preexec_fn=child_limits(mem_mb, int(timeout) + 2),
                 )
             except subprocess.TimeoutExpired:
                 return (

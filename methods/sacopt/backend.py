@@ -16,12 +16,9 @@ that refuses sockets), no subprocesses, and no writes outside the working direct
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
-import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.sandbox import child_limits, network_isolation_prefix, scrubbed_env
 from methods.sacopt.schema import ProblemState
 
 logger = logging.getLogger(__name__)
@@ -231,30 +229,6 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-@functools.lru_cache(maxsize=1)
-def _netns_available() -> bool:
-    exe = shutil.which("unshare")
-    if not exe:
-        return False
-    try:
-        r = subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
-
-
-def _limits(mem_mb: int, cpu_s: int, fsize_mb: int):
-    def apply() -> None:
-        mem = mem_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        fs = fsize_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fs, fs))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
 def _parse_result(stdout: str) -> tuple[str, float | None] | None:
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_TAG + " "):
@@ -295,35 +269,23 @@ def run_sandboxed(
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
     if not isinstance(mem_mb, int) or mem_mb < 64:
         raise ValueError(f"mem_mb must be an int >= 64, got {mem_mb!r}")
-    use_ns = _netns_available() if isolate_network == "auto" else bool(isolate_network)
-    if use_ns and not _netns_available():
-        raise RuntimeError("isolate_network=True but `unshare -rn` is not available here")
+    prefix = network_isolation_prefix(isolate_network)
     with tempfile.TemporaryDirectory(prefix="sacopt_", dir=workdir) as tmp:
         tmp = os.path.realpath(tmp)
         Path(tmp, "program.py").write_text(code)
         Path(tmp, "_boot.py").write_text(textwrap.dedent(_BOOT))
-        cmd = [sys.executable, "-I", "-B", os.path.join(tmp, "_boot.py"), tmp]
-        if use_ns:
-            cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": tmp,
-            "TMPDIR": tmp,
-            "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-        }
+        cmd = [*prefix, sys.executable, "-I", "-B", os.path.join(tmp, "_boot.py"), tmp]
         t0 = time.monotonic()
         proc = subprocess.Popen(
             cmd,
             cwd=tmp,
-            env=env,
+            env=scrubbed_env(tmp),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            preexec_fn=_limits(mem_mb, int(timeout_s) + 2, fsize_mb),
+            preexec_fn=child_limits(mem_mb, int(timeout_s) + 2, fsize_mb),
         )
         timed_out = False
         try:

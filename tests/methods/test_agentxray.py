@@ -430,6 +430,17 @@ def test_compiler_runs_in_subprocess_with_timeout():
         compiler_tool(timeout=0)
 
 
+def test_compiler_limits_memory_and_hides_the_environment(monkeypatch):
+    """A memory bomb is stopped by the address-space limit; API keys never reach the child."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    tool = compiler_tool(timeout=20.0, mem_mb=256)
+    bomb = tool("File: main.py\n```python\nx = bytearray(2 * 1024**3)\n```")
+    assert "MemoryError" in bomb
+    leak = "import os\nassert 'OPENAI_API_KEY' not in os.environ\n"
+    ok = f"File: main.py\n```python\n{leak}```"
+    assert tool(ok) == ok
+
+
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
