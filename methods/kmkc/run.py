@@ -113,6 +113,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
             f"T={tc.temperature}; SFT arms: same #items, {tc.sft_steps} steps, lr {tc.sft_lr}, batch "
             f"{tc.batch_size}; seeds {seeds}. profile: decay-law fit a*exp(-b*U)+c on {tc.n_bins} "
             "equal-count bins and rule-region agreement with the designed tiers; acc: greedy "
-            "accuracy (acc_A/B/C per tier); ece: 10 equal-mass bins, c = exp(-U)."
+            "accuracy (acc_A/B/C per tier); ece: 10 equal-mass bins, c = exp(-U). Calibration "
+            f"stage: {tc.withhold_c:.0%} of tier C withheld from a second CGKE SFT, then GRPO vs "
+            f"CDKC ({tc.cdkc_mode} mode, {tc.cdkc_signal}, λ×{tc.cdkc_scale}), {tc.grpo_steps} "
+            f"steps, G={tc.grpo_generations}."
         ),
     )

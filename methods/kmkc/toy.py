@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import re
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -368,8 +369,6 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
         metrics["cgke_calib_init"] = greedy_eval(model, world, withheld)
         calib_state = {k: v.clone() for k, v in model.state_dict().items()}
         regions = {p.id: p.region for p in profiles}
-        import tempfile
-
         for arm in calib_arms:
             model.load_state_dict(calib_state)
             with tempfile.TemporaryDirectory() as tmp:
