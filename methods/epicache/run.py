@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 DEMO_OVERRIDES: list[str] = [
     "method.train_steps=2",
+    "method.train_induction_steps=1",
     "method.n_eval=1",
     "method.n_init=1",
     "method.n_questions=8",
@@ -64,11 +65,12 @@ class EpiCacheRunConfig(EpiCacheConfig):
     judge_model: str | None = None
     sensitivity_path: str | None = None
     # toy
-    train_steps: int = 2500
+    train_steps: int = 1500
+    train_induction_steps: int = 500
     train_batch: int = 8
     train_lr: float = 3e-3
     train_time_limit_s: float | None = 1800.0
-    train_curriculum: list[int] = field(default_factory=lambda: [2, 2, 4, 8])
+    train_curriculum: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     train_questions: int = 40
     hidden_size: int = 64
     cache_model: bool = True
@@ -87,7 +89,7 @@ def to_config(method_cfg: DictConfig | dict) -> EpiCacheRunConfig:
     return EpiCacheRunConfig(**{f.name: kw[f.name] for f in fields(EpiCacheRunConfig)})
 
 
-TOY_RECIPE_VERSION = 2  # bump when the training recipe changes: cached models are keyed by it
+TOY_RECIPE_VERSION = 3  # bump when the training recipe changes: cached models are keyed by it
 
 
 def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = None):
@@ -106,6 +108,7 @@ def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = N
             seed,
             cfg.train_questions,
             list(cfg.train_curriculum),
+            cfg.train_induction_steps,
         ]
     )
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
@@ -129,6 +132,7 @@ def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = N
         cfg.train_questions,
         cfg.train_time_limit_s,
         tuple(cfg.train_curriculum),
+        induction_steps=cfg.train_induction_steps,
     )
     blob = {"state": model.state_dict(), "stats": stats, "key": key}
     if run_dir is not None:
