@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common.tracking import progress, write_results
+from common.tracking import progress, save_plot, write_results
 from methods.epicache.episodes import build_patched_prompt, cluster_segments, match_episode
 from methods.epicache.pipeline import EpiCacheConfig
 from methods.epicache.prefill import blockwise_prefill, peak_tokens_per_head
@@ -325,6 +325,34 @@ def run_paper(
     )
 
 
+def plot_accuracy_vs_memory(
+    metrics: dict[str, dict[str, float]], path: str | Path, conclusive: bool = True
+) -> Path:
+    """One point per toy arm: peak KV bytes during prefill (x) against answer accuracy (y)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for arm in ARMS:
+        m = metrics[arm]
+        ax.scatter(m["peak_kv_bytes"] / 1024, m["accuracy"], s=40)
+        ax.annotate(
+            arm,
+            (m["peak_kv_bytes"] / 1024, m["accuracy"]),
+            fontsize=8,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    ax.set_xlabel("peak KV during prefill (KiB)")
+    ax.set_ylabel("answer accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("EpiCache toy" + ("" if conclusive else " (INCONCLUSIVE: gate not met)"))
+    ax.grid(alpha=0.3)
+    return save_plot(fig, path)
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     """The CLI entry: the toy (default) or, with ``method.benchmark`` set, the paper-scale run."""
     t0 = time.perf_counter()
@@ -353,6 +381,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         logger.warning(notes)
     for arm in metrics:
         metrics[arm]["conclusive"] = float(conclusive)
+    plot_accuracy_vs_memory(metrics, Path(run_dir) / "toy_accuracy_vs_memory.png", conclusive)
     metrics["train"] = {k: float(v) for k, v in stats.items()}
     return write_results(
         run_dir,
