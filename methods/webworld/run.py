@@ -1,8 +1,9 @@
 """WebWorld's CPU toy "MiniWorld" (spec §6): ``icml26 experiment=webworld_toy``.
 
-A tiny causal LM (``common.tiny`` qwen2, random init) is trained with TRL ``SFTTrainer`` (Stage-1
-recipe: loss on every assistant turn) as a world model of generated A11y websites
-(:mod:`methods.webworld.toy_sites`), in the exact chat format of spec §3.2. On held-out sites:
+A tiny causal LM (``common.tiny`` qwen2, 3 layers, hidden 128, random init; a WordLevel tokenizer of
+the site grammar) is trained with TRL ``SFTTrainer`` (Stage-1 recipe: loss on every assistant turn) as
+a world model of generated A11y websites (:mod:`methods.webworld.toy_sites`), in the chat format of
+spec §3.2. On held-out sites:
 
 1. **data scale**: models trained on a small vs a large crawl set (equal epochs); metric
    ``effect_acc`` = share of transitions whose predicted state shows the main effect of the action
@@ -36,6 +37,9 @@ from methods.webworld.data import Trajectory
 from methods.webworld.search import lookahead_search
 from methods.webworld.simulator import WebWorldSimulator
 from methods.webworld.toy_sites import (
+    BODY_WORDS,
+    QUERY_WORDS,
+    TITLE_WORDS,
     ToyBrowser,
     crawl,
     make_sites,
@@ -52,9 +56,9 @@ DEMO_OVERRIDES = [
     "method.n_pages=3",
     "method.data_sizes=[4,8]",
     "method.epochs=1",
-    "method.vocab_size=400",
     "method.eval_trajectories=3",
     "method.max_new_tokens=12",
+    "method.title_tokens=6",
     "method.episodes=2",
     "method.seeds=[0]",
     "method.model.hidden_size=32",
@@ -67,34 +71,38 @@ HEADLINE = ("bon_learned/success", "greedy/success")
 class ToyConfig:
     """Fields of ``configs/method/webworld.yaml`` (strictly merged: unknown keys raise)."""
 
-    n_sites: int = 25
-    n_train_sites: int = 20
+    n_sites: int = 210
+    n_train_sites: int = 200
     n_pages: int = 5
     min_steps: int = 2
     max_steps: int = 4
-    data_sizes: list[int] = field(default_factory=lambda: [50, 500])
-    epochs: int = 8
-    lr: float = 5e-3
-    batch_size: int = 16
+    data_sizes: list[int] = field(default_factory=lambda: [300, 3000])
+    epochs: int = 2
+    lr: float = 3e-3
+    lr_scheduler: str = "constant_with_warmup"
+    batch_size: int = 4
+    tokenizer: str = "word"
     vocab_size: int = 1000
     model: dict = field(
         default_factory=lambda: dict(
             arch="qwen2",
-            hidden_size=64,
-            num_hidden_layers=2,
+            hidden_size=128,
+            num_hidden_layers=3,
             num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=128,
+            num_key_value_heads=4,
+            intermediate_size=256,
         )
     )
-    eval_trajectories: int = 30
-    max_new_tokens: int = 72
-    episodes: int = 20
+    eval_trajectories: int = 200
+    max_new_tokens: int = 90
+    title_tokens: int = 8
+    episodes: int = 40
     agent_p: float = 0.4
     k: int = 3
     extra_steps: int = 1
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     threads: int = 1
+    log_steps: int = 100
     prompts: dict = field(default_factory=dict)
     paper: dict = field(default_factory=dict)
 
@@ -137,8 +145,13 @@ def _kind(action: str, prev: str, gt: str) -> str:
 
 
 def evaluate_effects(gen, trajs: list[Trajectory], history: str, tc: ToyConfig) -> dict:
-    """Predicts every transition of ``trajs`` (true history in the context) and scores it."""
-    sims, items = [], []
+    """Predicts every transition of ``trajs`` (true history in the context) and scores it.
+
+    Transitions that change the title (click, Search, ``go_back``) are scored on the title alone, so
+    their prediction stops after the first line (``tc.title_tokens`` new tokens, spec §6); fill and
+    checkbox transitions get a full page (``tc.max_new_tokens``), which ``line_f1`` also scores.
+    """
+    items = []
     for tr in trajs:
         sim = WebWorldSimulator(
             gen,
@@ -150,26 +163,32 @@ def evaluate_effects(gen, trajs: list[Trajectory], history: str, tc: ToyConfig) 
         )
         sim.reset(tr.states[0])
         for t, a in enumerate(tr.actions):
-            items.append((sim.prompt(a), tr.states[t], a, tr.states[t + 1], sim))
-            sim.commit(a, tr.states[t + 1])
-        sims.append(sim)
-    outs = gen.generate([it[0] for it in items], n=1, params=_greedy(tc.max_new_tokens))
-    if outs:
-        logger.info(
-            "example prediction (%s): %r -> %r", history, items[0][2], outs[0][0].text[:160]
-        )
+            prev, gt = tr.states[t], tr.states[t + 1]
+            items.append((sim.prompt(a), prev, a, gt, page_title(prev) != page_title(gt)))
+            sim.commit(a, gt)
+    preds: list[str] = [""] * len(items)
+    for title_only, n_tok in ((True, tc.title_tokens), (False, tc.max_new_tokens)):
+        idx = [i for i, it in enumerate(items) if it[4] == title_only]
+        if not idx:
+            continue
+        outs = gen.generate([items[i][0] for i in idx], n=1, params=_greedy(n_tok))
+        for i, o in zip(idx, outs, strict=True):
+            text = o[0].text
+            preds[i] = text.split("\n", 1)[0] if title_only else text
+    for i in range(min(2, len(items))):
+        logger.info("example (%s): %r -> %r", history, items[i][2], preds[i][:160])
     per: dict[str, list[float]] = {}
     f1s = []
-    for (_, prev, a, gt, _), o in zip(items, outs, strict=True):
-        pred = o[0].text
+    for (_, prev, a, gt, title_only), pred in zip(items, preds, strict=True):
         ok = float(effect_present(prev, pred, gt))
         per.setdefault(_kind(a, prev, gt), []).append(ok)
         per.setdefault("all", []).append(ok)
-        f1s.append(line_f1(pred, gt))
+        if not title_only:
+            f1s.append(line_f1(pred, gt))
     out = {f"{k}_acc": statistics.mean(v) for k, v in per.items()}
     out.update({f"n_{k}": float(len(v)) for k, v in per.items() if k != "all"})
     out["effect_acc"] = out.pop("all_acc")
-    out["line_f1"] = statistics.mean(f1s)
+    out["line_f1"] = statistics.mean(f1s) if f1s else float("nan")
     return out
 
 
@@ -214,7 +233,7 @@ def _episode(site, rng: random.Random, arm: str, tc: ToyConfig, gen) -> float:
             gen,
             window=10,
             temperature=0.0,
-            max_tokens=8,
+            max_tokens=tc.title_tokens,
             stop_at_first_line=True,
             prompts=tc.prompts or None,
         )
@@ -250,6 +269,12 @@ def _ci95(xs: list[float]) -> float:
 
 
 # ------------------------------------------------------------------------------------------- run
+def _grammar_texts() -> list[str]:
+    """Every word and bid of the site grammar in each position it can take (tokenizer corpus)."""
+    words = [*TITLE_WORDS, *QUERY_WORDS, *BODY_WORDS, *map(str, range(100))]
+    return [f"'{w}' [{w}] {w}" for w in words]
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     """Trains the toy world models, runs the three experiments and writes results.{json,md}."""
     fields = OmegaConf.to_container(cfg.method, resolve=True)
@@ -275,8 +300,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
             evals.append(t)
     templates = {k: v for k, v in (tc.prompts or {}).items()}
     full = chat_dataset(pool, **templates)
-    corpus = [m["content"] for r in full for m in r["messages"]] + ["system", "user", "assistant"]
-    tok = site_tokenizer(corpus, tc.vocab_size)
+    corpus = [m["content"] for r in full for m in r["messages"]] + _grammar_texts()
+    tok = site_tokenizer(corpus, tc.vocab_size, kind=tc.tokenizer)
     metrics: dict[str, dict[str, float]] = {}
     gens = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -288,13 +313,14 @@ def run(cfg: DictConfig) -> dict[str, float]:
                 "tiny",
                 output_dir=tmp,
                 learning_rate=tc.lr,
+                lr_scheduler_type=tc.lr_scheduler,
                 num_train_epochs=tc.epochs,
                 per_device_train_batch_size=tc.batch_size,
                 gradient_accumulation_steps=1,
                 packing=False,
                 seed=seed,
                 disable_tqdm=True,
-                logging_steps=10_000,
+                logging_steps=tc.log_steps,
             )
             t1 = time.time()
             model, loss = train_world_model(model, tok, full.select(range(n)), sft)

@@ -10,8 +10,11 @@ a ``Search`` button and a checkbox. :class:`ToyBrowser` is the ground-truth envi
 * ``click(checkbox)`` flips ``checked``;
 * ``go_back()`` restores the previous page exactly (this needs the history).
 
-Page bodies and bids are site-specific, so on a held-out site only the *main effect* of an action
-is predictable from the visible state (and, for ``go_back``, from the history).
+Bids and texts are site-specific: a site has one navigation (the link to a page carries the same bid
+on every page), one header (search box, Search button, checkbox) and one footer text, while the set of
+links differs per page. On a held-out site the *main effect* of an action is predictable from the
+visible state (the clicked link's name) and, for ``go_back``, from the history; which links a newly
+opened page shows is not.
 """
 
 from __future__ import annotations
@@ -81,6 +84,12 @@ def make_sites(n: int, rng: random.Random, n_pages: int = 6, n_links: tuple[int,
     sites = []
     for _ in range(n):
         titles = rng.sample(TITLE_WORDS, n_pages)
+        # a site-wide navigation and header: the link to a page has the same bid on every page of the
+        # site, as do the search box, the Search button and the checkbox; the footer text is the
+        # site's own. What a page links to is drawn per page.
+        drawn = [str(b) for b in rng.sample(range(10, 100), n_pages + 3)]
+        nav, controls = dict(zip(titles, drawn[:n_pages], strict=True)), drawn[n_pages:]
+        body = " ".join(rng.sample(BODY_WORDS, 2))
         pages = {}
         for i, t in enumerate(titles):
             others = [x for x in titles if x != t]
@@ -88,17 +97,16 @@ def make_sites(n: int, rng: random.Random, n_pages: int = 6, n_links: tuple[int,
             k = min(rng.randint(*n_links), len(others))
             targets = [ring] + rng.sample([x for x in others if x != ring], k - 1)
             rng.shuffle(targets)
-            bids = [str(b) for b in rng.sample(range(10, 100), len(targets) + 3)]
             pages[t] = ToyPage(
                 title=t,
-                links=list(zip(bids, targets, strict=False)),
-                body=" ".join(rng.sample(BODY_WORDS, 2)),
-                textbox=bids[-3],
-                search=bids[-2],
-                checkbox=bids[-1],
+                links=[(nav[x], x) for x in targets],
+                body=body,
+                textbox=controls[0],
+                search=controls[1],
+                checkbox=controls[2],
             )
         site = ToySite(pages, start=titles[0], results_body=rng.choice(BODY_WORDS))
-        site.bids["results_link"] = str(rng.randrange(10, 100))
+        site.bids["results_link"] = nav[site.start]
         sites.append(site)
     return sites
 

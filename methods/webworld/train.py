@@ -131,28 +131,61 @@ def last_turn_dataset(chats: Iterable[dict]) -> Dataset:
     return Dataset.from_list(rows)
 
 
-def site_tokenizer(corpus: Iterable[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
-    """A small BPE tokenizer fitted to a synthetic-site corpus (toy only; spec §6).
+# Word-level pre-tokens: a word or a number (with its leading space, if any), one punctuation mark,
+# a newline, a tab or a run of spaces. Page titles, link names and bids become single tokens, the same
+# wherever they occur (``[43] link 'music'`` and ``click('43')`` share ``43``; ``'music'`` gives ``music``).
+_WORD_SPLIT = r" ?[A-Za-z]+| ?\d+| ?[^\sA-Za-z\d]|\n\t*|\t| +"
 
-    Numbers and quoted names are separate pre-tokens so that bids and page titles map to the same
-    tokens wherever they occur; the layout between them merges freely. Carries the ChatML special tokens and
-    :data:`TRAIN_CHAT_TEMPLATE`; decoding concatenates tokens (lossless on the corpus alphabet).
+
+def site_tokenizer(
+    corpus: Iterable[str], vocab_size: int = 2000, kind: str = "bpe"
+) -> PreTrainedTokenizerFast:
+    """A small tokenizer fitted to a synthetic-site corpus (toy only; spec §6).
+
+    Args:
+        corpus: texts of the synthetic grammar (chats, word lists).
+        vocab_size: upper bound on the vocabulary (special tokens included).
+        kind: ``"word"`` (spec §6: a WordLevel vocabulary of every pre-token in ``corpus``, so that
+            a title or a bid is one token and copying it is a single-token lookup) or ``"bpe"``
+            (numbers and quoted names are separate pre-tokens, the layout between them merges).
+
+    Both carry the ChatML special tokens and :data:`TRAIN_CHAT_TEMPLATE`; decoding concatenates
+    tokens, which is lossless on the corpus alphabet (and, for ``"word"``, on its words).
+
+    Raises:
+        ValueError: on an unknown ``kind`` or a ``vocab_size`` too small for the word vocabulary.
     """
+    if kind not in ("bpe", "word"):
+        raise ValueError(f"kind must be 'bpe' or 'word', got {kind!r}")
     specials = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(
-        Regex(r"'[^'\n]*'|\d+|\n"), behavior="isolated", invert=False
-    )
-    tok.decoder = decoders.Fuse()
     corpus = list(corpus)
-    alphabet = sorted({ch for t in corpus for ch in t})
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=specials,
-        initial_alphabet=alphabet,
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus, trainer=trainer)
+    if kind == "word":
+        split = pre_tokenizers.Split(Regex(_WORD_SPLIT), behavior="isolated", invert=False)
+        # the role names that TRAIN_CHAT_TEMPLATE writes after <|im_start|> are always in
+        roles = ["system", "user", "assistant"]
+        words = sorted({w for t in corpus + roles for w, _ in split.pre_tokenize_str(t)})
+        if len(words) + len(specials) > vocab_size:
+            raise ValueError(
+                f"vocab_size must be >= {len(words) + len(specials)} for this corpus, got {vocab_size}"
+            )
+        vocab = {w: i for i, w in enumerate(specials + words)}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = split
+        tok.add_special_tokens(specials)
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Split(
+            Regex(r"'[^'\n]*'|\d+|\n"), behavior="isolated", invert=False
+        )
+        alphabet = sorted({ch for t in corpus for ch in t})
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            initial_alphabet=alphabet,
+            show_progress=False,
+        )
+        tok.train_from_iterator(corpus, trainer=trainer)
+    tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="<|pad|>",

@@ -737,6 +737,33 @@ def test_toy_browser_semantics():
         assert all(a != b for a, b in zip(t.states, t.states[1:]))  # no-op transitions dropped
 
 
+def test_word_tokenizer_single_token_names_and_bids_lossless():
+    """Spec §6 WordLevel vocabulary: a title / link name / bid is one token, shared between the page
+    and the action, and decoding is lossless on the grammar."""
+    from methods.webworld.train import chat_dataset, site_tokenizer
+
+    sites = make_sites(3, random.Random(4))
+    trajs = [crawl(sites[i % 3], random.Random(i), 2, 4) for i in range(12)]
+    ds = chat_dataset([t for t in trajs if t.n_transitions])
+    corpus = [m["content"] for r in ds for m in r["messages"]]
+    tok = site_tokenizer(corpus, vocab_size=1000, kind="word")
+    for r in ds:
+        text = tok.apply_chat_template(r["messages"], tokenize=False)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids and tok.decode(ids) == text
+    page = sites[0].pages[sites[0].start]
+    bid, name = page.links[0]
+    state = ToyBrowser(sites[0]).reset()
+    toks = tok.convert_ids_to_tokens(tok(state, add_special_tokens=False)["input_ids"])
+    assert name in toks and bid in toks  # one token each
+    act = tok.convert_ids_to_tokens(tok(f"click('{bid}')", add_special_tokens=False)["input_ids"])
+    assert bid in act  # the same token in the action and in the page
+    with pytest.raises(ValueError, match="kind"):
+        site_tokenizer(corpus, kind="char")
+    with pytest.raises(ValueError, match="vocab_size"):
+        site_tokenizer(corpus, vocab_size=20, kind="word")
+
+
 def test_toy_effect_metric_hand_cases():
     from methods.webworld.run import effect_present, line_f1
 
