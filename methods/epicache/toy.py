@@ -16,6 +16,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from common.tiny import induction_batch
+
 from .cache import epicache_forward
 from .data import QA, Conversation
 from .segmentation import Utterance
@@ -188,38 +190,6 @@ def _train_batch(
     return torch.tensor(rows), torch.tensor(labels), mask, torch.tensor([pos] * batch)
 
 
-def _induction_batch(
-    rng: np.random.Generator, batch: int, n_ctx: int, lo: int, hi: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generic in-context lookup on random words: the warm-up stage of :func:`train_toy_model`.
-
-    A row is ``n_ctx`` random token ids in ``[lo, hi)`` followed by ``n_ctx - 1`` query tokens,
-    each a context token (at a shuffled position ``j < n_ctx - 1``); the target at query ``i`` is the
-    context token right after that occurrence, ``ctx[j + 1]`` (the first occurrence when a token
-    repeats, since attention can only pick one). This is the induction-head task without the
-    toy's ``<topic> <key> <value> ;`` structure.
-
-    Returns:
-        ``ids`` ``LongTensor[batch, 2 * n_ctx - 1]`` and ``targets`` ``LongTensor[batch, n_ctx - 1]``
-        (the targets of the query positions ``n_ctx ... 2 * n_ctx - 2``).
-    """
-    if n_ctx < 2 or hi - lo < 2 or batch < 1:
-        raise ValueError(
-            f"need n_ctx >= 2, hi - lo >= 2, batch >= 1; got {n_ctx}, {lo}, {hi}, {batch}"
-        )
-    ctx = rng.integers(lo, hi, size=(batch, n_ctx))
-    perm = np.stack([rng.permutation(n_ctx - 1) for _ in range(batch)])
-    queries = np.take_along_axis(ctx, perm, axis=1)
-    first = np.array(
-        [
-            [int(np.flatnonzero(row[: n_ctx - 1] == q)[0]) for q in qs]
-            for row, qs in zip(ctx, queries)
-        ]
-    )
-    targets = np.take_along_axis(ctx, first + 1, axis=1)
-    return torch.from_numpy(np.concatenate([ctx, queries], 1)), torch.from_numpy(targets)
-
-
 def train_toy_model(
     steps: int = 2000,
     batch: int = 8,
@@ -237,7 +207,7 @@ def train_toy_model(
     Two stages share one AdamW optimiser (``lr`` after a linear warm-up, cosine decay over the last
     quarter of all steps):
 
-    1. ``induction_steps`` of generic lookup on random words (:func:`_induction_batch`, ``4 * batch``
+    1. ``induction_steps`` of generic lookup on random words (:func:`common.tiny.induction_batch`, ``4 * batch``
        rows of 40 context words). Trained on the toy chats alone, the model sits on a "copy any value in the
        context" plateau (loss ≈ ln(#facts)) for thousands of steps, even with 1-session chats, 3-4
        layers, wider heads, attention biases or a larger init: the fixed fact grammar gives it a
@@ -276,7 +246,7 @@ def train_toy_model(
     for step in range(total):
         if step < induction_steps:
             n_sess = 0
-            ids, targets = _induction_batch(rng, 4 * batch, 40, words, len(tok))
+            ids, targets = induction_batch(rng, 4 * batch, 40, words, len(tok))
             logits = model(input_ids=ids, use_cache=False).logits
             pred = logits[:, 40:].reshape(-1, logits.shape[-1])
             gold = targets.reshape(-1)

@@ -111,3 +111,37 @@ def test_dtype_resolution():
     assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     with pytest.raises(ValueError, match="dtype"):
         resolve_dtype("fp8", torch.device("cpu"))
+
+
+def test_induction_batch_targets_follow_the_first_occurrence():
+    """Query i's target is the context token right after the first occurrence of query i."""
+    from common.tiny import induction_batch
+
+    ids, targets = induction_batch(np.random.default_rng(3), 4, 12, 5, 9)  # few ids: repeats
+    assert ids.shape == (4, 23) and targets.shape == (4, 11)
+    assert int(ids.min()) >= 5 and int(ids.max()) < 9
+    for b in range(4):
+        ctx, queries = ids[b, :12].tolist(), ids[b, 12:].tolist()
+        assert sorted(queries) == sorted(
+            ctx[:11]
+        )  # every context slot but the last is queried once
+        for q, t in zip(queries, targets[b].tolist(), strict=True):
+            j = ctx.index(q)  # first occurrence
+            assert j < 11 and t == ctx[j + 1]
+    with pytest.raises(ValueError, match="n_ctx"):
+        induction_batch(np.random.default_rng(0), 2, 1, 5, 9)
+
+
+def test_induction_warmup_updates_the_model_and_checks_its_range():
+    from common.tiny import induction_warmup
+
+    model, tok = tiny_causal_lm("llama", hidden_size=32, intermediate_size=64, seed=0)
+    before = model.get_input_embeddings().weight.detach().clone()
+    stats = induction_warmup(model, 4, len(tok), steps=2, batch=2, n_ctx=8)
+    assert set(stats) == {"induction_loss", "induction_acc"} and 0.0 <= stats["induction_acc"] <= 1
+    assert not model.training
+    assert not torch.equal(before, model.get_input_embeddings().weight)
+    with pytest.raises(ValueError, match="vocab size"):
+        induction_warmup(model, 0, len(tok) + 1, steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        induction_warmup(model, 0, 10, steps=-1)

@@ -612,22 +612,6 @@ def test_toy_training_batch_supervises_the_value_from_the_key_position():
         make_conversation(np.random.default_rng(1), n_sessions=9)
 
 
-def test_induction_warmup_batch_targets_follow_the_first_occurrence():
-    """Query i's target is the context token right after the first occurrence of query i."""
-    from methods.epicache.toy import _induction_batch
-
-    ids, targets = _induction_batch(np.random.default_rng(3), 4, 12, 5, 9)  # few words: repeats
-    assert ids.shape == (4, 23) and targets.shape == (4, 11)
-    assert int(ids.min()) >= 5 and int(ids.max()) < 9
-    for b in range(4):
-        ctx, queries = ids[b, :12].tolist(), ids[b, 12:].tolist()
-        for q, t in zip(queries, targets[b].tolist()):
-            j = ctx.index(q)  # first occurrence
-            assert j < 11 and t == ctx[j + 1]
-    with pytest.raises(ValueError, match="n_ctx"):
-        _induction_batch(np.random.default_rng(0), 2, 1, 5, 9)
-
-
 def test_train_toy_model_runs_both_stages_and_rejects_bad_settings():
     from methods.epicache.toy import train_toy_model
 
