@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # WebWorld reproduction (docs/methods/webworld.md).
-#   scripts/reproduce/webworld.sh toy            # CPU toy (spec §6), ~12 min on 2 shared cores
+#   scripts/reproduce/webworld.sh toy            # CPU toy (spec §6), ~8 min on 2 cores
 #   scripts/reproduce/webworld.sh bench          # WebWorld-Bench with a released checkpoint (GPU + judge API)
 #   scripts/reproduce/webworld.sh train          # Stage 1 + Stage 2 SFT of Qwen3-8B-Base (16 + 8 A100 in the paper)
 #   scripts/reproduce/webworld.sh agent          # synthesise 8K trajectories in WebWorld, SFT Qwen3-8B on them
