@@ -98,19 +98,17 @@ def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = N
     The trained weights are saved as ``<run_dir>/toy_model.pt`` and, with ``cache_model``, under
     ``$ICML26_CACHE`` (default ``~/.cache/icml26``) keyed by the training settings.
     """
-    key = json.dumps(
-        [
-            TOY_RECIPE_VERSION,
-            cfg.train_steps,
-            cfg.train_batch,
-            cfg.train_lr,
-            cfg.hidden_size,
-            seed,
-            cfg.train_questions,
-            list(cfg.train_curriculum),
-            cfg.train_induction_steps,
-        ]
+    train_kwargs = dict(
+        steps=cfg.train_steps,
+        batch=cfg.train_batch,
+        lr=cfg.train_lr,
+        hidden_size=cfg.hidden_size,
+        seed=seed,
+        n_q=cfg.train_questions,
+        curriculum=tuple(cfg.train_curriculum),
+        induction_steps=cfg.train_induction_steps,
     )
+    key = json.dumps([TOY_RECIPE_VERSION, train_kwargs], sort_keys=True)
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     path = (
         Path(os.environ.get("ICML26_CACHE", Path.home() / ".cache" / "icml26"))
@@ -123,17 +121,7 @@ def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = N
         model.load_state_dict(blob["state"])
         logger.info("loaded the trained toy model from %s", path)
         return model.eval(), tok, blob["stats"]
-    model, tok, stats = train_toy_model(
-        cfg.train_steps,
-        cfg.train_batch,
-        cfg.train_lr,
-        cfg.hidden_size,
-        seed,
-        cfg.train_questions,
-        cfg.train_time_limit_s,
-        tuple(cfg.train_curriculum),
-        induction_steps=cfg.train_induction_steps,
-    )
+    model, tok, stats = train_toy_model(**train_kwargs, time_limit_s=cfg.train_time_limit_s)
     blob = {"state": model.state_dict(), "stats": stats, "key": key}
     if run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
