@@ -3,8 +3,9 @@
 A scaled-down version of the paper's 17×17 maze experiment: 7×7 mazes are generated on the fly by
 randomised Prim's algorithm (start (1, 1), goal (size−2, size−2)), written as a row-major token grid
 ``<bos> GRID_START cells (NEWLINE between rows) GRID_END PATH_START``; the policy answers with moves
-``UP/DOWN/LEFT/RIGHT`` and ``DONE``. Reward 1 iff executing the moves from START ends on GOAL without
-hitting a wall or leaving the grid (an invalid token fails). A tiny Qwen2 (vocabulary 32) is first
+``UP/DOWN/LEFT/RIGHT`` and ``DONE``. The reward is the official judge (``verl/utils/reward_score/
+maze.py`` in tajwarfahim/maxrl): 0 without ``DONE`` or with a non-move token before it; 1 iff the
+moves reach GOAL from START without hitting a wall or leaving the grid (moves after GOAL are ignored). A tiny Qwen2 (vocabulary 32) is first
 warmed up by supervised learning on BFS shortest paths until its pass@1 lies in a target band, then
 trained with GRPO or MaxRL through :class:`methods.maxrl.MaxRLTrainer` (TRL, HF generation).
 
@@ -17,13 +18,13 @@ import copy
 import logging
 import random
 from collections import deque
-from dataclasses import dataclass
 
 import torch
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from .config import MazeToyConfig
 from .eval import pass_at_k
 
 logger = logging.getLogger(__name__)
@@ -44,35 +45,6 @@ _SPECIAL = ["<pad>", "<bos>", "<eos>"]
 _WORDS = ["GRID_START", "GRID_END", "NEWLINE", "WALL", "PATH", "START", "GOAL", "PATH_START"]
 _WORDS += [*MOVES, "DONE"]
 VOCAB = _SPECIAL + _WORDS  # 16 used tokens; the model's vocabulary is 32 (paper App. E.1.1)
-
-
-@dataclass
-class MazeToyConfig:
-    """Toy T2 settings (spec §6, scaled from paper App. E.1)."""
-
-    size: int = 7
-    sft_lr: float = 5e-4  # App. E.1.3
-    sft_batch: int = 32  # App. E.1.3
-    sft_max_steps: int = 400
-    sft_check_every: int = 50
-    sft_band: tuple[float, float] = (0.2, 0.5)  # stop SFT once held-out pass@1 lies here
-    rl_steps: int = 150
-    rl_prompts: int = 16
-    num_generations: int = 16
-    rl_lr: float = 1e-4  # App. E.1.3
-    eval_mazes: int = 128
-    eval_samples: int = 64
-    eval_k: int = 16
-    max_completion_length: int = 24
-    hidden_size: int = 64
-
-    def __post_init__(self):
-        if self.size < 5 or self.size % 2 == 0:
-            raise ValueError(f"size must be odd and >= 5, got {self.size}")
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2, got {self.num_generations}")
-        if not 1 <= self.eval_k <= self.eval_samples:
-            raise ValueError(f"eval_k must lie in [1, eval_samples], got {self.eval_k}")
 
 
 def generate_maze(size: int, rng: random.Random) -> list[str]:
@@ -130,27 +102,47 @@ def maze_prompt(maze: list[str]) -> str:
 
 
 def _solves(maze: list[str], text: str) -> bool:
+    """The official judge (``verl/utils/reward_score/maze.py::judge_maze``, tajwarfahim/maxrl).
+
+    1. The completion must contain ``DONE``; without it the answer is a format error (0).
+    2. Every token before the first ``DONE`` must be a move (UP/DOWN/LEFT/RIGHT); anything else
+       is a format error (0), wherever it stands.
+    3. The moves are executed from START; leaving the grid or entering a wall fails (0); reaching
+       GOAL ends the episode with success (1), so moves after the goal are not executed.
+    4. Otherwise success iff the last position is GOAL.
+    """
     size = len(maze)
-    pos = (1, 1)
-    for tok in text.split():
-        if tok == "DONE":
-            break
-        if tok not in MOVES:
-            return False
+    tokens = text.split()
+    if "DONE" not in tokens:
+        return False
+    actions = tokens[: tokens.index("DONE")]
+    if any(tok not in MOVES for tok in actions):
+        return False
+    pos, goal = (1, 1), (size - 2, size - 2)
+    for tok in actions:
         dr, dc = MOVES[tok]
         pos = (pos[0] + dr, pos[1] + dc)
         if not (0 <= pos[0] < size and 0 <= pos[1] < size) or maze[pos[0]][pos[1]] == WALL:
             return False
-    return pos == (size - 2, size - 2)
+        if pos == goal:
+            return True  # the official MazeEnv stops at the goal; later moves are not executed
+    return pos == goal
 
 
 def maze_reward(completions: list[str], maze: list[str], **kwargs) -> list[float]:
-    """TRL reward function: 1.0 iff the moves reach the goal (the repo's ``reward_score/maze.py`` rule).
+    """TRL reward function: the official maze judge (``reward_score/maze.py``), see :func:`_solves`.
 
     Args:
-        completions: Decoded completions (moves separated by spaces).
+        completions: Decoded completions (moves separated by spaces, then ``DONE``).
         maze: One maze per completion, rows joined by ``"/"``.
+
+    Returns:
+        1.0 for a completion that reaches the goal before ``DONE``, else 0.0.
     """
+    if len(completions) != len(maze):
+        raise ValueError(
+            f"completions and maze must have the same length, got {len(completions)} and {len(maze)}"
+        )
     return [float(_solves(m.split("/"), c)) for c, m in zip(completions, maze, strict=True)]
 
 

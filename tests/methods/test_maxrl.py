@@ -316,11 +316,38 @@ def test_maze_generation_and_reward():
         assert maze_reward([" ".join(path[:-1] + ["DONE"])], [joined]) == [0.0]  # stops short
         assert maze_reward(["UP DONE"], [joined]) == [0.0]  # into the wall
         assert maze_reward(["GOAL " + " ".join(path)], [joined]) == [0.0]  # invalid token
+        # the official judge (reward_score/maze.py): no DONE is a format error ...
+        assert maze_reward([" ".join(path)], [joined]) == [0.0]
+        # ... and reaching the goal ends the episode: later moves are not executed
+        assert maze_reward([" ".join([*path, "UP", "UP", "UP", "DONE"])], [joined]) == [1.0]
+        assert maze_reward([" ".join([*path, "DONE", "FOO"])], [joined]) == [1.0]  # after DONE
+        assert maze_reward([" ".join([*path, "GOAL", "DONE"])], [joined]) == [0.0]  # bad token
     tok = maze_tokenizer()
     ids = tok(maze_prompt(m))["input_ids"]
     assert tok.unk_token_id not in ids[1:] or tok.unk_token_id == tok.pad_token_id
     assert len(ids) == 2 + 7 * 7 + 6 + 2
     assert tok.decode(tok(" ".join(path))["input_ids"]) == " ".join(path)
+
+
+def test_maze_reward_matches_the_official_judge():
+    """Fixture: 144 (maze, completion) pairs scored by the official ``judge_maze``.
+
+    Made by /tmp/official/maxrl/make_maze_fixture.py from tajwarfahim/maxrl at commit c0698eb
+    (``verl/utils/reward_score/maze.py::judge_maze(completion, maze_prompt(maze))``); see
+    docs/methods/maxrl.md. Cases cover: solved, no DONE, moves after the goal, junk after DONE,
+    stopping short, invalid tokens before/after the goal, walls and random move strings.
+    """
+    import json
+    from pathlib import Path
+
+    from methods.maxrl.maze import maze_reward
+
+    path = Path(__file__).parents[1] / "fixtures" / "maxrl" / "maze_judge_official.json"
+    cases = json.loads(path.read_text())["cases"]
+    ours = maze_reward([c["completion"] for c in cases], [c["maze"] for c in cases])
+    official = [c["official"] for c in cases]
+    assert 0 < sum(official) < len(official)  # both outcomes are represented
+    assert ours == official
 
 
 @pytest.mark.slow
