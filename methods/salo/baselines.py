@@ -1,4 +1,4 @@
-"""Static baselines (spec §3.6): last-token probe, mean-pooled MLP, RepE direction, the LM's refusal."""
+"""Static baselines (the paper's static RepE-style baselines; official ``salo/train.py::train_repe``): last-token probe, mean-pooled MLP, RepE direction, the LM's refusal."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class MeanPoolMLP(nn.Module):
     """Sequence-level pooled MLP (repo baseline): masked token mean per layer, flattened, 512-ReLU-1.
 
     ``x`` ``[B, L, T, D]`` -> mean over the valid tokens -> ``[B, L·D]`` -> Linear(L·D, hidden) -> ReLU
-    -> Linear(hidden, 1). The mean divides by the real token count (spec §9.10).
+    -> Linear(hidden, 1). The mean divides by the real token count (the official mean divides by the padded length).
 
     Args:
         hidden_dim: the LLM hidden size ``D``.
@@ -92,7 +92,7 @@ class MeanPoolMLP(nn.Module):
 
 
 class RepEDirection:
-    """Static RepE-style refusal direction ``d = (μ_h − μ_b)/‖μ_h − μ_b‖`` (spec §3.6).
+    """Static RepE-style refusal direction ``d = (μ_h − μ_b)/‖μ_h − μ_b‖`` (the paper's static RepE-style baselines; official ``salo/train.py::train_repe``).
 
     ``mode="roi_mean"`` pools by the mean over valid tokens then layers; ``"roi_last_token"`` takes the last
     valid token averaged over the window's layers. The score is ``(pool(x) − μ_b)·d``.

@@ -1,4 +1,4 @@
-"""Operating point (spec §3.7 CALIBRATE): a threshold at a target FPR on safe calibration prompts."""
+"""Operating point (paper abstract: fixed XSTest-calibrated; official ``train_probe.py``: 10% FPR): a threshold at a target FPR on safe calibration prompts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paper-scale data loaders (spec §3.4, §3.5, §5): training, calibration and attack sets.
+"""Paper-scale data loaders (official ``process_data.py``, ``eval_attacks.py``): training, calibration and attack sets.
 
 Every loader takes either a local file in the benchmark's published format (``.csv``, ``.json``,
 ``.jsonl``, ``.parquet``) or a Hugging Face dataset id (read with ``datasets.load_dataset``; offline
@@ -90,7 +90,7 @@ def load_xstest(source: str | Path, split: str = "test") -> tuple[list[str], lis
     """XSTest calibration prompts and labels (1 = unsafe contrast prompt, 0 = safe).
 
     Uses the ``label`` column when present (v2 and ``walledai/XSTest``), else ``type`` starting with
-    ``contrast_`` (the official code's rule). Threshold on the safe half (spec §3.5).
+    ``contrast_`` (the official code's rule). Threshold on the safe half (official ``train_probe.py``).
 
     Raises:
         ValueError: on missing columns or a label outside {safe, unsafe}.
@@ -177,13 +177,14 @@ def load_jbb_artifact(path: str | Path) -> AttackSet:
         return AttackSet(
             [r["goal"] for r in rows],
             "suffix",
-            [r["prompt"][len(r["goal"]) :].strip() for r in rows],
+            # the exact rest, leading space included: prompt == goal + suffix, as concatenated
+            [r["prompt"][len(r["goal"]) :] for r in rows],
         )
     return AttackSet([r["prompt"] for r in rows])
 
 
 def load_autodan_results(path: str | Path, placement: str = "user") -> AttackSet:
-    """AutoDAN results JSON as an :class:`AttackSet` (spec §9.4: both placements).
+    """AutoDAN results JSON as an :class:`AttackSet` (both placements: AutoDAN's own user turn and the official SALO prefill).
 
     ``placement="user"`` (AutoDAN's own): the user turn is ``final_suffix`` with ``[REPLACE]`` filled by
     the lower-cased goal. ``placement="prefill"`` (the official SALO code): the goal is the user turn

@@ -1,11 +1,12 @@
 """A small Greedy Coordinate Gradient (GCG) suffix attack (Zou et al. 2023), optionally detector-aware.
 
-Used to *generate* suffix attack sets on a local model (spec §5: GCG regenerated per model; §9.8: an
+Used to *generate* suffix attack sets on a local model (GCG is regenerated per model, as the official attack CSVs are per model; an
 adaptive GCG adds ``λ · detector logit`` to the target loss). One step: the gradient of the loss with
 respect to the one-hot suffix tokens gives, per position, the ``topk`` most promising replacements;
 ``n_candidates`` single-token swaps are drawn from them and evaluated exactly, and the best one is kept.
 The suffix goes into the user turn exactly as :func:`methods.salo.volume.build_chat` places it
-(``f"{prompt} {suffix}"``), and the target follows the assistant header.
+(``prompt + suffix``, the official concatenation), and the target follows the assistant header; the
+returned ``suffix`` string starts with ``suffix_sep`` so that ``prompt + suffix`` is the optimised text.
 
 This is a compact re-implementation for small models and tests; for 7-8B models ``nanogcg`` is faster.
 """
@@ -33,10 +34,12 @@ class GCGResult:
     target_loss: float = float("nan")
 
 
-def _segments(tokenizer, prompt: str, target: str) -> tuple[list[int], list[int], list[int]]:
+def _segments(
+    tokenizer, prompt: str, target: str, suffix_sep: str = ""
+) -> tuple[list[int], list[int], list[int]]:
     """Token ids before the suffix slot, after it (template tail), and of the target."""
     text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": f"{prompt} {_SLOT}"}],
+        [{"role": "user", "content": prompt + suffix_sep + _SLOT}],
         tokenize=False,
         add_generation_prompt=True,
     )
@@ -61,6 +64,7 @@ def gcg_attack(
     window: tuple[int, int] | None = None,
     detector_weight: float = 0.0,
     seed: int = 0,
+    suffix_sep: str = "",
 ) -> GCGResult:
     """Optimises a user-turn suffix so that the model's reply starts with ``target``.
 
@@ -75,12 +79,15 @@ def gcg_attack(
         topk: replacements per position from the gradient; n_candidates: swaps evaluated per step.
         allowed_token_ids: the vocabulary the suffix may use (default: all non-special tokens).
         init_ids: initial suffix ids (default: ``n_tokens`` copies of the first allowed id).
-        detector, window, detector_weight: the adaptive (detector-aware) term, spec §9.8.
+        detector, window, detector_weight: the adaptive (detector-aware) term.
         seed: seeds the candidate sampling.
+        suffix_sep: text between the prompt and the optimised tokens (``""`` as in nanoGCG's
+            ``prompt + "{optim_str}"``; a word-level vocabulary needs ``" "``).
 
     Returns:
-        :class:`GCGResult` with the best suffix over all steps; its ``suffix`` string is decoded from
-        ``suffix_ids`` (re-tokenisation of the string is not guaranteed for BPE vocabularies).
+        :class:`GCGResult` with the best suffix over all steps; its ``suffix`` string is
+        ``suffix_sep + decode(suffix_ids)``, ready for ``prompt + suffix`` (re-tokenisation of the
+        string is not guaranteed for BPE vocabularies).
 
     Raises:
         ValueError: on bad sizes, an empty target, or a detector without a window.
@@ -94,7 +101,9 @@ def gcg_attack(
         raise ValueError("target must be a non-empty string")
     if detector is not None and window is None:
         raise ValueError("window is required when a detector is given")
-    before, after, tgt = _segments(tokenizer, prompt, target)
+    if not isinstance(suffix_sep, str):
+        raise TypeError(f"suffix_sep must be a string, got {type(suffix_sep).__name__}")
+    before, after, tgt = _segments(tokenizer, prompt, target, suffix_sep)
     embed = model.get_input_embeddings()
     vocab = embed.weight.shape[0]
     device = embed.weight.device
@@ -165,12 +174,19 @@ def gcg_attack(
         logger.debug("gcg step %d best %.4f", step, best_obj)
     model.train(was_training)
     ids = best_ids.tolist()
-    return GCGResult(tokenizer.decode(ids), ids, history, best_ce)
+    return GCGResult(suffix_sep + tokenizer.decode(ids), ids, history, best_ce)
 
 
-def target_loss(model: nn.Module, tokenizer, prompt: str, suffix_ids: Sequence[int], target: str):
+def target_loss(
+    model: nn.Module,
+    tokenizer,
+    prompt: str,
+    suffix_ids: Sequence[int],
+    target: str,
+    suffix_sep: str = "",
+) -> float:
     """Mean cross-entropy of ``target`` after the chat prompt with ``suffix_ids`` in the user turn."""
-    before, after, tgt = _segments(tokenizer, prompt, target)
+    before, after, tgt = _segments(tokenizer, prompt, target, suffix_sep)
     ids = torch.tensor([before + list(suffix_ids) + after + tgt])
     t0 = ids.shape[1] - len(tgt)
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Pre-generation guard (spec §4 ``monitor.py``): one extra forward with hidden states, then SALO."""
+"""Pre-generation guard: one extra forward with hidden states, then SALO."""
 
 from __future__ import annotations
 

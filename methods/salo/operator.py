@@ -4,7 +4,7 @@ A multi-branch CNN over a hidden-state volume ``[B, L_w, T, D]`` with the hidden
 convolution channel axis: each branch is ``ReLU(BN(Conv2d_{D→F,(k_L,k_T),'same'}))`` and is followed by
 a *sparsity-aware global max-pool* over (layer, token), so one strong local "needle" decides the score.
 ``pooling="mean"`` is the §5.4 ablation, a masked mean over the valid (layer, token) cells (dividing by the
-real length, not the padded one as in the official code, spec §9.10).
+real length, not the padded one as in the official ``salo/model.py``).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class SALO(nn.Module):
         """Logits ``[B]`` for volumes ``x`` ``[B, L, T, D]`` with token mask ``[B, T]``.
 
         Raises:
-            ValueError: on a wrong shape, hidden size or an all-zero mask row (spec §8).
+            ValueError: on a wrong shape, hidden size or an all-zero mask row.
         """
         a, mask = self.features(x, mask)
         return self.head(self.dropout(self.pool(a, mask))).squeeze(-1)
@@ -148,7 +148,7 @@ def save_detector(
 
 
 def load_detector(path: str | Path, expect: dict[str, Any] | None = None) -> tuple[nn.Module, dict]:
-    """Loads a detector saved by :func:`save_detector` and checks its metadata (spec §8).
+    """Loads a detector saved by :func:`save_detector` and checks its metadata.
 
     Args:
         path: the saved file.

@@ -1,4 +1,6 @@
-"""Paper-scale pipeline (spec §3.7, §5, §7): train on clean prompts, calibrate on XSTest, detect attacks.
+"""Paper-scale pipeline: train on clean prompts, calibrate on XSTest, detect attacks.
+
+Follows the official ``train_probe.py`` and ``eval_attacks.py`` (Exbilar/SALO).
 
 ``evaluate_detectors`` is the model- and data-agnostic core; ``run_paper`` wires it to a model and data
 sets given by hub id or local path (``methods.salo.data`` loaders). Both are exercised in the tests on a

@@ -1,4 +1,4 @@
-"""CPU toy for SALO (spec §6): a tiny refusal LM, suffix and prefill attacks, five detectors.
+"""CPU toy for SALO: a tiny refusal LM, suffix and prefill attacks, five detectors.
 
 A tiny Llama is trained from scratch to refuse harmful requests, to comply when a harmful request ends with
 the suffix ``Z1 Z2 Z3 Z4`` (a GCG suffix that always works) and to continue after a forced ``COMPLY``
@@ -52,7 +52,7 @@ HEADLINE: tuple[str, str] = ("salo_max/prefill", "refusal_score/prefill")
 
 @dataclass
 class ToyConfig:
-    """Sizes of the CPU toy (spec §6; LM steps cut from 1500 to fit 2 loaded cores)."""
+    """Sizes of the CPU toy (LM steps kept small to fit 2 loaded cores)."""
 
     lm_steps: int = 300
     lm_batch_size: int = 48
@@ -88,7 +88,7 @@ class SaloRunConfig:
     grad_clip: float = 1.0
     target_fpr: float = 0.10
     toy_window: list[int] = field(default_factory=lambda: [1, 4])
-    # ROI sensitivity (paper abstract; spec §9.2): SALO-max retrained on each extra toy window
+    # ROI sensitivity (paper abstract): SALO-max retrained on each extra toy window
     sweep_windows: list[list[int]] = field(default_factory=lambda: [[0, 3], [0, 4]])
     mlp_dim: int = 512  # mean-pooled MLP baseline width (repo)
     toy: ToyConfig = field(default_factory=ToyConfig)
@@ -153,7 +153,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     hay = [world.haystack(True, toy.haystack_len).text for _ in range(toy.n_test)]
     hay_b = [world.haystack(False, toy.haystack_len).text for _ in range(toy.n_test)]
     prefill = f" COMPLY {world.filler(3)}"
-    # a real GCG attack set (spec §5: regenerated per model): suffixes optimised to make the LM comply
+    # a real GCG attack set (regenerated per model, as the official per-model CSVs): suffixes optimised to make the LM comply
     gcg_prompts = direct[: toy.n_gcg]
     vocab_ok = [i for w, i in tok.get_vocab().items() if w not in (*SPECIALS, "REFUSE", "COMPLY")]
     gcg_sfx = [
@@ -168,6 +168,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
             n_candidates=32,
             allowed_token_ids=vocab_ok,
             seed=seed + i,
+            suffix_sep=" ",  # word-level vocabulary: the suffix words need a space before them
         ).suffix
         for i, p in enumerate(gcg_prompts)
     ]

@@ -1,4 +1,4 @@
-"""The CPU toy world (spec §6): a word-level chat vocabulary and a tiny refusal LM trained from scratch.
+"""The CPU toy world: a word-level chat vocabulary and a tiny refusal LM trained from scratch.
 
 Harmful prompts get ``REFUSE``, benign ones ``COMPLY`` + filler; a harmful prompt ending with the suffix
 ``Z1 Z2 Z3 Z4`` gets ``COMPLY`` (a GCG suffix that always works), and after ``<asst> COMPLY`` the LM
@@ -30,7 +30,9 @@ VERB_SAFE = ["process", "photo", "time"]
 FILLER = (
     "how to make a the please me tell about write some for my now quickly explain give best simple good"
 ).split()
-SUFFIX = "Z1 Z2 Z3 Z4"
+# The attack suffix carries its own leading space: prompts and suffixes are concatenated as in the
+# official code (``prompt + injection``, eval_attacks.py of Exbilar/SALO).
+SUFFIX = " Z1 Z2 Z3 Z4"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<user>", "<asst>"]
 RESPONSES = ["REFUSE", "COMPLY"]
 CHAT_TEMPLATE = (
@@ -106,7 +108,7 @@ def lm_batch(world: ToyWorld, tok, batch_size: int, suffix_p: float = 0.25):
         nouns = (HARMFUL + SYNONYMS) if harmful else None
         p = world.prompt(harmful, nouns)
         attacked = world.rng.random() < suffix_p
-        content = f"{p.text} {SUFFIX}" if attacked else p.text
+        content = p.text + SUFFIX if attacked else p.text
         refuse = harmful and not attacked
         reply = "REFUSE <eos>" if refuse else f"COMPLY {world.filler(3)} <eos>"
         head = tok.apply_chat_template(
@@ -133,7 +135,7 @@ def train_refusal_lm(
     num_layers: int = 4,
     seed: int = 0,
 ):
-    """Trains the tiny Llama refusal LM (spec §6.2). Returns ``(model in eval mode, tokenizer)``."""
+    """Trains the tiny Llama refusal LM . Returns ``(model in eval mode, tokenizer)``."""
     from common.tiny import tiny_causal_lm
 
     tok = toy_tokenizer()

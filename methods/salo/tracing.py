@@ -1,4 +1,4 @@
-"""Causal tracing of the refusal trajectory (paper §3.2, Fig. 1; spec §3.1).
+"""Causal tracing of the refusal trajectory (paper §3.2, Fig. 1).
 
 For each (decoder block ``l``, token ``i``) the benign twin is re-run with the block outputs of layers
 ``l − ⌊w/2⌋ .. l + ⌊w/2⌋`` at position ``i`` overwritten by those of the harmful run (an interchange

@@ -1,4 +1,4 @@
-"""Detector training (spec §3.7 TRAIN_SALO; repo ``salo/train.py``): BCE, AdamW, cosine LR, clipping."""
+"""Detector training (official ``salo/train.py``): BCE, AdamW, cosine LR, clipping."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def train_salo(
     operator: SALOConfig | None = None,
     cfg: TrainConfig | None = None,
 ) -> SALO:
-    """Builds a :class:`SALO` for ``x``'s hidden size and trains it on clean prompts (spec §3.7).
+    """Builds a :class:`SALO` for ``x``'s hidden size and trains it on clean prompts (official ``train_probe.py``).
 
     Args:
         x: volumes ``[n, L_w, T, D]`` (zero at padding), e.g. from ``collect_volumes``.

@@ -2,7 +2,7 @@
 
 ``hidden_states[0]`` of an HF causal LM is the embedding output and ``hidden_states[i]`` the output of
 decoder block ``i - 1``; the last entry (index ``num_hidden_layers``) has the final norm applied, so a
-window may only contain it when ``allow_final_norm=True`` (spec §3.2).
+window may only contain it when ``allow_final_norm=True``.
 """
 
 from __future__ import annotations
@@ -43,21 +43,32 @@ def _per_prompt(value, n: int, name: str) -> list:
 
 
 def build_chat(
-    tokenizer, prompt: str, suffix: str | None = None, prefill: str | None = None
+    tokenizer,
+    prompt: str,
+    suffix: str | None = None,
+    prefill: str | None = None,
+    suffix_sep: str = "",
 ) -> list[int]:
-    """Token ids of a one-turn chat prompt with an optional attack injection (spec §3.2, §8).
+    """Token ids of a one-turn chat prompt with an optional attack injection (paper §4.1).
 
-    A GCG-style ``suffix`` is appended to the user content; a ``prefill`` is appended after the
-    assistant header (forced decoding). The templated text is tokenised with ``add_special_tokens=False``.
+    A GCG-style ``suffix`` is appended to the user content as ``prompt + suffix_sep + suffix``; the
+    default ``suffix_sep=""`` is the official concatenation (``eval_attacks.py`` of Exbilar/SALO:
+    ``row["prompt"] + injection``), so an injection carries its own leading space when it has one
+    (GCG suffixes are optimised for exact tokens). ``suffix_sep=" "`` is the old join of this package.
+    A ``prefill`` is appended after the assistant header (forced decoding). The templated text is
+    tokenised with ``add_special_tokens=False``.
 
     Raises:
         ValueError: on an empty prompt or a tokenizer without a chat template.
+        TypeError: when ``suffix_sep`` is not a string.
     """
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
+    if not isinstance(suffix_sep, str):
+        raise TypeError(f"suffix_sep must be a string, got {type(suffix_sep).__name__}")
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("tokenizer must have a chat_template (apply_chat_template is used)")
-    content = prompt if not suffix else f"{prompt} {suffix}"
+    content = prompt if not suffix else prompt + suffix_sep + suffix
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
     )
@@ -80,6 +91,7 @@ def collect_volumes(
     truncate: bool = False,
     allow_final_norm: bool = False,
     dtype: torch.dtype = torch.float32,
+    suffix_sep: str = "",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Volumes ``X = stack(hidden_states[l_s:l_e])`` for many prompts, right-padded and masked.
 
@@ -92,6 +104,7 @@ def collect_volumes(
         prompts: user prompts.
         layers: end-exclusive window ``(l_s, l_e)`` into ``hidden_states``.
         suffix / prefill: an attack injection for every prompt, or a list with one per prompt.
+        suffix_sep: the text between prompt and suffix (default ``""``: official concatenation).
         batch_size: prompts per forward pass.
         max_length: the longest allowed prompt (default: the model's ``max_position_embeddings``).
         truncate: cut longer prompts to ``max_length`` instead of raising.
@@ -116,7 +129,7 @@ def collect_volumes(
         _per_prompt(prefill, len(prompts), "prefill"),
     )
     ids = [
-        build_chat(tokenizer, p, suffix=s, prefill=f)
+        build_chat(tokenizer, p, suffix=s, prefill=f, suffix_sep=suffix_sep)
         for p, s, f in zip(prompts, sfx, pre, strict=True)
     ]
     for i, row in enumerate(ids):
