@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 METRICS = ("entropy", "confidence", "varentropy", "gap", "gini", "topk_entropy")
 CACHE_MODES = ("none", "prefix", "dual")
+CONFIDENCE_DTYPES = ("float64", "float32")
 
 
 @dataclass
@@ -32,6 +33,10 @@ class SwordsmanConfig:
         gamma: exponent/shape of the schedule (effective 1.0 on LLaDA, 0.5 on Dream; see docs).
         schedule: shape ``g`` of the decay, ``"power_decay"`` (``r**gamma``) by default.
         pivot: ``"initial"`` (block's step-0 masked entropy) or a number (Dream-cached parity: 4.0).
+        threshold_rule: ``"official"`` (γ > 1 rescales the ratio for every schedule but
+            ``power_decay``; ``exp``/``log`` use ``k = max(γ, 0.1)``) or ``"unscaled"`` (earlier rule).
+        confidence_dtype: ``"float64"`` (official LLaDA ``get_transfer_index``) or ``"float32"``;
+            decides near-ties of the commit confidences.
 
     Decoding (spec §3.4):
         gen_length: number of generated positions ``G`` (512 in the paper).
@@ -49,13 +54,15 @@ class SwordsmanConfig:
     gamma: float = 1.0
     schedule: str = "power_decay"
     pivot: str | float = "initial"
+    threshold_rule: str = "official"
+    confidence_dtype: str = "float64"
     cache: str = "none"
     temperature: float = 0.0
     gen_length: int = 512
     dream_first_token_greedy: bool = False
 
     def __post_init__(self) -> None:
-        from methods.swordsman.threshold import SCHEDULES
+        from methods.swordsman.threshold import SCHEDULES, THRESHOLD_RULES
 
         if int(self.min_block_len) < 1:
             raise ValueError(f"min_block_len must be >= 1, got {self.min_block_len}")
@@ -78,6 +85,14 @@ class SwordsmanConfig:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
+        if self.threshold_rule not in THRESHOLD_RULES:
+            raise ValueError(
+                f"threshold_rule must be one of {THRESHOLD_RULES}, got {self.threshold_rule!r}"
+            )
+        if self.confidence_dtype not in CONFIDENCE_DTYPES:
+            raise ValueError(
+                f"confidence_dtype must be one of {CONFIDENCE_DTYPES}, got {self.confidence_dtype!r}"
+            )
         if self.pivot != "initial":
             try:
                 pivot = float(self.pivot)

@@ -129,6 +129,7 @@ def swordsman_generate(
     x, p, commit_step = _init_state(adapter, prompt_ids, g)
     total = p + g
     mask_id = adapter.mask_id
+    conf_dtype = getattr(torch, cfg.confidence_dtype)
     nfe, step = 0, 0
     boundaries: list[int] = []
     taus: list[float] = []
@@ -153,7 +154,9 @@ def swordsman_generate(
             h_cur = float(token_entropy(blk_logits)[masked].mean())
             if h_ref is None:
                 h_ref = h_cur if cfg.pivot == "initial" else float(cfg.pivot)
-            tau = dynamic_threshold(h_cur, h_ref, cfg.tau_max, cfg.tau_min, cfg.gamma, cfg.schedule)
+            tau = dynamic_threshold(
+                h_cur, h_ref, cfg.tau_max, cfg.tau_min, cfg.gamma, cfg.schedule, cfg.threshold_rule
+            )
             if t == 0 and cfg.dream_first_token_greedy:
                 # Dream cached path (repo): commit the block's first token from the full pass alone.
                 x0 = blk_logits.float().index_fill(-1, torch.tensor([mask_id]), -torch.inf)
@@ -164,7 +167,7 @@ def swordsman_generate(
                     commit[:, masked[0].nonzero()[0]] = True
             else:
                 x0, commit = select_transfer(
-                    blk_logits, x[:, s:e], mask_id, tau, cfg.temperature, generator
+                    blk_logits, x[:, s:e], mask_id, tau, cfg.temperature, generator, conf_dtype
                 )
             taus.append(tau)
             _commit(x, s, e, x0, commit, commit_step, p, step)
@@ -196,6 +199,7 @@ def fixed_block_generate(
     block_len: int = 32,
     tau: float = 0.9,
     cache: str = "none",
+    confidence_dtype: torch.dtype = torch.float64,
 ) -> DecodeResult:
     """Fast-dLLM baseline: fixed blocks of ``block_len``, fixed threshold ``tau`` + forced top-1 (§3.5).
 
@@ -219,7 +223,9 @@ def fixed_block_generate(
         nfe += 1
         blk_logits = logits[:, s:e]
         while True:
-            x0, commit = select_transfer(blk_logits, x[:, s:e], adapter.mask_id, tau)
+            x0, commit = select_transfer(
+                blk_logits, x[:, s:e], adapter.mask_id, tau, confidence_dtype=confidence_dtype
+            )
             _commit(x, s, e, x0, commit, commit_step, p, step)
             taus.append(tau)
             step += 1

@@ -86,6 +86,8 @@ class SwordsmanRunConfig:
     gamma: float = 1.0
     schedule: str = "power_decay"
     pivot: str = "initial"
+    threshold_rule: str = "official"
+    confidence_dtype: str = "float64"
     cache: str = "none"
     temperature: float = 0.0
     gen_length: int = 512

@@ -1,4 +1,4 @@
-"""Threshold-based parallel unmasking inside a block (spec §3.3, Fast-dLLM style).
+"""Threshold-based parallel unmasking inside a block (official `llada/generate.py::get_transfer_index`).
 
 Every masked position of the block whose top-1 probability reaches the threshold is committed in the same
 step; the single most confident masked position is always committed so that a block of length ``ℓ``
@@ -17,8 +17,9 @@ def select_transfer(
     tau: float,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    confidence_dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose the tokens to commit at one denoising step (spec §3.3, ``U_t``).
+    """Choose the tokens to commit at one denoising step (``U_t``; official ``get_transfer_index``).
 
     ``x̂_j = argmax_v p_j(v)`` (Gumbel-max sample if ``temperature > 0``), ``c_j = p_j(x̂_j)``;
     commit ``{j masked : c_j >= tau} ∪ {argmax_{j masked} c_j}``.
@@ -30,6 +31,10 @@ def select_transfer(
         tau: commit threshold in ``[0, 1]``.
         temperature: 0 for greedy; > 0 samples ``x̂`` with the Gumbel-max trick.
         generator: RNG for sampling.
+        confidence_dtype: precision of the softmax behind ``c_j``. ``torch.float64`` as in the official
+            LLaDA code (``F.softmax(logits.to(torch.float64))``); ``torch.float32`` is this repository's
+            earlier choice. It matters on near-ties: probabilities that round to the same float32 value
+            make the forced top-1 pick the first position and can flip ``c_j >= tau``, which changes NFE.
 
     Returns:
         ``(x0, commit)``: ``x0 [1, ℓ]`` proposed tokens (equal to ``x_blk`` off the masked positions) and
@@ -40,8 +45,10 @@ def select_transfer(
             f"logits must be [1, ℓ, V] matching x_blk [1, ℓ], got {tuple(logits.shape)} and "
             f"{tuple(x_blk.shape)}"
         )
+    if confidence_dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"confidence_dtype must be torch.float32 or torch.float64, got {confidence_dtype}")
     masked = x_blk == mask_id  # [1, ℓ]
-    logp = torch.log_softmax(logits.float(), dim=-1)  # [1, ℓ, V]
+    logp = torch.log_softmax(logits.to(confidence_dtype), dim=-1)  # [1, ℓ, V]
     # Deviation: the mask token itself is never proposed (the official code can "commit" a mask, which
     # leaves the position undecided and can stall a block on a badly trained model).
     logp[..., mask_id] = float("-inf")

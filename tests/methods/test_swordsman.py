@@ -1,9 +1,17 @@
-"""Tests for methods/swordsman (spec §6 CI list, §8 bad input)."""
+"""Tests for methods/swordsman.
+
+Official-code fixture: ``methods/swordsman/fixtures/official_thresholds.json`` holds values computed with
+``get_dynamic_threshold_by_entropy`` and ``get_transfer_index`` from zy-ansel/Swordsman
+(commit 27e73371ed2130dbe91116eb3b82b9a0b9d040d3, ``Swordsman.zip:llada/generate.py``), run on a grid of
+entropies/γ/schedules and on fp32 logits with near-tied top-1 probabilities (how: docs/methods/swordsman.md).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -255,6 +263,72 @@ def test_threshold_bad_input():
         dynamic_threshold(1.0, 1.0, 0.9, 0.7, 1.0, "zigzag")
     with pytest.raises(ValueError, match="h_cur"):
         dynamic_threshold(float("nan"), 1.0)
+
+
+OFFICIAL = json.loads(
+    (Path(__file__).resolve().parents[2] / "methods/swordsman/fixtures/official_thresholds.json").read_text()
+)
+
+
+def test_threshold_matches_official_every_schedule():
+    """330 official values: every schedule incl. ``step``, γ in {0.05 .. 3} (rescaling, k floor)."""
+    assert {r["method"] for r in OFFICIAL["thresholds"]} >= {"step", "exp", "log", "sigmoid"}
+    for r in OFFICIAL["thresholds"]:
+        ours = dynamic_threshold(
+            r["h_cur"], r["h_ref"], r["tau_max"], r["tau_min"], r["gamma"], r["method"]
+        )
+        assert ours == pytest.approx(r["tau"], abs=1e-12), r
+
+
+def test_threshold_official_rescaling_vs_unscaled():
+    # γ = 2, r = 0.5: official rescales r -> 2*0.5 - 1 = 0 -> τ_min; unscaled linear gives the midpoint.
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "linear") == pytest.approx(0.3)
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "linear", rule="unscaled") == pytest.approx(0.6)
+    # power_decay keeps the raw ratio under both rules: r**γ = 0.25
+    for rule in ("official", "unscaled"):
+        assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "power_decay", rule) == pytest.approx(0.45)
+    # k floor: γ = 0.01 behaves as k = 0.1 for exp (official), as k = 0.01 unscaled
+    k = 0.1
+    want = 0.3 + 0.6 * (1 - math.exp(-k * 0.5)) / (1 - math.exp(-k))
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 0.01, "exp") == pytest.approx(want)
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 0.01, "exp", "unscaled") != pytest.approx(want)
+    # step: three levels
+    assert [dynamic_threshold(h, 1.0, 0.9, 0.3, 1.0, "step") for h in (0.3, 0.5, 0.9)] == [
+        pytest.approx(0.3), pytest.approx(0.3 + 0.6 * 0.7), pytest.approx(0.9)
+    ]
+    # old names are aliases of the official ones
+    for old, new in (("cosine", "sigmoid"), ("circular", "elliptical"), ("exponential", "exp")):
+        assert dynamic_threshold(0.7, 1.5, 0.9, 0.3, 1.5, old) == dynamic_threshold(0.7, 1.5, 0.9, 0.3, 1.5, new)
+    with pytest.raises(ValueError, match="rule"):
+        dynamic_threshold(1.0, 1.0, rule="official2")
+
+
+def _official_case(c):
+    z = torch.tensor(c["logits"], dtype=torch.float32)[None]  # fp32 model logits, [1, L, V]
+    m = torch.tensor(c["mask"])[None]
+    x = torch.where(m, torch.tensor(c["mask_id"]), torch.zeros((), dtype=torch.long))
+    return z, m, x
+
+
+def test_select_transfer_fp64_matches_official_on_near_ties():
+    flips = 0
+    for c in OFFICIAL["transfer"]:
+        z, m, x = _official_case(c)
+        x0, commit = select_transfer(z, x, c["mask_id"], c["tau"])  # default float64
+        assert commit[0].tolist() == c["transfer"]
+        assert x0[0][m[0]].tolist() == torch.tensor(c["x0"])[m[0]].tolist()
+        _, commit32 = select_transfer(z, x, c["mask_id"], c["tau"], confidence_dtype=torch.float32)
+        flips += commit32[0].tolist() != c["transfer"]
+    assert flips > 0  # fp32 confidences tie and pick another position on some cases
+    with pytest.raises(TypeError, match="confidence_dtype"):
+        select_transfer(z, x, c["mask_id"], 0.9, confidence_dtype=torch.float16)
+
+
+def test_config_rejects_bad_rule_and_dtype():
+    with pytest.raises(ValueError, match="threshold_rule"):
+        SwordsmanConfig(threshold_rule="x")
+    with pytest.raises(ValueError, match="confidence_dtype"):
+        SwordsmanConfig(confidence_dtype="bfloat16")
 
 
 # ----------------------------------------------------------------------------- unmasking
