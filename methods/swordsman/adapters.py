@@ -1,4 +1,4 @@
-"""Model adapters: one interface over LLaDA, Dream and tiny masked LMs (spec §3.4, §4).
+"""Model adapters: one interface over LLaDA, Dream and tiny masked LMs.
 
 The decoder needs three things from a masked-diffusion LM: a full forward pass whose logits are aligned so
 that ``logits[:, j]`` predicts ``x[:, j]``, an optional KV cache from that pass, and a cheap forward over the
@@ -129,7 +129,7 @@ class HFDiffusionAdapter:
     def block_forward(
         self, x: torch.Tensor, start: int, end: int, past: Any, cache: str
     ) -> torch.Tensor:
-        """Logits ``[1, end - start, V]`` for the block ``[start, end)`` (spec §3.4 lines 8-10)."""
+        """Logits ``[1, end - start, V]`` for the block ``[start, end)``."""
         if cache not in self.supports:
             raise ValueError(
                 f"cache={cache!r} not supported by this model ({sorted(self.supports)})"
@@ -197,7 +197,7 @@ class LLaDAAdapter(HFDiffusionAdapter):
 
 
 class DreamAdapter(HFDiffusionAdapter):
-    """Dream (Dream-org/Dream-v0-Base-7B): next-token logits, shifted right by one (spec §3.1)."""
+    """Dream (Dream-org/Dream-v0-Base-7B): next-token logits, shifted right by one."""
 
     def __init__(self, model, mask_id: int, eos_ids=(), supports=None):
         super().__init__(model, mask_id, eos_ids, shift_logits=True, supports=supports)

@@ -1,4 +1,4 @@
-"""Block-syntax alignment rate (spec §5 ablation, §9.5).
+"""Block-syntax alignment rate.
 
 The paper reports how often decoder block boundaries coincide with syntactic segment boundaries (78% for
 Swordsman vs 12-16% for fixed blocks). The segmentation procedure is not published; here the caller

@@ -1,4 +1,4 @@
-"""Configuration of Swordsman decoding (spec §3.6, official code defaults).
+"""Configuration of Swordsman decoding.
 
 One dataclass holds every knob of the decoder: the entropy-driven partition (§3.2), the dynamic
 parallel-unmasking threshold (§3.3) and the cache mode (§3.4). The Fast-dLLM fixed-block baseline is the
@@ -21,13 +21,13 @@ CONFIDENCE_DTYPES = ("float64", "float32")
 class SwordsmanConfig:
     """Hyper-parameters of Swordsman decoding.
 
-    Partition (spec §3.2):
+    Partition:
         min_block_len: smallest block length ``m_min`` (repo default 1).
         max_block_len: largest block length ``M_max`` (repo default 32).
         min_jump: smallest entropy increase ``δ`` that counts as a boundary (repo default 0.01).
         metric: uncertainty used for the partition; ``"entropy"`` in the paper.
 
-    Dynamic threshold (spec §3.3):
+    Dynamic threshold:
         tau_max: threshold at the start of a block (``base_threshold`` = 0.9).
         tau_min: floor the threshold decays to (0.7 LLaDA, 0.0 Dream in the repo).
         gamma: exponent/shape of the schedule (effective 1.0 on LLaDA, 0.5 on Dream; see docs).
@@ -38,7 +38,7 @@ class SwordsmanConfig:
         confidence_dtype: ``"float64"`` (official LLaDA ``get_transfer_index``) or ``"float32"``;
             decides near-ties of the commit confidences.
 
-    Decoding (spec §3.4):
+    Decoding:
         gen_length: number of generated positions ``G`` (512 in the paper).
         cache: ``"none"``, ``"prefix"`` or ``"dual"`` KV cache.
         temperature: 0 = greedy (the evaluated setting).

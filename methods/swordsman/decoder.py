@@ -1,6 +1,6 @@
 """Semi-autoregressive block decoders: Swordsman, the fixed-block Fast-dLLM baseline and vanilla LLaDA.
 
-Implements spec §3.4 (``SWORDSMAN``): at each block start one full forward pass gives every masked
+Implements (``SWORDSMAN``): at each block start one full forward pass gives every masked
 position's prediction; its entropies place the block's right edge (``next_block_length``, §3.2) and its
 logits serve as the block's first denoising step. Inside the block, tokens whose confidence clears the
 dynamic threshold (``dynamic_threshold``, §3.3) are committed in parallel until the block is full.
@@ -104,7 +104,7 @@ def swordsman_generate(
     cfg: SwordsmanConfig | None = None,
     generator: torch.Generator | None = None,
 ) -> DecodeResult:
-    """Decode ``cfg.gen_length`` tokens with entropy-driven blocks and dynamic unmasking (spec §3.4).
+    """Decode ``cfg.gen_length`` tokens with entropy-driven blocks and dynamic unmasking.
 
     Degenerate settings: ``min_block_len == max_block_len = B`` gives fixed blocks of ``B``;
     ``tau_min == tau_max = τ`` gives a fixed threshold; both together reproduce

@@ -1,4 +1,4 @@
-"""lm-evaluation-harness front end for the paper-scale runs (spec §5, §7).
+"""lm-evaluation-harness front end for the paper-scale runs.
 
 ``generate_text`` turns one harness request (a few-shot context and stop sequences) into a Swordsman or
 Fast-dLLM decode and returns the text plus the throughput statistics the paper reports (tokens per second
@@ -259,7 +259,7 @@ def _coerce(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(stats: list[dict[str, Any]]) -> dict[str, float]:
-    """Throughput over a run: TPS = Σ tokens / Σ seconds, mean latency and NFE (spec §5)."""
+    """Throughput over a run: TPS = Σ tokens / Σ seconds, mean latency and NFE."""
     if not stats:
         return {"tps": float("nan"), "latency_s": float("nan"), "nfe": float("nan")}
     secs = sum(s["seconds"] for s in stats)

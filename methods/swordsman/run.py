@@ -1,9 +1,9 @@
-"""CPU toy for Swordsman (spec §6): adaptive vs fixed blocks, with and without the dynamic threshold.
+"""CPU toy for Swordsman: adaptive vs fixed blocks, with and without the dynamic threshold.
 
 Trains a tiny bidirectional masked-diffusion LM on the synthetic phrase grammar (``toy.py``), then decodes
 the same held-out prompts greedily with six decoders sharing one hyper-parameter setting:
 
-- ``fixed``: Fast-dLLM, fixed blocks of ``block_len`` and τ = ``tau_max`` (spec §6 arm A);
+- ``fixed``: Fast-dLLM, fixed blocks of ``block_len`` and τ = ``tau_max``;
 - ``fixed_dpu``: fixed blocks + dynamic threshold (B); ``adaptive``: entropy partition + fixed τ (C);
 - ``swordsman``: entropy partition + dynamic threshold (D);
 - ``fixed_dpu_stress`` / ``swordsman_stress``: B and D with τ_min = ``stress_tau_min`` (E).
@@ -53,7 +53,7 @@ HEADLINE: tuple[str, str] = ("swordsman/alignment", "fixed/alignment")
 
 @dataclass
 class ToyConfig:
-    """Sizes of the CPU toy (spec §6)."""
+    """Sizes of the CPU toy."""
 
     gen_length: int = 32
     max_phrases: int = 6

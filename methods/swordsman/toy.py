@@ -1,4 +1,4 @@
-"""CPU toy for Swordsman (spec §6): a constituent grammar and a tiny masked-diffusion LM.
+"""CPU toy for Swordsman: a constituent grammar and a tiny masked-diffusion LM.
 
 Grammar. Phrases come in 4 categories of fixed lengths (3, 4, 5, 6). A phrase is a head token (uniform
 over the category's 6 heads, the uncertain start of a constituent) followed by one of 3 fixed body
@@ -182,7 +182,7 @@ def train_mdm(
     seed: int = 0,
     weighting: str = "elbo",
 ) -> list[float]:
-    """Masked-diffusion training (spec §6); returns the loss per step.
+    """Masked-diffusion training; returns the loss per step.
 
     ``weighting="elbo"`` is the LLaDA objective ``Σ masked CE / (t · G)``; ``"mean"`` averages the CE over
     the masked tokens of the batch (no ``1/t`` factor: lower-variance gradients for the tiny toy model).

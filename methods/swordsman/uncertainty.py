@@ -1,4 +1,4 @@
-"""Per-position uncertainty of a masked-diffusion LM's predictions (spec §3.1-3.2).
+"""Per-position uncertainty of a masked-diffusion LM's predictions.
 
 The paper drives its block partition with the predictive entropy ``H_j = -Σ_v p_j(v) log p_j(v)`` of every
 position; the official code also offers other uncertainty signals, reproduced here. All are computed in
@@ -20,7 +20,7 @@ def _check_finite(logits: torch.Tensor) -> None:
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy (nats) of ``softmax(logits)`` at each position (spec §3.1).
+    """Shannon entropy (nats) of ``softmax(logits)`` at each position.
 
     Args:
         logits: ``[B, L, V]`` (or ``[L, V]``) unnormalised scores.
@@ -41,7 +41,7 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def uncertainty(logits: torch.Tensor, metric: str = "entropy", topk: int = 10) -> torch.Tensor:
-    """Uncertainty signal used to place block boundaries (spec §3.2, repo ``metric``).
+    """Uncertainty signal used to place block boundaries.
 
     ``entropy``: ``H``; ``confidence``: ``1 - max p``; ``varentropy``: ``Var_p[-log p]``;
     ``gap``: ``1 - (p_1 - p_2)``; ``gini``: ``1 - Σ p²``; ``topk_entropy``: entropy of the top-``topk``
