@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 import subprocess
 import sys
 import tempfile
@@ -109,31 +110,90 @@ class WorkflowExecutor:
 
 
 # ----------------------------------------------------------------------------- tools
-def syntax_check(content: str) -> str | None:
-    """FAILURE when a ``.py`` file does not parse, else pass the content through."""
+_PLACEHOLDERS = {  # official tools/empty_detect.py: one regex per marker, matched line by line
+    "pass": re.compile(r"\bpass\b"),
+    "TODO": re.compile(r"#\s*TODO"),
+    "FIXME": re.compile(r"#\s*FIXME"),
+    "HACK": re.compile(r"#\s*HACK"),
+    "XXX": re.compile(r"#\s*XXX"),
+}
+_DEF = re.compile(r"\s*def\s+(\w+)\s*\(")
+
+
+def _with_report(content: str, tool: str, report: str) -> str:
+    """The tool step's message to the next agent: content, the tool's report, a fix request."""
+    return f"{content}\n\n{tool} report:\n{report}\nPlease fix the code based on the report."
+
+
+def syntax_report(content: str) -> str | None:
+    """Syntax errors of every code file, one line each; ``None`` when all files parse.
+
+    Same lines as the official ``tools/syntax_error_checker.py``:
+    ``File: <name>, Line: <l>, Column: <c>, Error: <msg>``.
+    """
+    errors = []
     for name, code in parse_project(content).items():
-        if name.endswith(".py"):
-            try:
-                ast.parse(code)
-            except SyntaxError:
-                return None
-    return content
-
-
-def empty_detect(content: str) -> str | None:
-    """FAILURE when there is no code or every function body is ``pass``; else pass through."""
-    files = parse_project(content)
-    if not files:
-        return None
-    for code in files.values():
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
+        if not name.endswith(".py"):  # Deviation: the official parses every file (see docs)
             continue
-        fns = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-        if fns and all(len(f.body) == 1 and isinstance(f.body[0], ast.Pass) for f in fns):
-            return None
-    return content
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:
+            errors.append(
+                f"File: {name}, Line: {exc.lineno}, Column: {exc.offset}, Error: {exc.msg}"
+            )
+        except Exception as exc:  # e.g. null bytes
+            errors.append(f"File: {name}, An unexpected parsing error occurred: {exc}")
+    return "Syntax error check found issues:\n" + "\n".join(errors) if errors else None
+
+
+def placeholder_report(content: str) -> str | None:
+    """Lines holding ``pass`` / ``# TODO`` / ``# FIXME`` / ``# HACK`` / ``# XXX``, grouped by file
+    and enclosing ``def``; ``None`` when there are none (official ``tools/empty_detect.py``)."""
+    report: dict[str, dict[str | None, list[tuple[int, str, str]]]] = {}
+    for name, code in parse_project(content).items():
+        scope: str | None = None
+        for lineno, line in enumerate(code.splitlines(), start=1):
+            m = _DEF.match(line)
+            if m:
+                scope = m.group(1)
+            for key, pat in _PLACEHOLDERS.items():
+                if pat.search(line):
+                    report.setdefault(name, {}).setdefault(scope, []).append(
+                        (lineno, key, line.strip())
+                    )
+    if not report:
+        return None
+    lines = []
+    for name, scopes in report.items():
+        lines.append(f"File '{name}' contains placeholders:")
+        for scope, issues in scopes.items():
+            lines.append(f"  Scope '{scope or '<module>'}':")
+            lines.extend(f"    Line {n}: {key} - {src}" for n, key, src in issues)
+    return "\n".join(lines)
+
+
+def syntax_check(content: str) -> str:
+    """Syntax-checker tool step (official ``ToolAgent.query`` + ``MCTSNode.action``).
+
+    No code, or every file parses → the content passes through unchanged. Otherwise the content
+    goes on with the syntax report and a request to fix it appended, so the next agent can
+    repair it; a finding never ends the chain (the toy's FAILURE variant is
+    ``methods.agentxray.toy.toy_syntax_check``).
+    """
+    report = syntax_report(content)
+    return content if report is None else _with_report(content, "Syntax check", report)
+
+
+def empty_detect(content: str) -> str:
+    """Placeholder-detector tool step (official ``tools/empty_detect.py`` + ``ToolAgent.query``).
+
+    No code → pass through (official: "No code files found to check." has no effect). Lines
+    with ``pass`` or ``# TODO``-style markers → the content with the report and a fix request
+    appended. Deviation: with no finding the content passes through unchanged, where the
+    official wraps it in its fix-request template with "No issues found" (see docs).
+    """
+    report = placeholder_report(content)
+    return content if report is None else _with_report(content, "Empty detect", report)
 
 
 def compiler_tool(timeout: float = 30.0, mem_mb: int = 1024) -> Tool:

@@ -226,31 +226,44 @@ class AgentXRaySearch:
 
     # ------------------------------------------------------------------ selection / expansion
     def _next_primitive(self, v: Node, task: str) -> Primitive | None:
-        """Quota rules of §3.5: which kind of child to add next, and which primitive."""
+        """Quota rules of the official ``MCTSNode.best_child_for_train``: which child to add.
+
+        In order, the first rule that applies: (1) no agent child yet and the generator yields
+        a profile → that agent; (2) agents but no tool → a random unused tool; (3) fewer than A
+        agents and a profile → an agent; (4) fewer than Tq tools → a tool; (5) a profile → an
+        agent; (6) any unused tool → a tool. When the generator yields no profile the tool rules
+        still apply (official), so a node is never left unexpanded while tools remain.
+        Profiles are generated lazily, only when an agent rule is reached.
+        """
         cfg = self.cfg
         agents = [c.primitive for c in v.children if c.primitive.kind == "agent"]
         used_tools = {c.primitive.name for c in v.children if c.primitive.kind == "tool"}
         free_tools = [t for t in self.space.tool_names if t not in used_tools]
         n_tools = len(used_tools)
         tq = cfg.tool_quota if self.space.tool_names else 0
-        if not agents:
-            order = ["agent"]
-        elif n_tools == 0 and tq > 0:
-            order = ["tool", "agent"]
-        elif len(agents) < cfg.agent_quota:
-            order = ["agent", "tool"]
-        elif n_tools < tq:
-            order = ["tool", "agent"]
-        else:
-            order = ["agent", "tool"]
-        for kind in order:
-            if kind == "tool" and free_tools and n_tools < max(tq, 1) and tq > 0:
-                return self.space.tool(self.rng.choice(free_tools))
-            if kind == "agent":
+        cache: list[list[Primitive]] = []
+
+        def profiles() -> list[Primitive]:
+            if not cache:
                 k = max(1, cfg.agent_quota - len(agents)) if cfg.full_profile_quota else 1
-                new = self.space.new_agents(task, agents, k)
-                if new:
-                    return self.rng.choice(new)
+                cache.append(self.space.new_agents(task, agents, k))
+            return cache[0]
+
+        def tool() -> Primitive:
+            return self.space.tool(self.rng.choice(free_tools))
+
+        if not agents and profiles():
+            return self.rng.choice(profiles())
+        if agents and n_tools == 0 and free_tools and tq > 0:
+            return tool()
+        if len(agents) < cfg.agent_quota and profiles():
+            return self.rng.choice(profiles())
+        if n_tools < tq and free_tools:
+            return tool()
+        if profiles():
+            return self.rng.choice(profiles())
+        if free_tools and tq > 0:
+            return tool()
         return None
 
     def select_or_expand(self, v: Node, task: str) -> Node | None:
@@ -267,8 +280,8 @@ class AgentXRaySearch:
                 return v.add(p, cfg.max_depth)
         if not v.children:
             return None
-        best = max(self.ucb(v, c) for c in v.children)
-        return self.rng.choice([c for c in v.children if self.ucb(v, c) == best])
+        # ties go to the first child, as ``max`` does in the official ``_basic_child_selection``
+        return max(v.children, key=lambda c: self.ucb(v, c))
 
     # ------------------------------------------------------------------ simulation
     def _reward(self, content: str | None, target: str) -> float:

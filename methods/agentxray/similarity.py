@@ -138,22 +138,27 @@ def codes_to_content(files: dict[str, str]) -> str:
     return "\n\n".join(parts) + ("\n" if parts else "")
 
 
-def tfidf_cosine(a: str, b: str) -> float:
-    """TF-IDF cosine between two raw strings (scikit-learn); both empty → 1, one empty → 0."""
+def tfidf_cosine(a: str, b: str, *, token_pattern: str = r"(?u)\b\w\w+\b") -> float:
+    """TF-IDF cosine between two raw strings (official ``evaluation.calculate_similarity``).
+
+    scikit-learn's ``TfidfVectorizer`` with its default token pattern (tokens of 2+ word
+    characters, as the official code uses it); a pattern of 1+ word characters also keeps
+    1-character tokens. Both empty → 1, one empty → 0, no token on either side → 0 (the
+    official returns 0 when the vectorizer fails on an empty vocabulary).
+    """
     if not isinstance(a, str) or not isinstance(b, str):
         raise TypeError("tfidf_cosine expects two strings")
-    ea, eb = not a.strip(), not b.strip()
-    if ea and eb:
+    if not a and not b:
         return 1.0
-    if ea or eb:
+    if not a or not b:
         return 0.0
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.metrics.pairwise import cosine_similarity
 
     try:
-        mat = TfidfVectorizer(token_pattern=r"(?u)\b\w+\b").fit_transform([a, b])
-    except ValueError:  # empty vocabulary (punctuation only)
-        return float(a.strip() == b.strip())
+        mat = TfidfVectorizer(token_pattern=token_pattern).fit_transform([a, b])
+    except ValueError:  # empty vocabulary (no token of the pattern)
+        return 0.0
     return float(min(1.0, max(0.0, cosine_similarity(mat[0], mat[1])[0, 0])))
 
 

@@ -17,7 +17,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .executor import empty_detect, syntax_check
 from .primitives import Primitive
 from .similarity import codes_to_content, parse_project
 
@@ -359,9 +358,39 @@ def _dependency_extractor(content: str) -> str | None:
     return codes_to_content(files)
 
 
+def toy_syntax_check(content: str) -> str | None:
+    """Toy tool (spec §6): FAILURE (``None``) when a ``.py`` file does not parse, else pass through.
+
+    The paper path's ``executor.syntax_check`` instead appends a report and passes the content on.
+    """
+    for name, code in parse_project(content).items():
+        if name.endswith(".py"):
+            try:
+                ast.parse(code)
+            except SyntaxError:
+                return None
+    return content
+
+
+def toy_empty_detect(content: str) -> str | None:
+    """Toy tool: FAILURE when there is no code or every function body is ``pass``."""
+    files = parse_project(content)
+    if not files:
+        return None
+    for code in files.values():
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        fns = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+        if fns and all(len(f.body) == 1 and isinstance(f.body[0], ast.Pass) for f in fns):
+            return None
+    return content
+
+
 TOY_TOOLS: dict[str, Callable[[str], str | None]] = {
-    "syntax_check": syntax_check,
-    "empty_detect": empty_detect,
+    "syntax_check": toy_syntax_check,
+    "empty_detect": toy_empty_detect,
     "formatter": _formatter,
     "dependency_extractor": _dependency_extractor,
 }
