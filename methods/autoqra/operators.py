@@ -1,4 +1,4 @@
-"""Search operators of AutoQRA Stage 1 (spec §3.4, Eqs. 4-6, 11).
+"""Search operators of AutoQRA Stage 1 (Eqs. 4-6, 11; official `autoqra/search/operators.py`).
 
 Budget repair (greedy cheapest-importance downgrade, Eqs. 4-5), the importance warm start (Eq. 6), jitter,
 importance-guided and coupled mutation, uniform crossover, the low-bit cap and the atomic distance /
@@ -14,6 +14,7 @@ from .memory import MemoryModel
 from .space import BudgetInfeasibleError, QRConfig, SearchSpace
 
 EPS = 1e-8
+JITTER_MODES = ("official", "single_check")
 
 
 def _downgrade_options(
@@ -100,18 +101,47 @@ def cap_lowbit(cfg: QRConfig, space: SearchSpace, importance: Importance, max_fr
     return cfg, frozenset(promote)
 
 
-def jitter(cfg: QRConfig, space: SearchSpace, memory: MemoryModel, budget: float, rng):
-    """Up to 4 random resets of one layer's q (p = 0.5) or r; if over budget, with p = 0.5 drop another
-    random layer's q or r to its minimum (spec §3.4)."""
-    for _ in range(int(rng.integers(1, 5))):
+def jitter(
+    cfg: QRConfig,
+    space: SearchSpace,
+    memory: MemoryModel,
+    budget: float,
+    rng,
+    max_jitter: int = 4,
+    mode: str = "official",
+):
+    """Random resets that diversify the warm-started population.
+
+    ``mode="official"`` (default) follows ``jitter_configuration`` in the official
+    ``autoqra/search/operators.py``: exactly ``max_jitter`` (4) resets of one random layer's q (p = 0.5) or
+    r to a random ladder value, each followed by a budget check that, when the configuration is over budget,
+    with p = 0.5 drops another random layer's q or r to its minimum. ``mode="single_check"`` is this
+    repository's earlier variant: 1-4 resets and one budget check after them.
+    """
+    if mode not in JITTER_MODES:
+        raise ValueError(f"mode must be one of {JITTER_MODES}, got {mode!r}")
+    if max_jitter < 1:
+        raise ValueError(f"max_jitter must be >= 1, got {max_jitter}")
+
+    def _drop(c: QRConfig) -> QRConfig:
+        if memory.total_bytes(c) > budget and rng.random() < 0.5:
+            j = int(rng.integers(c.num_layers))
+            return (
+                _set(c, j, "q", space.Q[0]) if rng.random() < 0.5 else _set(c, j, "r", space.R[0])
+            )
+        return c
+
+    n = max_jitter if mode == "official" else int(rng.integers(1, max_jitter + 1))
+    for _ in range(n):
         i = int(rng.integers(cfg.num_layers))
         if rng.random() < 0.5:
             cfg = _set(cfg, i, "q", int(rng.choice(space.Q)))
         else:
             cfg = _set(cfg, i, "r", int(rng.choice(space.R)))
-    if memory.total_bytes(cfg) > budget and rng.random() < 0.5:
-        j = int(rng.integers(cfg.num_layers))
-        cfg = _set(cfg, j, "q", space.Q[0]) if rng.random() < 0.5 else _set(cfg, j, "r", space.R[0])
+        if mode == "official":
+            cfg = _drop(cfg)
+    if mode == "single_check":
+        cfg = _drop(cfg)
     return cfg
 
 

@@ -60,6 +60,16 @@ class EvolutionConfig:
         None  # default: pop // 2 children by crossover (+ mutation) per generation
     )
     surrogate_min_samples: int = 10
+    # Official-code behaviour by default (autoqra/search/phase2_evolution.py @ 66a5de5); the earlier
+    # choices of this repository stay available as options (docs/methods/autoqra.md, deviations).
+    surrogate_training: str = "official"  # "official" (warm refit per pair) | "scratch"
+    jitter_mode: str = (
+        "official"  # "official" (4 resets, a budget check after each) | "single_check"
+    )
+    init_promotion: str = (
+        "first"  # "first" k members (official) | "surrogate" (top-k by prediction)
+    )
+    hv_include_init: bool = False  # official: the HV history starts at the first generation
 
     def __post_init__(self) -> None:
         self.offspring_ops = tuple(self.offspring_ops)
@@ -71,6 +81,13 @@ class EvolutionConfig:
             raise ValueError(f"k_neighbors must be >= 1, got {self.k_neighbors}")
         if self.gens < 0:
             raise ValueError(f"gens must be >= 0, got {self.gens}")
+        for name, val, ok in (
+            ("surrogate_training", self.surrogate_training, ("official", "scratch")),
+            ("jitter_mode", self.jitter_mode, ("official", "single_check")),
+            ("init_promotion", self.init_promotion, ("first", "surrogate")),
+        ):
+            if val not in ok:
+                raise ValueError(f"{name} must be one of {ok}, got {val!r}")
         bad = [o for o in self.offspring_ops if o not in OFFSPRING_OPS]
         if bad or not self.offspring_ops:
             raise ValueError(
@@ -197,7 +214,9 @@ class MultiFidelityEvolution:
         self.op_counts = {"crossover": 0, "mutation": 0, "coupled": 0, "neighbors": 0, "jitter": 0}
         self.n_evals = {"low": 0, "high": 0}
         self.surrogate = FidelitySurrogate(
-            min_samples=self.cfg.surrogate_min_samples, seed=self.seed
+            min_samples=self.cfg.surrogate_min_samples,
+            seed=self.seed,
+            training=self.cfg.surrogate_training,
         )
         self.surrogate_keys: list[str] = []
         self.next_gen = 0
@@ -258,10 +277,12 @@ class MultiFidelityEvolution:
         self.op_counts, self.n_evals = st["op_counts"], st["n_evals"]
         self.next_gen = st["next_gen"]
         self.surrogate_keys = list(st["surrogate_keys"])
-        for key in self.surrogate_keys:  # same pairs in the same order: the refit is identical
+        per_pair = self.surrogate.refit_per_pair
+        for key in self.surrogate_keys:  # same pairs in the same order: the refits are identical
             rec = self.records[key]
-            self.surrogate.update(self._features(rec), rec.phigh, refit=False)
-        self.surrogate.fit()
+            self.surrogate.update(self._features(rec), rec.phigh, refit=per_pair)
+        if not per_pair:
+            self.surrogate.fit()
         logger.info(
             "resumed AutoQRA search at generation %d (%d records)", self.next_gen, len(self.records)
         )
@@ -289,15 +310,20 @@ class MultiFidelityEvolution:
         self.records[c.key()] = rec
         return rec
 
-    def _promote(self, recs: list[Record]) -> None:
-        ranked = sorted(recs, key=lambda r: -self.surrogate.predict(self._features(r)))
-        for rec in ranked[: self.cfg.promote_k]:
+    def _promote(self, recs: list[Record], ranked: bool = True) -> None:
+        """HF-evaluate ``promote_k`` of ``recs``: the surrogate's top-k, or (``ranked=False``) the first k
+        in population order, as the official initial promotion (``high_fid=(i < promote_k)``)."""
+        if ranked:
+            recs = sorted(recs, key=lambda r: -self.surrogate.predict(self._features(r)))
+        per_pair = self.surrogate.refit_per_pair
+        for rec in recs[: self.cfg.promote_k]:
             if rec.mem > self.budget:  # never promote an over-budget configuration
                 continue
             rec.phigh = self._evaluate(rec.cfg, "high").perf
-            self.surrogate.update(self._features(rec), rec.phigh, refit=False)
+            self.surrogate.update(self._features(rec), rec.phigh, refit=per_pair)
             self.surrogate_keys.append(rec.cfg.key())
-        self.surrogate.fit()
+        if not per_pair:
+            self.surrogate.fit()
 
     def _offspring(self) -> list[tuple[QRConfig, str]]:
         parents = [self.records[k].cfg for k in self.population]
@@ -337,7 +363,7 @@ class MultiFidelityEvolution:
                     out.append((n, "neighbors"))
         return out
 
-    def _select(self) -> None:
+    def _select(self, record_hv: bool = True) -> None:
         keys = list(self.records)
         recs = [self.records[k] for k in keys]
         F = np.asarray([[-self._perf(r), r.mem] for r in recs])
@@ -351,7 +377,8 @@ class MultiFidelityEvolution:
             self.hv_ref = np.asarray(
                 [0.9 * worst if worst < 0 else 1.1 * worst + 1e-12, 1.1 * F[:, 1].max()]
             )
-        self.hv_history.append(hypervolume_2d(Ff, self.hv_ref) if len(Ff) else 0.0)
+        if record_hv:
+            self.hv_history.append(hypervolume_2d(Ff, self.hv_ref) if len(Ff) else 0.0)
 
     def _converged(self) -> bool:
         w = self.cfg.hv_window
@@ -368,10 +395,13 @@ class MultiFidelityEvolution:
             init = [c0]
             for _ in range(self.cfg.pop - 1):
                 self.op_counts["jitter"] += 1
-                init.append(self._fix(jitter(c0, self.space, self.memory, self.budget, self.rng)))
+                c = jitter(
+                    c0, self.space, self.memory, self.budget, self.rng, mode=self.cfg.jitter_mode
+                )
+                init.append(self._fix(c))
             recs = [r for r in (self._add_low(c, 0, "init") for c in init) if r is not None]
-            self._promote(recs)
-            self._select()
+            self._promote(recs, ranked=self.cfg.init_promotion == "surrogate")
+            self._select(record_hv=self.cfg.hv_include_init)
             self.next_gen = 1
             self._save_state()
         while self.next_gen <= self.cfg.gens:
