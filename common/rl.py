@@ -23,8 +23,10 @@ b prompts on this process, T completion tokens, F reward functions.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 import trl
@@ -36,38 +38,262 @@ TRL_TARGET_VERSION = "1.16.0"
 """The TRL release whose private methods this module overrides (see the module docstring)."""
 
 __all__ = [
+    "ADVANTAGE_OPTIONS",
+    "ALL",
+    "LOSS_OPTIONS",
+    "LOSS_TYPES",
     "TRL_TARGET_VERSION",
     "GroupAdvantageGRPOTrainer",
     "cpu_grpo_kwargs",
+    "reduce_token_loss",
     "trl_group_advantages",
 ]
 
+ALL = "all"
+"""Marker for :attr:`GroupAdvantageGRPOTrainer.ADVANTAGE_SUPPORT` / ``POLICY_LOSS_SUPPORT``: the hook
+honours every value of every TRL option of its kind (it delegates to TRL's own code)."""
 
-def trl_group_advantages(rewards: Tensor, eps: float = 1e-4, scale: bool = True) -> Tensor:
-    """TRL's default group-normalised advantage, as a pure function (GRPO, Shao et al. 2024).
+ADVANTAGE_OPTIONS: tuple[str, ...] = ("scale_rewards", "multi_objective_aggregation")
+"""The ``GRPOConfig`` fields of trl 1.16 that change how rewards become advantages (besides
+``reward_weights`` and ``num_generations``, which the trainer applies before the hook and
+``mask_truncated_completions``, which acts on the completion mask)."""
 
-    ``A_i = (r_i − mean r) / (std r + eps)`` per group, with the unbiased (Bessel) standard
-    deviation and ``eps = 1e-4`` as in trl 1.16 ``scale_rewards="group"``; ``scale=False`` gives
-    ``r_i − mean r`` (``scale_rewards="none"``). NaN rewards (unscorable completions) are left out of
-    the statistics and get advantage 0, as in TRL.
+LOSS_OPTIONS: tuple[str, ...] = (
+    "loss_type",
+    "beta",
+    "importance_sampling_level",
+    "delta",
+    "top_entropy_quantile",
+    "entropy_coef",
+    "use_adaptive_entropy",
+    "off_policy_mask_threshold",
+    "vllm_importance_sampling_correction",
+    "router_aux_loss_coef",
+)
+"""The ``GRPOConfig`` fields of trl 1.16 that change ``GRPOTrainer._compute_loss``. A
+``policy_loss`` override that does not declare one of them requires it at TRL's default (for
+``vllm_importance_sampling_correction``: off, or no vLLM). ``epsilon``/``epsilon_high`` are read
+through ``self.epsilon_low``/``self.epsilon_high`` by every clipped loss and are not checked; the
+SAPO/VESPO constants only act with their ``loss_type``, which is checked."""
+
+LOSS_TYPES: tuple[str, ...] = (
+    "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"
+)  # fmt: skip
+"""The ``loss_type`` values of trl 1.16, all reduced by :func:`reduce_token_loss`."""
+
+
+def _nanstd(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Unbiased standard deviation ignoring NaNs (``trl.trainer.utils.nanstd``)."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+        keepdim = False
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True) * count / (count - 1)
+    std = var.sqrt()
+    return std if keepdim else std.squeeze(dim)
+
+
+def trl_group_advantages(
+    rewards: Tensor,
+    eps: float = 1e-4,
+    scale: bool | str = True,
+    rewards_per_func: Tensor | None = None,
+    reward_weights: Tensor | None = None,
+    aggregation: str = "sum_then_normalize",
+) -> Tensor:
+    """TRL's advantage, as a pure function (GRPO, Shao et al. 2024; trl 1.16 ``grpo_trainer.py``).
+
+    ``aggregation="sum_then_normalize"`` (TRL's default): ``A_i = (r_i − mean r) / (std + eps)``
+    with the group mean, and the std of the group (``scale="group"`` or True), of the whole batch
+    (``scale="batch"``) or no division (``scale="none"`` or False). The standard deviation is the
+    unbiased (Bessel) one and ``eps = 1e-4``, as in trl 1.16.
+
+    ``aggregation="normalize_then_sum"`` (GDPO): each reward function is first normalised within
+    its group, ``(r_k − mean_k) / (std_k + eps)``; the weighted sum is then normalised over the
+    whole batch (mean and std of all ``B·N`` values), whatever ``scale`` says, as TRL does.
+
+    NaN rewards (unscorable completions) are left out of the statistics and get advantage 0.
 
     Args:
-        rewards: ``[B, N]`` summed rewards, one row per prompt group.
+        rewards: ``[B, N]`` summed (weighted) rewards, one row per prompt group.
         eps: Added to the standard deviation.
-        scale: Divide by the group standard deviation.
+        scale: ``"group"``/True, ``"batch"`` or ``"none"``/False (TRL's ``scale_rewards``).
+        rewards_per_func: ``[B, N, F]`` raw rewards per function; needed by ``normalize_then_sum``.
+        reward_weights: ``[F]`` weights (default all ones); used by ``normalize_then_sum``.
+        aggregation: TRL's ``multi_objective_aggregation``.
 
     Returns:
         ``[B, N]`` advantages.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape [B, N], got {tuple(rewards.shape)}")
-    mean = torch.nanmean(rewards, dim=1, keepdim=True)  # [B, 1]
-    adv = rewards - mean  # [B, N]
-    if scale:
-        count = (~torch.isnan(rewards)).sum(dim=1, keepdim=True)  # [B, 1]
-        var = torch.nanmean((rewards - mean) ** 2, dim=1, keepdim=True) * count / (count - 1)
-        adv = adv / (var.sqrt() + eps)  # [B, N]
+    scale = {True: "group", False: "none"}.get(scale, scale) if isinstance(scale, bool) else scale
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none' (or a bool), got {scale!r}")
+    n = rewards.size(1)
+    if aggregation == "sum_then_normalize":
+        mean = torch.nanmean(rewards, dim=1, keepdim=True)  # [B, 1]
+        adv = rewards - mean  # [B, N]
+        if scale == "group":
+            std = _nanstd(rewards, dim=1, keepdim=True) if n > 1 else torch.zeros_like(mean)
+            adv = adv / (std + eps)
+        elif scale == "batch":
+            std = _nanstd(rewards) if rewards.numel() > 1 else torch.zeros((), dtype=rewards.dtype)
+            adv = adv / (std + eps)
+    elif aggregation == "normalize_then_sum":
+        if rewards_per_func is None or rewards_per_func.shape[:2] != rewards.shape:
+            raise ValueError(
+                "aggregation='normalize_then_sum' needs rewards_per_func of shape [B, N, F] "
+                f"matching rewards {tuple(rewards.shape)}, got "
+                f"{None if rewards_per_func is None else tuple(rewards_per_func.shape)}"
+            )
+        f = rewards_per_func.size(2)
+        w = torch.ones(f) if reward_weights is None else reward_weights
+        w = w.to(rewards_per_func.device, rewards_per_func.dtype)
+        mean_k = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # [B, 1, F]
+        std_k = (
+            _nanstd(rewards_per_func, dim=1, keepdim=True) if n > 1 else torch.zeros_like(mean_k)
+        )
+        summed = (((rewards_per_func - mean_k) / (std_k + eps)) * w).nansum(dim=2)  # [B, N]
+        summed[torch.isnan(rewards_per_func).all(dim=2)] = torch.nan
+        std = _nanstd(summed) if summed.numel() > 1 else torch.zeros((), dtype=summed.dtype)
+        adv = (summed - torch.nanmean(summed)) / (std + eps)
+    else:
+        raise ValueError(
+            f"aggregation must be 'sum_then_normalize' or 'normalize_then_sum', got {aggregation!r}"
+        )
     return torch.nan_to_num(adv, nan=0.0)
+
+
+def reduce_token_loss(
+    per_token_loss: Tensor,
+    completion_mask: Tensor,
+    loss_type: str,
+    *,
+    mode: str = "train",
+    max_completion_length: int | None = None,
+    num_items_in_batch: Tensor | float | None = None,
+    gradient_accumulation_steps: int = 1,
+    steps_per_generation: int = 1,
+    num_processes: int = 1,
+    importance_sampling_ratio: Tensor | None = None,
+    per_token_kl: Tensor | None = None,
+    beta: float = 0.0,
+) -> Tensor:
+    """Reduce a per-token policy loss to the scalar TRL back-propagates for ``loss_type``.
+
+    This is the tail of ``GRPOTrainer._compute_loss`` in trl 1.16 (``trl/trainer/grpo_trainer.py``),
+    factored out so that a custom per-token loss (APO, KMKC, ThreadWeaver, ...) is normalised
+    exactly as TRL's own losses are, in training and in evaluation. In order it:
+
+    1. multiplies by TRL's vLLM importance-sampling correction ``importance_sampling_ratio``
+       (``π_old / π_vLLM``, token- ``[b, T]`` or sequence-level ``[b, 1]``), when given and
+       ``loss_type != "vespo"`` (VESPO folds the ratio into its gamma weights instead);
+    2. adds ``beta * per_token_kl`` when ``per_token_kl`` is given and ``beta != 0`` (after the
+       correction, as TRL does: the KL term is not importance-weighted here);
+    3. reduces over the tokens where ``completion_mask`` is 1:
+
+       * ``grpo``, ``sapo``: mean over each sequence's tokens, then over sequences;
+       * ``bnpo``: mean over all tokens of the local batch;
+       * ``dr_grpo``: sum over tokens / (``b · max_completion_length``) (Dr. GRPO, Liu et al. 2025);
+       * ``dapo``, ``cispo``, ``vespo``: sum over tokens / the token count of the whole generation
+         batch (``num_items_in_batch``, all processes) divided by ``num_processes``, rescaled in
+         training to one accumulation window by ``gradient_accumulation_steps /
+         steps_per_generation``;
+       * ``luspo``: sum over each sequence's tokens, then mean over sequences;
+    4. in training (``mode="train"``) divides every type except ``dapo``/``cispo``/``vespo`` (whose
+       normaliser already accounts for it) by ``gradient_accumulation_steps``; evaluation is not
+       accumulated, so nothing is divided there.
+
+    Masks TRL applies before the reduction (``top_entropy_quantile``'s entropy mask, the off-policy
+    mask) belong to the per-token loss; the entropy bonus and the MoE auxiliary loss TRL adds after
+    the reduction are not part of this function.
+
+    Args:
+        per_token_loss: ``[b, T]`` (or ``[b, 1]``, broadcast over tokens) per-token loss, without
+            the KL term.
+        completion_mask: ``[b, T]`` 1 on the completion tokens that count (TRL: completion mask times
+            tool mask).
+        loss_type: one of :data:`LOSS_TYPES` (TRL's ``GRPOConfig.loss_type``).
+        mode: ``"train"`` or ``"eval"``.
+        max_completion_length: TRL's ``max_completion_length``; required for ``dr_grpo``.
+        num_items_in_batch: completion tokens in the whole generation batch (TRL's batch key
+            ``"num_items_in_batch"``); required for ``dapo``, ``cispo`` and ``vespo``.
+        gradient_accumulation_steps: TRL's ``current_gradient_accumulation_steps``.
+        steps_per_generation: ``GRPOConfig.steps_per_generation``.
+        num_processes: ``accelerator.num_processes``.
+        importance_sampling_ratio: TRL's batch key ``"importance_sampling_ratio"`` when
+            ``use_vllm`` and ``vllm_importance_sampling_correction`` are on, else None.
+        per_token_kl: ``[b, T]`` KL estimate to the reference (TRL: k3, optionally times the ratio).
+        beta: KL coefficient (TRL's ``beta``).
+
+    Returns:
+        The 0-d loss to back-propagate.
+
+    Raises:
+        ValueError: unknown ``loss_type`` or ``mode``, shapes that do not broadcast to the mask, or a
+            missing ``max_completion_length`` / ``num_items_in_batch``.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}")
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    if completion_mask.dim() != 2:
+        raise ValueError(
+            f"completion_mask must have shape [b, T], got {tuple(completion_mask.shape)}"
+        )
+    b = completion_mask.size(0)
+    widths = (1, completion_mask.size(1))
+    if (
+        per_token_loss.dim() != 2
+        or per_token_loss.size(0) != b
+        or per_token_loss.size(1) not in widths
+    ):
+        raise ValueError(
+            f"per_token_loss must have shape [b, T] or [b, 1] with [b, T]="
+            f"{tuple(completion_mask.shape)}, got {tuple(per_token_loss.shape)}"
+        )
+    if gradient_accumulation_steps < 1 or steps_per_generation < 1 or num_processes < 1:
+        raise ValueError(
+            "gradient_accumulation_steps, steps_per_generation and num_processes must be >= 1, got "
+            f"{gradient_accumulation_steps}, {steps_per_generation}, {num_processes}"
+        )
+    mask = completion_mask.to(per_token_loss.dtype)
+    if importance_sampling_ratio is not None and loss_type != "vespo":
+        per_token_loss = per_token_loss * importance_sampling_ratio
+    if per_token_kl is not None and beta != 0.0:
+        per_token_loss = per_token_loss + beta * per_token_kl
+    accum = gradient_accumulation_steps if mode == "train" else 1.0
+    if loss_type in ("grpo", "sapo"):
+        loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        return loss / accum
+    if loss_type == "bnpo":
+        return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accum
+    if loss_type == "dr_grpo":
+        if max_completion_length is None or max_completion_length < 1:
+            raise ValueError(
+                f"loss_type='dr_grpo' needs max_completion_length >= 1, got {max_completion_length}"
+            )
+        loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * max_completion_length)
+        return loss / accum
+    if loss_type == "luspo":
+        return (per_token_loss * mask).sum(-1).mean() / accum
+    # dapo, cispo, vespo: normalised by the tokens of the whole generation batch.
+    if num_items_in_batch is None:
+        raise ValueError(f"loss_type={loss_type!r} needs num_items_in_batch (TRL's batch key)")
+    items = torch.as_tensor(num_items_in_batch, dtype=per_token_loss.dtype)
+    normalizer = items.to(per_token_loss.device).clamp(min=1.0) / num_processes
+    if mode == "train":  # in eval the batch is neither split across steps nor accumulated
+        normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
+    return (per_token_loss * mask).sum() / normalizer
+
+
+def _option_default(name: str) -> Any:
+    fld = {f.name: f for f in dataclasses.fields(trl.GRPOConfig)}[name]
+    if fld.default is not dataclasses.MISSING:
+        return fld.default
+    return fld.default_factory()  # type: ignore[misc]
 
 
 def cpu_grpo_kwargs(**overrides: Any) -> dict[str, Any]:
@@ -110,9 +336,12 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
       grouped per prompt (``[B, N]``, all processes), and returns ``[B, N]`` sequence-level or
       ``[B, N, T]`` token-level advantages. The trainer then slices this process's rows, so a
       prompt's completions are always normalised together even when they are spread over GPUs.
-      The default reproduces TRL's advantage for ``scale_rewards`` in ``{"group", "none"}``.
+      The default reproduces TRL's advantage for every ``scale_rewards`` and
+      ``multi_objective_aggregation`` value of trl 1.16.
     * :meth:`policy_loss` receives the local batch (TRL's input dict, with the hooked
-      ``"advantages"``) and returns the scalar loss; the default is TRL's ``_compute_loss``.
+      ``"advantages"``) and returns the scalar loss; the default is TRL's ``_compute_loss``. A
+      custom loss builds a per-token loss and reduces it with :meth:`reduce_loss` (TRL's
+      ``loss_type`` normalisation, eval branch and vLLM importance-sampling correction).
     * :meth:`completion_extras` (optional) carries per-completion values computed at generation
       time (a correctness flag, a region label) into :meth:`policy_loss`, aligned with the
       completions through TRL's shuffle and micro-batch split.
@@ -130,6 +359,73 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
     last_rewards: Tensor | None = None
     last_advantages: Tensor | None = None
 
+    ADVANTAGE_SUPPORT: ClassVar[Mapping[str, tuple[Any, ...]] | str] = ALL
+    """Which :data:`ADVANTAGE_OPTIONS` values the class's ``compute_advantages`` honours: option
+    -> allowed values (or :data:`ALL` for any value), or :data:`ALL` for every option. Read from the class that defines the hook (not inherited):
+    a subclass that overrides ``compute_advantages`` without declaring it honours none, so each of
+    these options must stay at TRL's default, else the trainer raises at construction."""
+
+    POLICY_LOSS_SUPPORT: ClassVar[Mapping[str, tuple[Any, ...]] | str] = ALL
+    """The same for :data:`LOSS_OPTIONS` and the class that defines ``policy_loss``; a loss that
+    reduces with :meth:`reduce_loss` may declare ``"loss_type": LOSS_TYPES`` (if its per-token
+    form does not depend on the type), ``"beta"`` and ``"vllm_importance_sampling_correction"``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
+        if config is not None:
+            self.check_supported_options(config)
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def _declared_support(cls, hook: str, attr: str) -> tuple[type, Mapping[str, Any] | str]:
+        owner = next(c for c in cls.__mro__ if hook in c.__dict__)
+        return owner, owner.__dict__.get(attr, {})
+
+    @classmethod
+    def check_supported_options(cls, config: trl.GRPOConfig) -> None:
+        """Raise if ``config`` sets a TRL advantage/loss option that this class's hooks ignore.
+
+        Args:
+            config: the ``GRPOConfig`` the trainer is built with.
+
+        Raises:
+            ValueError: naming the option, its value, the values the hook supports and the class
+                that defines the hook.
+        """
+        checks = (
+            ("compute_advantages", "ADVANTAGE_SUPPORT", ADVANTAGE_OPTIONS),
+            ("policy_loss", "POLICY_LOSS_SUPPORT", LOSS_OPTIONS),
+        )
+        for hook, attr, options in checks:
+            owner, support = cls._declared_support(hook, attr)
+            if support == ALL:
+                continue
+            for name in options:
+                value = getattr(config, name)
+                if name == "vllm_importance_sampling_correction":
+                    active = bool(config.use_vllm and value)
+                    allowed = support.get(name, (False,))
+                    if active and allowed != ALL and True not in allowed:
+                        raise ValueError(
+                            f"{owner.__name__}.{hook} does not implement TRL's "
+                            "vllm_importance_sampling_correction (use_vllm=True): set "
+                            "vllm_importance_sampling_correction=False or reduce the loss with "
+                            "reduce_loss and declare it in POLICY_LOSS_SUPPORT"
+                        )
+                    continue
+                if support.get(name) == ALL:
+                    continue
+                default = _option_default(name)
+                if name == "scale_rewards":
+                    default = {True: "group", False: "none"}.get(default, default)
+                allowed = tuple(support.get(name, ())) + (default,)
+                if value not in allowed:
+                    raise ValueError(
+                        f"{owner.__name__}.{hook} does not implement the GRPOConfig option "
+                        f"{name}={value!r} (supported: {sorted(set(map(repr, allowed)))}); "
+                        f"leave {name} at TRL's default {default!r}"
+                    )
+
     # ----- hooks -----------------------------------------------------------------------------
     def compute_advantages(self, rewards: Tensor, inputs: dict[str, Any]) -> Tensor:
         """Turn grouped rewards into advantages (override this).
@@ -146,12 +442,13 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
         Returns:
             ``[B, N]`` or ``[B, N, T]`` advantages (``T`` at least the local completion length).
         """
-        if self.scale_rewards not in ("group", "none"):
-            raise ValueError(
-                f"the default compute_advantages supports scale_rewards in 'group'/'none', got "
-                f"{self.scale_rewards!r}; override compute_advantages for other schemes"
-            )
-        return trl_group_advantages(rewards, scale=self.scale_rewards == "group")
+        return trl_group_advantages(
+            rewards,
+            scale=self.scale_rewards,
+            rewards_per_func=inputs["rewards_per_func"],
+            reward_weights=self.reward_weights,
+            aggregation=self.multi_objective_aggregation,
+        )
 
     def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> Tensor:
         """Scalar policy loss on one local batch (override to change the loss).
@@ -166,6 +463,53 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             The loss to back-propagate.
         """
         return super()._compute_loss(model, inputs)
+
+    def reduce_loss(
+        self,
+        per_token_loss: Tensor,
+        inputs: dict[str, Any],
+        per_token_kl: Tensor | None = None,
+        loss_type: str | None = None,
+    ) -> Tensor:
+        """:func:`reduce_token_loss` with this trainer's settings, for a :meth:`policy_loss`.
+
+        Takes the mask (completion mask times TRL's ``tool_mask``), ``loss_type``,
+        ``max_completion_length``, ``num_items_in_batch``, the accumulation steps, the mode (from
+        the model's training flag), ``beta`` and, when ``use_vllm`` and
+        ``vllm_importance_sampling_correction`` are on, the batch's ``importance_sampling_ratio``.
+
+        Args:
+            per_token_loss: ``[b', T]`` (or ``[b', 1]``) per-token loss without the KL term.
+            inputs: the batch passed to :meth:`policy_loss`.
+            per_token_kl: ``[b', T]`` KL term, added with coefficient ``beta``.
+            loss_type: overrides ``args.loss_type`` (e.g. ``"grpo"`` for a per-sequence mean).
+
+        Returns:
+            The loss to back-propagate.
+        """
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        ratio = None
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            ratio = inputs["importance_sampling_ratio"]
+        mode = "train" if self.model.training else "eval"
+        return reduce_token_loss(
+            per_token_loss,
+            mask,
+            self.loss_type if loss_type is None else loss_type,
+            mode=mode,
+            max_completion_length=self.max_completion_length,
+            num_items_in_batch=inputs.get("num_items_in_batch"),
+            gradient_accumulation_steps=(
+                self.current_gradient_accumulation_steps if mode == "train" else 1
+            ),
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+            importance_sampling_ratio=ratio,
+            per_token_kl=per_token_kl,
+            beta=self.beta,
+        )
 
     def completion_extras(self, rewards: Tensor, inputs: dict[str, Any]) -> dict[str, Tensor]:
         """Per-completion values to carry from generation into :meth:`policy_loss` (override this).
