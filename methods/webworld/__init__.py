@@ -25,6 +25,7 @@ from methods.webworld.actions import (
     BID_ACTIONS,
     Action,
     ActionParseError,
+    extract_action,
     parse_action,
     render_action,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "detect_format",
     "drop_noop_transitions",
     "evaluate",
+    "extract_action",
     "factuality",
     "filter_trajectory",
     "from_xml",

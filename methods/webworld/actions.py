@@ -1,20 +1,27 @@
-"""WebWorld's Python-style action space (spec §3.9; paper Tables 12-13).
+"""WebWorld's Python-style action space (paper Tables 12-13; upstream ``demo/prompts.py``).
 
 Actions are single calls such as ``click('59')`` or ``fill('12', 'shoes', press_enter=True)``. They are
-parsed with :mod:`ast` (never ``eval``), so only literal arguments are accepted.
+parsed with :mod:`ast` (never ``eval``), so only literal arguments are accepted. The paper's 20
+primitives are accepted, plus the three names of the upstream demo's 21-action space that the paper's
+list spells differently or lacks (``new_tab``, ``report_infeasible``, ``mouse_dblclick``). A reply in the
+demo's agent format (``<reason>...</reason><action>...</action>``, the action possibly inside a
+```` ```python ```` fence) is reduced to its action first, as ``demo/parser.py::parse_response`` does.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "ACTION_NAMES",
     "BID_ACTIONS",
+    "DEMO_ACTION_NAMES",
     "Action",
     "ActionParseError",
+    "extract_action",
     "parse_action",
     "render_action",
 ]
@@ -41,7 +48,11 @@ ACTION_NAMES: tuple[str, ...] = (
     "send_msg_to_user",
     "noop",
     "infeasible",
+    # the upstream demo's action space (demo/prompts.py::AGENT_ACTION_SPACE) adds or renames these
+    *("new_tab", "report_infeasible", "mouse_dblclick"),
 )
+DEMO_ACTION_NAMES: tuple[str, ...] = ("new_tab", "report_infeasible", "mouse_dblclick")
+_ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.S | re.I)
 # Actions whose first positional argument is an element id (bid); ids are normalised to ``str``.
 BID_ACTIONS: frozenset[str] = frozenset({"click", "fill", "select_option", "hover"})
 
@@ -66,7 +77,7 @@ class Action:
 
     def __post_init__(self) -> None:
         if self.name not in ACTION_NAMES:
-            raise ValueError(f"name must be one of the 20 WebWorld actions, got {self.name!r}")
+            raise ValueError(f"name must be one of ACTION_NAMES {ACTION_NAMES}, got {self.name!r}")
         if not isinstance(self.args, tuple):
             raise TypeError(f"args must be a tuple, got {type(self.args).__name__}")
         object.__setattr__(self, "kwargs", tuple(sorted(self.kwargs)))
@@ -88,11 +99,30 @@ def _normalise_bid(value: Any) -> str:
     return str(value)
 
 
+def extract_action(reply: str) -> str:
+    """The action text of an agent reply: the ``<action>...</action>`` span without its code fence
+    (upstream ``demo/parser.py::parse_response``), else the reply's last non-empty line.
+
+    Raises:
+        TypeError: if ``reply`` is not a string.
+    """
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    m = _ACTION_TAG.search(reply)
+    if m:
+        s = re.sub(r"^```(?:python)?", "", m.group(1).strip(), flags=re.M)
+        return re.sub(r"```$", "", s, flags=re.M).strip()
+    lines = [ln for ln in reply.strip().splitlines() if ln.strip()]
+    return lines[-1].strip().strip("`") if lines else ""
+
+
 def parse_action(text: str) -> Action:
     """Parses one action call such as ``"click('59')"`` into an :class:`Action`.
 
-    Surrounding whitespace, backticks and one pair of enclosing quotes (the chat format wraps actions
-    in single quotes, spec §3.2) are stripped first.
+    An ``<action>...</action>`` span (the demo's agent reply format) is extracted first, with its
+    ```` ``` ```` / ```` ```python ```` fence lines removed (``demo/parser.py``). Surrounding whitespace,
+    backticks and one pair of enclosing quotes (the chat format wraps actions in single quotes) are
+    then stripped.
 
     Args:
         text: the action string.
@@ -106,7 +136,8 @@ def parse_action(text: str) -> Action:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    s = text.strip().strip("`").strip()
+    s = extract_action(text) if _ACTION_TAG.search(text) else text
+    s = s.strip().strip("`").strip()
     if len(s) >= 2 and s[0] == s[-1] == "'" and s.count("(") >= 1:
         inner = s[1:-1].strip()
         try:

@@ -35,7 +35,9 @@ __all__ = [
     "aggregate",
     "evaluate",
     "factuality",
+    "load_bench_file",
     "load_bench_jsonl",
+    "load_official_eval",
     "parse_judge_json",
     "web_turing",
 ]
@@ -235,6 +237,7 @@ class BenchSample:
     action: str
     gt: str
     dim: str = "base"
+    traj: str | None = None  # the judge's trajectory text; None: rendered from ``context``
 
 
 def load_bench_jsonl(
@@ -270,6 +273,122 @@ def load_bench_jsonl(
     return out, skipped
 
 
+WEB2NAL_PROMPT = (
+    "Describe in natural language how the action below changes the web page: navigation, new or "
+    "updated content, and interface changes.\n\nPage State:\n{state}\n\nAction: {action}\n\n"
+    "Description:"
+)
+
+
+def _official_sample(row: dict, dim: str) -> BenchSample:
+    """One official single-step row ``{observation, action, next_observation}``.
+
+    The world model sees our chat format (:func:`~methods.webworld.prompts.build_messages`); the judge
+    sees the row as the upstream ``core/tasks/web_wm.py::generate_prompt`` lays it out (page state and
+    action for the trajectory; the page state alone for Web2NAL).
+    """
+    from methods.webworld.prompts import build_messages
+
+    obs, action, nxt = row["observation"], row["action"], row["next_observation"]
+    if not all(isinstance(v, str) for v in (obs, action, nxt)):
+        raise TypeError("observation, action and next_observation must be strings")
+    if dim == "Web2NAL":
+        ctx = [{"role": "user", "content": WEB2NAL_PROMPT.format(state=obs, action=action)}]
+        return BenchSample(ctx, action, nxt, dim, traj=obs)
+    traj = f"Page State:\n{obs}\n\nAction: '{action}'\n\n"
+    return BenchSample(build_messages(obs, [action]), action, nxt, dim, traj=traj)
+
+
+def _official_trajectory(traj: list, dim: str) -> BenchSample:
+    """One ``long.json`` trajectory, in either upstream layout (``core/tasks/web_wm.py``): alternating
+    ``[{observation}, {action}, {observation}, ...]`` items, or steps
+    ``{observation, action, next_observation}``. The last transition is the one predicted."""
+    from methods.webworld.prompts import build_messages
+
+    if not isinstance(traj, list) or not traj:
+        raise ValueError("trajectory must be a non-empty list")
+    first = traj[0]
+    if ("observation" in first) != ("action" in first):  # alternating items
+        if len(traj) < 3 or len(traj) % 2 == 0:
+            raise ValueError("an alternating trajectory needs observation, (action, observation)+")
+        s0 = traj[0]["observation"]
+        actions = [t["action"] for t in traj[1::2]]
+        states = [t["observation"] for t in traj[2::2]]
+    else:
+        s0 = first["observation"]
+        actions = [t["action"] for t in traj]
+        states = [t["next_observation"] for t in traj]
+    gt = states[-1]
+    msgs = build_messages(s0, actions, states[:-1])
+    parts = [f"Initial State:\n{s0}"]
+    for i, a in enumerate(actions):
+        parts.append(f"\nAction: {a}")
+        parts.append(f"\nNext State:\n{states[i]}" if i < len(actions) - 1 else "\nNext State:")
+    return BenchSample(msgs, actions[-1], gt, dim, traj="".join(parts))
+
+
+def load_official_eval(
+    path: str | Path, dim: str | None = None, max_samples: int | None = None
+) -> tuple[list[BenchSample], int]:
+    """Reads a WebWorld-Bench file in the upstream layout (``config/task_config.yaml``): JSONL rows
+    ``{observation, action, next_observation}`` (base, fine_grained, xml, ..., Web2NAL), or the JSON
+    list of ``{"trajectory": [...]}`` of ``long.json``. Malformed items are skipped and counted.
+
+    Returns:
+        ``(samples, n_skipped)``.
+    """
+    path = Path(path)
+    dim = dim or path.stem
+    out, skipped = [], 0
+    if path.suffix == ".json":
+        items = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: a long.json file must hold a JSON list of trajectories")
+        for it in items:
+            try:
+                out.append(_official_trajectory(it["trajectory"], dim))
+            except (KeyError, IndexError, TypeError, ValueError):
+                skipped += 1
+            if max_samples is not None and len(out) >= max_samples:
+                break
+    else:
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    out.append(_official_sample(json.loads(line), dim))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    skipped += 1
+                if max_samples is not None and len(out) >= max_samples:
+                    break
+    if skipped:
+        logger.warning("%s: skipped %d malformed items", path, skipped)
+    return out, skipped
+
+
+def load_bench_file(
+    path: str | Path, dim: str | None = None, max_samples: int | None = None
+) -> tuple[list[BenchSample], int]:
+    """Reads one bench file in either layout: ``.json`` (``long.json``) and JSONL rows with
+    ``observation``/``next_observation`` go to :func:`load_official_eval`, chat JSONL
+    (``{"messages": ...}``) to :func:`load_bench_jsonl`."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return load_official_eval(path, dim, max_samples)
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(row, dict) and "messages" not in row and "observation" in row:
+                    return load_official_eval(path, dim, max_samples)
+                break
+    return load_bench_jsonl(path, dim, max_samples)
+
+
 def _traj_str(context: list[dict]) -> str:
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in context if m["role"] != "system")
 
@@ -281,9 +400,15 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 8,
     judge_kw: dict | None = None,
+    temperature: float = 0.7,
+    top_p: float = 0.8,
+    max_new_tokens: int = 8192,
 ) -> dict[str, dict[str, float]]:
-    """Runs a world model (a ``ChatLLM``/``Generator``-backed :class:`WebWorldSimulator` or any
-    ``ChatLLM``) on bench samples and judges every prediction.
+    """Runs a world model (a ``Generator``, or any ``ChatLLM``) on bench samples and judges every
+    prediction.
+
+    Sampling defaults are the upstream bench's (``config/model_config.yaml``: temperature 0.7, top_p
+    0.8, 8192 tokens); a ``ChatLLM`` world model uses the settings it was built with.
 
     Returns:
         ``{dim: metrics}`` with an ``all`` entry; metrics from :func:`aggregate`.
@@ -302,7 +427,10 @@ def evaluate(
         if hasattr(world_model, "generate"):
             from common.generation import SamplingParams
 
-            outs = world_model.generate(convs, n=1, params=SamplingParams(temperature=0.0))
+            params = SamplingParams(
+                max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i
+            )
+            outs = world_model.generate(convs, n=1, params=params)
             preds += [strip_reasoning(o[0].text) for o in outs]
             trunc += [o[0].finish_reason == "length" for o in outs]
         else:
@@ -311,7 +439,7 @@ def evaluate(
     by_dim: dict[str, tuple[list, list, list]] = {}
     for s, p, tr in zip(samples, preds, trunc, strict=True):
         w = s.dim == "Web2NAL"
-        ts = _traj_str(s.context)
+        ts = s.traj if s.traj is not None else _traj_str(s.context)
         f = factuality(judge, ts, s.action, p, s.gt, web2nal=w, **(judge_kw or {}))
         t = web_turing(judge, ts, s.action, p, s.gt, rng, web2nal=w, **(judge_kw or {}))
         for key in (s.dim, "all"):

@@ -145,7 +145,9 @@ def _synth(p: Any) -> dict[str, Any]:
         reply = agent_llm.chat(
             [{"role": "user", "content": AGENT_PROMPT.format(goal=goal, state=state)}]
         )
-        return reply.strip().split("\n")[-1].strip().strip("`")
+        from methods.webworld.actions import extract_action
+
+        return extract_action(reply)  # <action> span (demo format) or the last line
 
     tasks = [(r["goal"], r["s0"]) for r in map(json.loads, Path(s.seeds).read_text().splitlines())]
     trajs, counts = synthesize(

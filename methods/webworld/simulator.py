@@ -3,8 +3,11 @@
 The context is the multi-turn chat of spec §3.2: ``system, user(s0, a0), assistant(s1), user(a1), ...``.
 Each :meth:`WebWorldSimulator.step` appends the action, asks the model for the next page state
 ``s_{t+1} ~ P(. | I, h_t)`` (Eq. 1) and appends it. A sliding window keeps at most ``2 * window``
-non-system messages by re-basing the first turn on a later predicted state (the upstream demo's
-rule, ``rebase="second_state"``). ``history="single"`` drops the history entirely and prompts with
+non-system messages by re-basing the first turn on the first predicted state and the action that
+followed it (``rebase="first_state"``, the rule of the upstream demo's
+``demo/world_model_context.py::WorldModelContext._maybe_trim``: new first turn from ``messages[1]``
+(the first reply) and the action of ``messages[2]``, keep ``messages[3:]``). ``rebase="second_state"``
+(drop two turn pairs at once) is kept as an option. ``history="single"`` drops the history entirely and prompts with
 the last state only (the toy's single-step ablation).
 """
 
@@ -57,7 +60,8 @@ class WebWorldSimulator:
         history: ``"full"`` (multi-turn context) or ``"single"`` (only the last state + action).
         temperature, top_p, max_tokens: sampling settings (paper bench: 0.7, 0.8, 8192).
         stop_at_first_line: keep only the first line of each prediction (cheap title checks).
-        rebase: ``"second_state"`` (upstream demo) or ``"first_state"`` (drop one turn pair).
+        rebase: ``"first_state"`` (default; the upstream demo's rule: drop one turn pair and re-base on
+            the first predicted state) or ``"second_state"`` (drop two pairs; an earlier choice here).
         prompts: optional ``{"system", "first_turn", "continue_turn"}`` template overrides.
         return_logprobs: put ``logprob`` (mean token log-prob) and ``confidence`` (its exp, the
             geometric-mean token probability) in ``info`` when the backend gives log-probs.
@@ -75,7 +79,7 @@ class WebWorldSimulator:
         top_p: float = 0.8,
         max_tokens: int = 8192,
         stop_at_first_line: bool = False,
-        rebase: str = "second_state",
+        rebase: str = "first_state",
         prompts: dict[str, str] | None = None,
         return_logprobs: bool = False,
     ) -> None:
@@ -144,8 +148,8 @@ class WebWorldSimulator:
                 break  # too few turns to re-base yet (window < skip)
 
     def _rebase(self) -> bool:
-        # messages[1:] = [u0, A1, u1, A2, u2, A3, ...]; "second_state" re-bases on (A2, a2) and
-        # drops u0..A2 (upstream demo), "first_state" on (A1, a1) and drops u0, A1.
+        # messages[1:] = [u0, A1, u1, A2, u2, A3, ...]; "first_state" re-bases on (A1, a1) and drops
+        # u0, A1 (upstream demo/world_model_context.py), "second_state" on (A2, a2) and drops u0..A2.
         skip = 2 if self.rebase == "second_state" else 1
         conv = self.messages[1:]
         if len(conv) < 2 * skip + 2:

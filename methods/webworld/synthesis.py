@@ -42,7 +42,7 @@ INSTANTIATE_PROMPT = (
     "{s_final}\n\nWrite one concrete task instruction that this sequence accomplishes. If it "
     "accomplishes nothing meaningful, answer NONE."
 )
-_TERMINAL = ("send_msg_to_user", "infeasible")
+_TERMINAL = ("send_msg_to_user", "infeasible", "report_infeasible")  # + the demo spelling
 
 
 def instantiate_goal(llm: Any, s0: str, actions: Sequence[str], s_final: str) -> str | None:

@@ -51,11 +51,29 @@ EXAMPLES = {
     "send_msg_to_user": 'send_msg_to_user("it\'s done")',
     "noop": "noop(wait_ms=500)",
     "infeasible": "infeasible('no such page')",
+    # the upstream demo's spellings (demo/prompts.py, AGENT_ACTION_SPACE)
+    "new_tab": "new_tab()",
+    "report_infeasible": "report_infeasible('the item does not exist')",
+    "mouse_dblclick": "mouse_dblclick(10, 20, button='left')",
 }
 
 
-def test_examples_cover_all_twenty_actions():
-    assert set(EXAMPLES) == set(ACTION_NAMES) and len(ACTION_NAMES) == 20
+def test_examples_cover_the_paper_actions_and_the_demo_spellings():
+    assert set(EXAMPLES) == set(ACTION_NAMES) and len(ACTION_NAMES) == 23
+
+
+def test_agent_reply_in_the_demo_format_is_accepted():
+    from methods.webworld import extract_action
+
+    reply = "<reason>\nThe search box is [12].\n</reason>\n\n<action>\n```python\nfill('12', 'shoes')\n```\n</action>"
+    assert extract_action(reply) == "fill('12', 'shoes')"
+    assert parse_action(reply) == parse_action("fill('12', 'shoes')")
+    assert parse_action("<ACTION>report_infeasible('gone')</ACTION>").name == "report_infeasible"
+    assert extract_action("I will click.\nclick('3')\n") == "click('3')"  # untagged: last line
+    with pytest.raises(ActionParseError):
+        parse_action("<action>open_the_door()</action>")
+    with pytest.raises(TypeError, match="reply"):
+        extract_action(None)
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -405,6 +423,37 @@ def test_simulator_sliding_window_rebase():
     assert llm.calls[-1][-1]["content"].endswith("Action: 'click('34')'\n\nNext Page State:")
 
 
+# Fixture: tests/fixtures/webworld/official_window.json, made by running the upstream demo's
+# WorldModelContext (QwenLM/WebWorld demo/world_model_context.py, read in its fork fannyunkang/WebWorld
+# @ 075c6a0) for 31 steps with window 10 and 4 on pages p1..p31 and quote-free actions; per step it
+# records the first turn's base state and action and the assistant states kept (docs/methods/webworld.md).
+@pytest.mark.parametrize("window", [10, 4])
+def test_sliding_window_default_matches_the_upstream_demo_on_every_step(window):
+    path = Path(__file__).parent.parent / "fixtures" / "webworld" / "official_window.json"
+    steps = json.loads(path.read_text())[str(window)]
+
+    def trace(rebase):
+        sim = WebWorldSimulator(
+            _counting_llm(), window=window, **({"rebase": rebase} if rebase else {})
+        )
+        sim.reset(_page(0))
+        out = []
+        for st in steps:
+            sim.step(st["action"])
+            m = re.fullmatch(
+                FIRST_TURN.format(state="(?P<s>.*)", action="(?P<a>.*)"),
+                sim.messages[1]["content"],
+                re.S,
+            )
+            kept = [x["content"] for x in sim.messages if x["role"] == "assistant"]
+            out.append((m.group("s"), m.group("a"), kept))
+        return out
+
+    want = [(st["base_state"], st["base_action"], st["kept"]) for st in steps]
+    assert trace(None) == want  # the default is the upstream rule on all 31 steps
+    assert sum(a == b for a, b in zip(trace("second_state"), want)) < len(want)
+
+
 def test_simulator_second_state_vs_first_state_rebase():
     for rebase, s0 in (("second_state", 2), ("first_state", 1)):
         sim = WebWorldSimulator(_counting_llm(), window=1, rebase=rebase)
@@ -571,6 +620,52 @@ def test_bench_loader_and_evaluate_with_tiny_world_model(tmp_path, tiny_qwen2):
     assert set(res) == {"base", "all"} and res["all"]["n"] == 4
     assert res["all"]["factuality"] == pytest.approx((0.7 * 2 + 0.4 * 2) / 4)
     assert res["all"]["turing_error_rate"] == pytest.approx(0.5)
+
+
+FIX = Path(__file__).parent.parent / "fixtures" / "webworld"
+
+
+def test_bench_reads_the_official_eval_formats():
+    from methods.webworld.bench import load_bench_file
+
+    base, skipped = load_bench_file(FIX / "base.jsonl")
+    assert len(base) == 3 and skipped == 1 and base[0].dim == "base"
+    assert base[1].action == "click('11')" and base[1].gt == _page(2)
+    assert base[1].context[-1]["content"] == FIRST_TURN.format(state=_page(1), action="click('11')")
+    assert base[1].traj.startswith("Page State:\n" + _page(1))
+    long, skipped = load_bench_file(FIX / "long.json")
+    assert len(long) == 2 and skipped == 1  # the empty trajectory is counted
+    for s, n in zip(long, (2, 3), strict=True):  # alternating items, then step dicts
+        assert s.gt == _page(n) and s.action == f"click('{n + 9}')" and s.dim == "long"
+        assert [m["role"] for m in s.context] == ["system"] + ["user", "assistant"] * (n - 1) + [
+            "user"
+        ]
+        assert s.context[-2]["content"] == _page(n - 1)
+    nal, _ = load_bench_file(FIX / "Web2NAL.jsonl")
+    assert len(nal) == 2 and nal[0].gt == "The page p1 opens." and nal[0].traj == _page(0)
+
+
+class _RecordingGenerator:
+    def __init__(self):
+        self.params = []
+
+    def generate(self, convs, n, params):
+        from types import SimpleNamespace
+
+        self.params.append(params)
+        return [[SimpleNamespace(text=_page(99), finish_reason="stop")] for _ in convs]
+
+
+def test_bench_samples_with_the_official_settings():
+    from methods.webworld.bench import load_bench_file
+
+    samples, _ = load_bench_file(FIX / "base.jsonl")
+    gen = _RecordingGenerator()
+    judge = ScriptedChat(lambda m: '{"action_effect_accuracy_score": 1.0, "choice": "A"}')
+    res = evaluate(gen, samples, judge, seed=0)
+    p = gen.params[0]
+    assert (p.temperature, p.top_p, p.max_new_tokens) == (0.7, 0.8, 8192)  # model_config.yaml
+    assert res["all"]["n"] == 3 and res["all"]["factuality"] == 1.0
 
 
 def test_bench_cli_on_local_tiny_models(tmp_path, tiny_qwen2):
