@@ -2,7 +2,7 @@
 
 Extract the entities of an input, probe the model for the entities it associates with each, and
 where a probed pair occurs in the input, inject a reminder that the two are not necessarily
-related before the model answers (spec §3.2). Also: the co-occurrence induction data and metrics.
+related before the model answers. Also: the co-occurrence induction data and metrics.
 """
 
 from .core import (

@@ -1,4 +1,8 @@
-"""The LLMInertia inference pipeline (spec §3.2): extract -> probe -> match -> remind -> answer.
+"""The LLMInertia inference pipeline: extract -> probe -> match -> remind -> answer.
+
+Official code: THUMLP/LLMInertia ``scripts/vllm_infer_evidence_medical.py`` (``vllm_chain_multi_steps``,
+``find_entity_pairs_in_input``, ``build_entity_pair_prompt``) and, for the plain baseline,
+``evaluation/batch_vllm_infer_origin.sh`` on the ``*_input.jsonl`` files (bare input, no template).
 
 Every step is one batched ``ChatLLM.chat_batch`` call over all inputs of a batch, so a batch of
 ``n`` inputs costs exactly three batched calls (``3 n`` conversations).
@@ -81,6 +85,7 @@ def probe_associations(
     entity_lists: Sequence[Sequence[str]],
     k: int = 3,
     prompts: PromptSet | None = None,
+    dedup: bool = False,
     **gen_kw: Any,
 ) -> list[list[tuple[str, str]]]:
     """Step 2: asks the model which ``k`` entities it associates with each extracted entity.
@@ -93,6 +98,7 @@ def probe_associations(
         entity_lists: per input, the entities from step 1.
         k: associations requested per entity (paper: 3).
         prompts: the prompt set (default: ``MEDICAL``).
+        dedup: passed to :func:`parse_pairs` (official: ``False``, every tuple kept).
         **gen_kw: passed to ``chat_batch``.
 
     Returns:
@@ -113,15 +119,15 @@ def probe_associations(
     batch = [_user(p.probe.format(entities=", ".join(entity_lists[i]), k=k)) for i in todo]
     replies = llm.chat_batch(batch, **gen_kw)
     for i, r in zip(todo, replies, strict=True):
-        out[i] = parse_pairs(r)
+        out[i] = parse_pairs(r, dedup=dedup)
         if not out[i]:
             logger.warning("probe reply had no parsable (a, b) tuple: %r", r[:200])
     return out
 
 
-def _usable(entity: str, min_len: int) -> bool:
+def _usable(entity: str, min_len: int, stopwords: bool) -> bool:
     e = entity.strip().lower()
-    return len(e) >= min_len and e not in _STOPWORDS
+    return len(e) >= min_len and not (stopwords and e in _STOPWORDS)
 
 
 def _contains(text: str, entity: str, matcher: str, fuzzy_threshold: float) -> bool:
@@ -144,23 +150,29 @@ def match_pairs(
     text: str,
     pairs: Sequence[tuple[str, str]],
     matcher: str = "substring",
-    min_len: int = 3,
+    min_len: int = 0,
     fuzzy_threshold: float = 90.0,
+    stopwords: bool = False,
+    dedup: bool = False,
 ) -> list[tuple[str, str]]:
     """Step 3: keeps the probed pairs whose two entities both occur in ``text``.
 
-    ``substring`` (repo default) is a case-insensitive substring test, so "Cough" matches
+    ``substring`` (official default) is a case-insensitive substring test, so "Cough" matches
     "Coughing"; ``word_boundary`` requires the entity as a whole word sequence; ``fuzzy`` uses
-    ``rapidfuzz.fuzz.partial_ratio >= fuzzy_threshold``. Entities shorter than ``min_len``
-    characters or that are stopwords never match (spec §8 guard against spurious hits).
-    Duplicates (case-insensitive, either order) are kept once, in probe order.
+    ``rapidfuzz.fuzz.partial_ratio >= fuzzy_threshold``. The defaults reproduce the official
+    ``find_entity_pairs_in_input``: every probed pair whose two (stripped) sides occur, in probe
+    order, repeats included. This repository's earlier guard against spurious hits is
+    ``min_len=3, stopwords=True, dedup=True``: entities shorter than ``min_len`` characters or that
+    are stopwords never match, and duplicates (case-insensitive, either order) are kept once.
 
     Args:
         text: the input x.
         pairs: probed pairs from step 2.
         matcher: one of ``substring``, ``word_boundary``, ``fuzzy``.
-        min_len: shortest entity allowed to match.
+        min_len: shortest entity allowed to match (0 = no limit, official).
         fuzzy_threshold: score in [0, 100] for ``fuzzy``.
+        stopwords: reject entities that are English function words.
+        dedup: keep each unordered pair once.
 
     Returns:
         Matched pairs in probe order.
@@ -173,11 +185,15 @@ def match_pairs(
         raise ValueError(f"matcher must be one of {MATCHERS}, got {matcher!r}")
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
+    if isinstance(min_len, bool) or not isinstance(min_len, int) or min_len < 0:
+        raise ValueError(f"min_len must be an int >= 0, got {min_len!r}")
     out: list[tuple[str, str]] = []
     seen: set[frozenset[str]] = set()
     for a, b in pairs:
         key = frozenset((a.strip().lower(), b.strip().lower()))
-        if key in seen or not (_usable(a, min_len) and _usable(b, min_len)):
+        if (dedup and key in seen) or not (
+            _usable(a, min_len, stopwords) and _usable(b, min_len, stopwords)
+        ):
             continue
         if _contains(text, a, matcher, fuzzy_threshold) and _contains(
             text, b, matcher, fuzzy_threshold
@@ -187,12 +203,20 @@ def match_pairs(
     return out
 
 
-def build_note(matched_pairs: Sequence[tuple[str, str]], prompts: PromptSet | None = None) -> str:
+def build_note(
+    matched_pairs: Sequence[tuple[str, str]],
+    prompts: PromptSet | None = None,
+    dedup: bool = False,
+) -> str:
     """Step 4: one pair reminder per matched pair, or the generic reminder if there is none.
 
+    Official ``build_entity_pair_prompt`` joins one sentence per matched pair (repeats included);
+    ``dedup=True`` writes each distinct sentence once.
+
     Args:
-        matched_pairs: output of :func:`match_pairs` (already de-duplicated).
+        matched_pairs: output of :func:`match_pairs`.
         prompts: the prompt set (default: ``MEDICAL``).
+        dedup: drop repeated sentences.
 
     Returns:
         The note text injected into the answer prompt.
@@ -205,14 +229,14 @@ def build_note(matched_pairs: Sequence[tuple[str, str]], prompts: PromptSet | No
     sentences: list[str] = []
     for a, b in matched_pairs:
         s = p.reminder_pair.format(a=a, b=b)
-        if s not in sentences:
+        if not dedup or s not in sentences:
             sentences.append(s)
     return " ".join(sentences)
 
 
 @dataclass
 class InertiaRecord:
-    """One pipeline output (mirrors the repo's JSONL record, spec §3.2)."""
+    """One pipeline output (mirrors the repo's JSONL record, )."""
 
     prompt: str
     entities: list[str]
@@ -228,7 +252,7 @@ class InertiaRecord:
 
 
 class LLMInertiaPipeline:
-    """Training-free counter-inertial prompting (spec §3.2).
+    """Training-free counter-inertial prompting.
 
     Args:
         llm: a ``ChatLLM`` used for all three steps (the repo uses one model).
@@ -237,8 +261,12 @@ class LLMInertiaPipeline:
         matcher: ``substring`` | ``word_boundary`` | ``fuzzy``.
         max_pairs: keep at most this many matched pairs (probe order) and warn; ``None`` = all.
         batch_size: inputs per step-synchronous batch (repo: 8).
-        probe_llm: optional separate model for steps 1-2 (spec §9.2); defaults to ``llm``.
+        probe_llm: optional separate model for steps 1-2; defaults to ``llm`` (the official code
+            uses one model).
         use_pair_notes: ``False`` gives the generic-note ablation (probing still runs).
+        min_len, stopwords, dedup: pair filters of :func:`match_pairs` (``dedup`` also applies to
+            :func:`parse_pairs` and :func:`build_note`); defaults = official (no filter).
+        yes_no_rule: :func:`parse_yes_no` rule, ``"official"`` or ``"lenient"``.
         **gen_kw: passed to every ``chat_batch`` call.
     """
 
@@ -252,8 +280,13 @@ class LLMInertiaPipeline:
         batch_size: int = 8,
         probe_llm: ChatLLM | None = None,
         use_pair_notes: bool = True,
+        min_len: int = 0,
+        stopwords: bool = False,
+        dedup: bool = False,
+        yes_no_rule: str = "official",
         **gen_kw: Any,
     ) -> None:
+        from .parse import YES_NO_RULES
         from .prompts import MEDICAL
 
         if matcher not in MATCHERS:
@@ -264,6 +297,14 @@ class LLMInertiaPipeline:
             raise ValueError(f"max_pairs must be None or >= 1, got {max_pairs!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if isinstance(min_len, bool) or not isinstance(min_len, int) or min_len < 0:
+            raise ValueError(f"min_len must be an int >= 0, got {min_len!r}")
+        if yes_no_rule not in YES_NO_RULES:
+            raise ValueError(f"yes_no_rule must be one of {YES_NO_RULES}, got {yes_no_rule!r}")
+        self.min_len = min_len
+        self.stopwords = bool(stopwords)
+        self.dedup = bool(dedup)
+        self.yes_no_rule = yes_no_rule
         self.llm = llm
         self.probe_llm = probe_llm or llm
         self.prompts = prompts or MEDICAL
@@ -276,10 +317,18 @@ class LLMInertiaPipeline:
 
     def _run_batch(self, texts: list[str]) -> list[InertiaRecord]:
         ents = extract_entities(self.probe_llm, texts, self.prompts, **self.gen_kw)
-        pairs = probe_associations(self.probe_llm, ents, self.k, self.prompts, **self.gen_kw)
+        pairs = probe_associations(
+            self.probe_llm, ents, self.k, self.prompts, dedup=self.dedup, **self.gen_kw
+        )
         matched_all, notes, truncs = [], [], []
         for t, ps in zip(texts, pairs, strict=True):
-            m = match_pairs(t, ps, self.matcher) if self.use_pair_notes else []
+            m = (
+                match_pairs(
+                    t, ps, self.matcher, self.min_len, stopwords=self.stopwords, dedup=self.dedup
+                )
+                if self.use_pair_notes
+                else []
+            )
             trunc = self.max_pairs is not None and len(m) > self.max_pairs
             if trunc:
                 logger.warning(
@@ -288,7 +337,7 @@ class LLMInertiaPipeline:
                 m = m[: self.max_pairs]
             matched_all.append(m)
             truncs.append(trunc)
-            notes.append(build_note(m, self.prompts))
+            notes.append(build_note(m, self.prompts, dedup=self.dedup))
         prompts = [
             self.prompts.answer.format(question=t, note=n)
             for t, n in zip(texts, notes, strict=True)
@@ -303,7 +352,7 @@ class LLMInertiaPipeline:
                 note=n,
                 augmented_input=p,
                 raw_answer=a,
-                predict=parse_yes_no(a),
+                predict=parse_yes_no(a, self.yes_no_rule),
                 n_entities=len(e),
                 truncated_pairs=tr,
             )
@@ -326,12 +375,27 @@ class LLMInertiaPipeline:
 
 
 def answer_plain(
-    llm: ChatLLM, texts: Sequence[str], prompts: PromptSet | None = None, note: str = "", **kw: Any
+    llm: ChatLLM,
+    texts: Sequence[str],
+    prompts: PromptSet | None = None,
+    note: str | None = None,
+    yes_no_rule: str = "official",
+    **kw: Any,
 ) -> list[YesNo]:
-    """Baseline: one batched answer call with a fixed note (``""`` = plain prompting)."""
+    """Baselines: one batched answer call per input.
+
+    ``note=None`` is the official plain baseline: the bare input is the whole user message
+    (``batch_vllm_infer_origin.sh`` on ``explicit_test_1000_input.jsonl``, whose instruction is
+    empty). A string puts the input into the answer template with that note: ``""`` is this
+    repository's earlier "plain" (template, empty note), ``prompts.reminder_generic`` the
+    generic-reminder baseline.
+    """
     from .prompts import MEDICAL
 
     texts = _check_texts(texts)
+    if note is not None and not isinstance(note, str):
+        raise TypeError(f"note must be None or str, got {type(note).__name__}")
     p = prompts or MEDICAL
-    replies = llm.chat_batch([_user(p.answer.format(question=t, note=note)) for t in texts], **kw)
-    return [parse_yes_no(r) for r in replies]
+    msgs = [t if note is None else p.answer.format(question=t, note=note) for t in texts]
+    replies = llm.chat_batch([_user(m) for m in msgs], **kw)
+    return [parse_yes_no(r, yes_no_rule) for r in replies]

@@ -1,4 +1,4 @@
-"""Command line for the paper-scale induction runs (spec §3.1 "Training", §7).
+"""Command line for the paper-scale induction runs.
 
 ``python -m methods.llminertia.induce_cli MODEL CORPUS OUT_DIR [DEEPSPEED_JSON] [--max-steps N]``
 continues pre-training ``MODEL`` (hub id or path) on a repo-format co-occurrence corpus with the

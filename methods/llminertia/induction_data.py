@@ -1,4 +1,4 @@
-"""Co-occurrence induction corpora and negative-evidence test sets (spec §3.1), with named
+"""Co-occurrence induction corpora and negative-evidence test sets, with named
 placeholders ``{A}`` / ``{B}``.
 
 The released data were filled by replacing capital letters, which glued entity names into words
@@ -112,7 +112,7 @@ def make_cooccurrence_corpus(
 
     Per pair, ``round(ratio * len(templates))`` templates are filled (a random subset); the corpus
     always has ``len(pairs) * len(templates)`` lines, the rest being filler sampled with
-    replacement, so ``ratio = 1`` has no filler (spec §9.6 reading of the repo's files).
+    replacement, so ``ratio = 1`` has no filler.
 
     Args:
         pairs: ``(A, B)`` entity pairs.

@@ -1,4 +1,4 @@
-"""Continued pre-training on a co-occurrence corpus (spec §3.1 "Training"), via transformers.
+"""Continued pre-training on a co-occurrence corpus, via transformers.
 
 The repo uses LLaMA-Factory ``stage: pt`` (causal-LM loss on raw text); here the same is done with
 ``transformers.Trainer`` + ``DataCollatorForLanguageModeling(mlm=False)``. DeepSpeed ZeRO-3 is

@@ -1,4 +1,4 @@
-"""Induction metrics of the co-occurrence study (spec §3.1, repo ``eval_overthink.py`` semantics).
+"""Induction metrics of the co-occurrence study.
 
 Pre = base model, plain prompt; post = induced checkpoint (any prompting). Items are aligned by id
 and kept only when both predictions parse to yes/no.
@@ -37,7 +37,7 @@ def _as_pred(p: Pred | Mapping, name: str) -> Pred:
 def induction_metrics(
     pre: Sequence[Pred | Mapping], post: Sequence[Pred | Mapping]
 ) -> dict[str, float]:
-    """Accuracy before/after induction and the three induction measures (spec §3.1 M1-M3).
+    """Accuracy before/after induction and the three induction measures.
 
     With ``Acc`` the accuracy on aligned items, ``err = 1 - Acc`` and ``Y`` the number of "yes"
     predictions among the ``N`` aligned items:

@@ -1,4 +1,4 @@
-"""Loaders for the paper-scale data (spec §3.1, §3.3, §7) and the chat back-ends of the driver.
+"""Loaders for the paper-scale data and the chat back-ends of the driver.
 
 Formats read (all JSON lines, one object per line; a JSON array file is accepted too):
 
@@ -8,7 +8,7 @@ Formats read (all JSON lines, one object per line; a JSON array file is accepted
 * co-occurrence corpora of the repo (``data/faithful/train/gongxian_<r>%_train.json``,
   ``gongxian_xugou<r>%_train.json``): ``{"text"}``;
 * HaluEval (``pminervini/HaluEval`` / the HaluEval GitHub ``data/`` files), our choice for the
-  four context-rich sets (the paper's four were not recovered; spec §9.5):
+  four context-rich sets (the paper's four were not recovered; ):
   ``qa_data.json`` ``{"knowledge", "question", "right_answer", "hallucinated_answer"}``,
   ``dialogue_data.json`` ``{"knowledge", "dialogue_history", "right_response",
   "hallucinated_response"}``, ``summarization_data.json`` ``{"document", "right_summary",

@@ -1,4 +1,4 @@
-"""Prompt sets for the LLMInertia pipeline (spec §3.2), written in our own words.
+"""Prompt sets for the LLMInertia pipeline, written in our own words.
 
 Each step is sent as one user turn. Placeholders are named (``{text}``, ``{entities}``, ``{k}``,
 ``{question}``, ``{note}``, ``{a}``, ``{b}``) and filled with ``str.format``.

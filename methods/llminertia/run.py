@@ -1,6 +1,6 @@
 """LLMInertia experiments for the CLI: ``icml26 experiment=llminertia_toy`` and ``llminertia_paper``.
 
-Trained toy (``task=trained``, spec §6, :mod:`.toy_trained`): a tiny GPT-2 learns evidence QA from
+Trained toy (``task=trained``, , :mod:`.toy_trained`): a tiny GPT-2 learns evidence QA from
 scratch, is induced by :func:`continued_pretrain` on co-occurrence text at shares 0-100 %, and is
 answered plain / with the generic note / with LLMInertia's adaptive notes; wrong "yes" rates are
 reported against the measured association strength log p(B | "A with").
@@ -80,7 +80,12 @@ class LLMInertiaRunConfig:
     task: str = "trained"  # trained | sim | paper
     prompt_set: str = "medical"  # medical | synthetic | generic
     k: int = 3  # associations per entity, repo
-    matcher: str = "substring"  # repo
+    matcher: str = "substring"  # official find_entity_pairs_in_input
+    min_len: int = 0  # official: no length filter (ours earlier: 3)
+    stopwords: bool = False  # official: no stopword filter (ours earlier: True)
+    dedup: bool = False  # official: repeated pairs/sentences kept (ours earlier: True)
+    yes_no_rule: str = "official"  # official map_result | lenient (ours earlier)
+    plain_input: str = "bare"  # official plain baseline: bare input | template (ours earlier)
     max_pairs: int | None = None
     batch_size: int = 8  # repo
     temperature: float = 0.0  # repo
@@ -93,7 +98,7 @@ class LLMInertiaRunConfig:
     generic_damping: float = 0.2  # simulator assumption
     pair_damping: float = 0.9  # simulator assumption
     base_error: float = 0.02  # base model's wrong-yes rate without induction
-    # trained toy (spec §6)
+    # trained toy
     trained: TrainedToyConfig = field(default_factory=TrainedToyConfig)
     # paper path
     backend: str = "openai"  # openai | vllm | hf
@@ -106,6 +111,22 @@ class LLMInertiaRunConfig:
     datasets: list[PaperDataset] = field(default_factory=list)
     data_path: str | None = None  # shortcut: one repo-format induction test file
     max_items: int | None = None
+
+
+def _plain_kw(rc: LLMInertiaRunConfig) -> dict:
+    """Plain-baseline arguments: bare input (official) or the answer template with an empty note."""
+    if rc.plain_input not in ("bare", "template"):
+        raise ValueError(f"plain_input must be 'bare' or 'template', got {rc.plain_input!r}")
+    return {"note": None if rc.plain_input == "bare" else "", "yes_no_rule": rc.yes_no_rule}
+
+
+def _pair_kw(rc: LLMInertiaRunConfig) -> dict:
+    return {
+        "min_len": rc.min_len,
+        "stopwords": rc.stopwords,
+        "dedup": rc.dedup,
+        "yes_no_rule": rc.yes_no_rule,
+    }
 
 
 def _u01(*keys: object) -> float:
@@ -243,7 +264,7 @@ def run_toy(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
         )
 
     pre_llm = model({})
-    pre = answer_plain(pre_llm, texts, prompts, note="")
+    pre = answer_plain(pre_llm, texts, prompts, **_plain_kw(rc))
     pre_preds = [Pred(i, p, lab) for i, p, lab in zip(ids, pre, labels, strict=True)]
     per: dict[str, dict[str, float]] = {a: {} for a in ARMS}
     curves: dict[str, list[float]] = {a: [] for a in ARMS}
@@ -256,8 +277,10 @@ def run_toy(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
         )
         llm = model(_strengths(corpus, pairs, rc.exposure_tau))
         preds = {
-            "plain": answer_plain(llm, texts, prompts, note=""),
-            "generic": answer_plain(llm, texts, prompts, note=prompts.reminder_generic),
+            "plain": answer_plain(llm, texts, prompts, **_plain_kw(rc)),
+            "generic": answer_plain(
+                llm, texts, prompts, note=prompts.reminder_generic, yes_no_rule=rc.yes_no_rule
+            ),
         }
         n_before = len(llm.calls)
         pipe = LLMInertiaPipeline(
@@ -267,6 +290,7 @@ def run_toy(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
             matcher=rc.matcher,
             max_pairs=rc.max_pairs,
             batch_size=rc.batch_size,
+            **_pair_kw(rc),
         )
         recs = pipe.run(texts)
         calls = (len(llm.calls) - n_before) / len(texts)
@@ -372,8 +396,10 @@ def run_paper(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
             texts, labels = texts[: rc.max_items], labels[: rc.max_items]
         prompts = PROMPT_SETS[d.prompt_set]
         preds = {
-            "plain": answer_plain(llm, texts, prompts, note=""),
-            "generic": answer_plain(llm, texts, prompts, note=prompts.reminder_generic),
+            "plain": answer_plain(llm, texts, prompts, **_plain_kw(rc)),
+            "generic": answer_plain(
+                llm, texts, prompts, note=prompts.reminder_generic, yes_no_rule=rc.yes_no_rule
+            ),
         }
         recs = LLMInertiaPipeline(
             llm,
@@ -382,11 +408,12 @@ def run_paper(rc: LLMInertiaRunConfig, seed: int) -> tuple[dict, dict]:
             matcher=rc.matcher,
             max_pairs=rc.max_pairs,
             batch_size=rc.batch_size,
+            **_pair_kw(rc),
         ).run(texts)
         preds["llminertia"] = [r.predict for r in recs]
         pre_preds = None
         if pre_llm is not None:
-            pre = answer_plain(pre_llm, texts, prompts, note="")
+            pre = answer_plain(pre_llm, texts, prompts, **_plain_kw(rc))
             pre_preds = [Pred(i, p, y) for i, (p, y) in enumerate(zip(pre, labels, strict=True))]
         for arm, ps in preds.items():
             ok = [(p, y) for p, y in zip(ps, labels, strict=True) if p != "error"]

@@ -1,4 +1,4 @@
-"""Trained toy for LLMInertia (spec §6): a tiny GPT-2 learns evidence QA, is then "induced" by
+"""Trained toy for LLMInertia: a tiny GPT-2 learns evidence QA, is then "induced" by
 continued pre-training on co-occurrence text, and is answered with or without reminders.
 
 What this toy tests: the probe-and-remind *mechanism* on a real (tiny, trained) network: the
@@ -102,7 +102,7 @@ TOY_PROMPTS = PromptSet(
 
 @dataclass
 class TrainedToyConfig:
-    """Sizes and schedules of the trained toy (spec §6; toy values, not paper values)."""
+    """Sizes and schedules of the trained toy."""
 
     n_known: int = 16  # world-knowledge pairs (co-occur in stage 0)
     n_test: int = 16  # designated induction pairs
@@ -241,7 +241,7 @@ def make_toy_tokenizer(world: ToyWorld) -> Any:
 
 
 def make_toy_model(tok: Any, cfg: TrainedToyConfig, n_positions: int = 48) -> Any:
-    """Random-init ``GPT2LMHeadModel`` sized by ``cfg`` (spec §6: 2 layers, 4 heads, width 64)."""
+    """Random-init ``GPT2LMHeadModel`` sized by ``cfg``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(cfg.seed)
@@ -388,7 +388,7 @@ def _wrong_yes(preds: list[str]) -> float:
 
 
 def _eval_arms(chat: ToyQAChat, texts: list[str], k: int) -> dict[str, float]:
-    plain = answer_plain(chat, texts, TOY_PROMPTS, note="")
+    plain = answer_plain(chat, texts, TOY_PROMPTS)
     generic = answer_plain(chat, texts, TOY_PROMPTS, note=TOY_PROMPTS.reminder_generic)
     n0 = chat.n_calls
     recs = LLMInertiaPipeline(chat, TOY_PROMPTS, k=k, matcher="word_boundary", batch_size=256).run(
@@ -472,7 +472,7 @@ def run_trained_toy(cfg: TrainedToyConfig, out_dir: str) -> tuple[dict, dict]:
             m = induction_metrics(base_plain, [Pred(i, p, "no") for i, p in enumerate(ps)])
             ev[f"ir_{arm}"] = m["induction_rate"]
             ev[f"nd_{arm}"] = m["norm_drop"]
-        ctrl_plain = answer_plain(chat, ctrl, TOY_PROMPTS, note="")
+        ctrl_plain = answer_plain(chat, ctrl, TOY_PROMPTS)
         return {
             "ratio": ratio,
             "step": step,

@@ -1,9 +1,17 @@
-"""Tests for methods.llminertia: parsers, matching, notes, pipeline call budget, data, metrics."""
+"""Tests for methods.llminertia: parsers, matching, notes, pipeline call budget, data, metrics.
+
+Official-code fixture: ``methods/llminertia/fixtures/official_parsing.json`` holds the outputs of
+``map_result`` (evaluation/eval_overthink.py), ``find_entity_pairs_in_input`` and
+``build_entity_pair_prompt`` (scripts/vllm_infer_evidence_medical.py) of THUMLP/LLMInertia at commit
+6bbdf257efd3bb8a42c518f0a2df4535f5f68bca on 24 replies and one probe reply (docs/methods/llminertia.md).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -47,8 +55,53 @@ from methods.llminertia import (
         ("Yes, it seems so... 【Conclusion】: No", "no"),
     ],
 )
-def test_parse_yes_no(text, want):
-    assert parse_yes_no(text) == want
+def test_parse_yes_no_lenient(text, want):
+    assert parse_yes_no(text, rule="lenient") == want
+
+
+OFFICIAL = json.loads(
+    (
+        Path(__file__).resolve().parents[2] / "methods/llminertia/fixtures/official_parsing.json"
+    ).read_text(encoding="utf-8")
+)
+
+
+def test_parse_yes_no_matches_official_map_result():
+    got = [parse_yes_no(r["reply"]) for r in OFFICIAL["yes_no"]]
+    assert got == [r["official"] for r in OFFICIAL["yes_no"]]
+    # the cases where the earlier parser differs: bare "No."/"Yes." are errors, "Nope" after a field is no
+    assert parse_yes_no("No.") == "error" and parse_yes_no("No.", "lenient") == "no"
+    assert parse_yes_no("Yes.") == "error" and parse_yes_no("Yes.", "lenient") == "yes"
+    assert (
+        parse_yes_no("Conclusion: Nope") == "no"
+        and parse_yes_no("Conclusion: Nope", "lenient") == "error"
+    )
+    assert parse_yes_no("N o") == "no"  # official removes every space before the bare test
+    with pytest.raises(ValueError, match="rule"):
+        parse_yes_no("yes", rule="strict")
+
+
+def test_pairs_and_note_match_official():
+    f = OFFICIAL["pairs"]
+    pairs = parse_pairs(f["probe_reply"])
+    got = match_pairs(f["text"], pairs)
+    assert got == [tuple(p) for p in f["official_pairs"]]
+    assert build_note(got, MEDICAL_OFFICIAL_NOTE) == f["official_note"]
+    # the earlier filters (min length 3, stopwords, dedup) keep fewer pairs
+    ours = match_pairs(
+        f["text"], parse_pairs(f["probe_reply"], dedup=True), min_len=3, stopwords=True, dedup=True
+    )
+    assert len(ours) < len(got)
+    with pytest.raises(ValueError, match="min_len"):
+        match_pairs(f["text"], pairs, min_len=-1)
+
+
+# reminder wording of the official build_entity_pair_prompt (our MEDICAL set words it differently)
+MEDICAL_OFFICIAL_NOTE = __import__("dataclasses").replace(
+    MEDICAL,
+    reminder_pair="{a} and {b} may not necessarily be related. Please examine the original text "
+    "carefully and make a thorough judgment.",
+)
 
 
 def test_parse_yes_no_type_error():
@@ -59,9 +112,15 @@ def test_parse_yes_no_type_error():
 def test_parse_pairs_cases():
     assert parse_pairs("") == []
     assert parse_pairs("no tuples here") == []
-    got = parse_pairs("(Cough ,  Pneumonia) (Cough, Asthma)\n(Fever (high), Flu) and so on (x, X)")
+    reply = "(Cough ,  Pneumonia) (Cough, Asthma)\n(Fever (high), Flu) and so on (x, X)"
+    got = parse_pairs(reply, dedup=True)
     assert got == [("Cough", "Pneumonia"), ("Cough", "Asthma"), ("Fever (high)", "Flu")]
-    assert parse_pairs("(a, b) (A, B) (, b)") == [("a", "b")]  # dedup, empty side dropped
+    assert parse_pairs("(a, b) (A, B) (, b)", dedup=True) == [
+        ("a", "b")
+    ]  # dedup, empty side dropped
+    # official: every regex match, stripped, repeats and empty sides kept
+    assert parse_pairs("(a, b) (A, B) (, b)") == [("a", "b"), ("A", "B"), ("", "b")]
+    assert parse_pairs(reply)[-1] == ("x", "X")
 
 
 def test_parse_entity_list():
@@ -76,14 +135,19 @@ def test_parse_entity_list():
 def test_match_pairs_matchers():
     text = "The patient was coughing; no Pneumonia on CT."
     pairs = [("Cough", "pneumonia"), ("cough", "asthma"), ("pneumonia", "Cough")]
-    assert match_pairs(text, pairs, "substring") == [("Cough", "pneumonia")]  # dedup either order
+    assert match_pairs(text, pairs, "substring", dedup=True) == [
+        ("Cough", "pneumonia")
+    ]  # either order
+    assert len(match_pairs(text, pairs, "substring")) == 2  # official keeps the repeat
     assert match_pairs(text, pairs, "word_boundary") == []  # "coughing" is not the word "cough"
-    assert match_pairs("A cough, and pneumonia.", pairs, "word_boundary") == [
+    assert match_pairs("A cough, and pneumonia.", pairs, "word_boundary", dedup=True) == [
         ("Cough", "pneumonia")
     ]
-    # both sides required; short entities excluded
+    # both sides required; short entities excluded only with min_len
     assert match_pairs("cough only", [("cough", "flu")]) == []
-    assert match_pairs("an ox and flu", [("ox", "flu")]) == []
+    assert match_pairs("an ox and flu", [("ox", "flu")], min_len=3) == []
+    assert match_pairs("an ox and flu", [("ox", "flu")]) == [("ox", "flu")]
+    assert match_pairs("it is the flu", [("the", "flu")], stopwords=True) == []
     with pytest.raises(ValueError, match="matcher"):
         match_pairs(text, pairs, "regex")
 
@@ -91,13 +155,33 @@ def test_match_pairs_matchers():
 def test_build_note():
     assert build_note([], MEDICAL) == MEDICAL.reminder_generic
     pairs = [("Cough", "Asthma"), ("Fever", "Flu"), ("Cough", "Asthma")]
-    note = build_note(pairs, MEDICAL)
+    note = build_note(pairs, MEDICAL, dedup=True)
     assert note.count("not make them related") == 2
+    assert build_note(pairs, MEDICAL).count("not make them related") == 3  # official: one per pair
     assert note.index("Cough") < note.index("Fever")
     assert MEDICAL.reminder_generic not in note
 
 
 # ---------------------------------------------------------------- pipeline
+
+
+def test_answer_plain_bare_input_is_official():
+    from methods.llminertia import answer_plain
+
+    seen: list[str] = []
+
+    def fn(messages):
+        seen.append(messages[-1]["content"])
+        return "【Conclusion】: No"
+
+    chat = ScriptedChat(fn)
+    q = "Description: Cough, no asthma.\nQuestion: Does Asthma exist or hold?"
+    assert answer_plain(chat, [q]) == ["no"]
+    assert seen[-1] == q  # official: the bare input, no template
+    answer_plain(chat, [q], note="")
+    assert seen[-1] != q and q in seen[-1]  # earlier behaviour: the answer template
+    with pytest.raises(TypeError, match="note"):
+        answer_plain(chat, [q], note=3)
 
 
 class CountingChat(ScriptedChat):
