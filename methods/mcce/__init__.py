@@ -23,7 +23,7 @@ from .problems import (
     toy_problem,
 )
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
-from .selection import non_dominated_fronts, nsga2_so_select
+from .selection import non_dominated_fronts, nsga2_select, nsga2_so_select, official_fronts
 from .toy import SelfiesExplorer, TinyLMChat, build_selfies_tokenizer, pretrain_tiny_lm, tiny_gpt
 from .train import (
     DPORoundConfig,
@@ -62,7 +62,9 @@ __all__ = [
     "load_seed_smiles",
     "load_tdc_oracle",
     "non_dominated_fronts",
+    "nsga2_select",
     "nsga2_so_select",
+    "official_fronts",
     "paper_problem",
     "parse_candidates",
     "pick_parents",

@@ -3,7 +3,8 @@
 Two chat models take turns, one generation each: a frozen explorer (GPT-4o in the paper) and a
 trainable local model (Qwen2.5-7B). Each generation makes ⌈pop/n_off⌉ calls with two random parents
 and a crossover or mutation prompt; children are canonicalised, deduplicated against all history and
-evaluated; survivors are chosen from the whole archive by :func:`nsga2_so_select`. After every
+evaluated; survivors are chosen from the whole archive by :func:`nsga2_so_select`; generation 1 mates within
+the whole initial population. After every
 explorer+local pair of generations the local model gets one preference round on similarity-
 synthesised pairs from the shared trajectory memory (DPO; SFT and GRPO as baselines). The state is
 checkpointed every generation so a killed run resumes without re-evaluating anything.
@@ -27,7 +28,7 @@ from .memory import TrajectoryMemory
 from .metrics import archive_metrics, hypervolume, top_k_mean
 from .problems import MoleculeProblem, fitness
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
-from .selection import nsga2_so_select
+from .selection import nsga2_select, nsga2_so_select
 from .train import DPORoundConfig, run_dpo_round, run_rl_round, run_sft_round
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class MCCEConfig:
     max_llm_failures: int = 3
     max_stall_generations: int = 50  # stop when no new molecule appears for this many generations
     repo_compat: bool = False
+    # generation 1 mates within: "all" valid initial molecules (official MOO.run: population =
+    # evaluate(initial)) | "select" (the best pop_size by nsga2_so_select, our earlier rule)
+    initial_population: str = "all"
     seed: int = 0
     dpo: DPORoundConfig = field(default_factory=DPORoundConfig)
 
@@ -101,6 +105,10 @@ class MCCEConfig:
             )
         if not 0.0 <= self.experience_prob <= 1.0:
             raise ValueError(f"experience_prob must be in [0, 1], got {self.experience_prob}")
+        if self.initial_population not in ("all", "select"):
+            raise ValueError(
+                f"initial_population must be 'all' or 'select', got {self.initial_population!r}"
+            )
         if self.first_model not in ("local", "api"):
             raise ValueError(f"first_model must be 'local' or 'api', got {self.first_model!r}")
         if isinstance(self.dpo, dict):
@@ -281,7 +289,10 @@ class MCCEOptimizer:
             raise ValueError(
                 f"budget must exceed the initial population ({len(self.archive)}), got {cfg.budget}"
             )
-        self.population = nsga2_so_select(self.archive.items, cfg.pop_size)
+        if cfg.initial_population == "all":  # official: the whole evaluated initial population
+            self.population = list(self.archive.items)
+        else:
+            self.population = nsga2_so_select(self.archive.items, cfg.pop_size)
         self._log_generation("init", [])
 
     def _which(self) -> str:
@@ -337,10 +348,12 @@ class MCCEOptimizer:
         self.population = nsga2_so_select(self.archive.items, cfg.pop_size) or self.population
         self._log_generation(who, new)
         if cfg.experience_prob > 0 and len(self.archive) > 100:
+            # official PromptTemplate.make_experience_prompt: 'best_f' (top 100 by F) or
+            # 'pareto' (crowding-distance NSGA-II, model/util.py::nsga2_selection), p = 0.5 each
             good = (
                 self.archive.top_k(100)
                 if self.rng.random() < 0.5
-                else nsga2_so_select(self.archive.items, 100)
+                else nsga2_select(self.archive.items, 100)
             )
             ep = self.builder.experience_prompt(
                 self.archive, st["experience"], self.rng, good, repo_compat=cfg.repo_compat

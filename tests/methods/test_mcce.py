@@ -4,8 +4,10 @@ hypervolume, AUC, similarity pairs, DPO loss identity, resume, oracle path and b
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +31,9 @@ from methods.mcce import (
     load_seed_smiles,
     load_tdc_oracle,
     non_dominated_fronts,
+    nsga2_select,
     nsga2_so_select,
+    official_fronts,
     paper_problem,
     parse_candidates,
     run_dpo_round,
@@ -633,3 +637,82 @@ def test_build_paper_wires_gpt4o_local_model_and_reload(tmp_path, monkeypatch):
     assert len(opt.initial) == 5 and opt.cfg.budget == 5000 and opt.cfg.pop_size == 50
     with pytest.raises(FileNotFoundError, match="drd2_current.pkl"):
         opt.problem.evaluate(["CCO"])  # oracle files absent here: named in the error
+
+
+# ------------------------------------------------------------------ official fidelity
+# Values computed by running the official code (lzz-z/MCCE @ b93f9f2, model/util.py:
+# fast_non_dominated_sort, nsga2_selection, nsga2_so_selection) on the stored random inputs; see
+# docs/methods/mcce.md "Fidelity fixture".
+OFFICIAL = json.loads(
+    (Path(__file__).parents[1] / "fixtures" / "mcce" / "official_selection.json").read_text()
+)
+
+
+def _fixture_cands(case):
+    t = np.asarray(case["t"])
+    return [_cand(f"m{i}", row, i) for i, row in enumerate(t)]
+
+
+@pytest.mark.parametrize("case", OFFICIAL["cases"], ids=lambda c: f"n{len(c['t'])}k{c['k']}")
+def test_selection_matches_the_official_util(case):
+    cands = _fixture_cands(case)
+    assert official_fronts(np.asarray(case["t"])) == case["fronts"]
+    assert [int(c.value[1:]) for c in nsga2_select(cands, case["k"])] == case["nsga2_selection"]
+    assert [int(c.value[1:]) for c in nsga2_so_select(cands, case["k"])] == case[
+        "nsga2_so_selection"
+    ]
+
+
+def test_nsga2_select_cuts_the_last_front_by_crowding():
+    # one front of 5 points on a line in 2-D: the two ends have infinite distance and survive
+    t = np.array([[0.0, 1.0], [0.25, 0.75], [0.5, 0.5], [0.75, 0.25], [1.0, 0.0]])
+    cands = [_cand(f"m{i}", row, i) for i, row in enumerate(t)]
+    assert {c.value for c in nsga2_select(cands, 2)} == {"m0", "m4"}
+    assert len(nsga2_select(cands, 3)) == 3
+    with pytest.raises(ValueError, match="k"):
+        nsga2_select(cands, 0)
+
+
+def _opt_with_initial(n_init: int, **kw):
+    cfg = MCCEConfig(
+        mode="coevolve_frozen",
+        pop_size=8,
+        budget=400,
+        prompt_style="compact",
+        response_sep="",
+        **kw,
+    )
+    init = load_nci_smiles(n_init)
+    return MCCEOptimizer(toy_problem(), _explorer_chat(0), _explorer_chat(1), cfg, init)
+
+
+def test_generation_one_mates_within_the_whole_initial_population():
+    opt = _opt_with_initial(30, experience_prob=0.0)
+    opt._initialise()
+    n_valid = len(opt.archive)
+    assert n_valid > 8
+    assert [c.value for c in opt.population] == [c.value for c in opt.archive.items]  # official
+    sel = _opt_with_initial(30, experience_prob=0.0, initial_population="select")
+    sel._initialise()
+    assert len(sel.population) == 8
+    with pytest.raises(ValueError, match="initial_population"):
+        MCCEConfig(initial_population="best")
+
+
+def test_experience_pareto_branch_uses_crowding_nsga2(monkeypatch):
+    opt = _opt_with_initial(160, experience_prob=1.0)
+    opt._initialise()
+    assert len(opt.archive) > 100
+    seen = {}
+    original = opt.builder.experience_prompt
+
+    def capture(archive, old, rng, good_from=None, **kw):
+        seen["good"] = [c.value for c in good_from]
+        return original(archive, old, rng, good_from, **kw)
+
+    monkeypatch.setattr(opt.builder, "experience_prompt", capture)
+    monkeypatch.setattr(opt.rng, "random", lambda: 0.9)  # >= 0.5: the 'pareto' branch
+    opt.generation()
+    items = opt.archive.items
+    assert seen["good"] == [c.value for c in nsga2_select(items, 100)]
+    assert seen["good"] != [c.value for c in nsga2_so_select(items, 100)]
