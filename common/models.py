@@ -23,6 +23,7 @@ from transformers import (
 )
 
 from common import tiny
+from common.tracking import record_model_load
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ def load_model(
                 raise
             raise _not_available(spec, err) from err
         logger.info("loaded %s (%s) on %s", spec, torch_dtype, dev)
+        record_model_load(spec, cls=type(model).__name__, dtype=torch_dtype)
     return model.to(device=dev, dtype=torch_dtype)
 
 

@@ -3,7 +3,8 @@
 A method is registered by convention, not by import-time side effects: every folder
 ``methods/<slug>/`` that holds a ``run.py`` is a method, and ``run.py`` defines
 
-- ``run(cfg: DictConfig) -> dict[str, float]``: the method's experiment (toy or paper scale);
+- ``STAGES: dict[str, Callable[[common.config.Run], dict[str, float]]]``: one function per stage
+  of the method's config schema (``methods/<slug>/config.py``), selected by ``method.stage``;
 - ``DEMO_OVERRIDES: list[str]``: Hydra overrides on top of ``experiment=<slug>_toy`` for the tour;
 - ``HEADLINE: tuple[str, str]``: the result keys of the headline metric and of its baseline.
 
@@ -20,6 +21,9 @@ from pathlib import Path
 from types import ModuleType
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from common.config import ConfigError, method_schemas, register_schemas, validate
+from common.tracking import reset_models_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -50,37 +54,57 @@ def get_method(slug: str) -> ModuleType:
             f"unknown method {slug!r}; registered methods: {', '.join(known) or '(none)'}"
         )
     module = importlib.import_module(f"methods.{slug}.run")
-    if not callable(getattr(module, "run", None)):
-        raise TypeError(f"methods/{slug}/run.py must define run(cfg) -> dict[str, float]")
+    if not isinstance(getattr(module, "STAGES", None), dict) and not callable(
+        getattr(module, "run", None)
+    ):
+        raise TypeError(f"methods/{slug}/run.py must define STAGES (stage -> function)")
     return module
 
 
 def compose(overrides: list[str] | None = None, run_dir: str | Path | None = None) -> DictConfig:
     """Composes ``configs/config.yaml`` with Hydra overrides, outside ``@hydra.main`` (tests, tour).
 
+    The method, model, benchmark and root schemas are registered first, so a misspelt key or a
+    wrong type raises here; a selected method's stage, trainer nodes, model kind and benchmark
+    format are then checked by :func:`common.config.validate`.
+
     Args:
-        overrides: e.g. ``["experiment=maxrl_toy", "method.num_steps=3"]``.
+        overrides: e.g. ``["experiment=maxrl_toy", "method.t1.steps=3"]``.
         run_dir: the output folder written into ``cfg.run_dir``.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    register_schemas()
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
+    from hydra.errors import HydraException
+
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+        try:
+            cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+        except HydraException as err:  # keep OmegaConf's reason (key, expected type) in one line
+            cause = f": {err.__cause__}".replace("\n", " ") if err.__cause__ else ""
+            raise ConfigError(f"{err}{cause}") from err
     if run_dir is not None:
         with open_dict(cfg):
             cfg.run_dir = str(run_dir)
+    name = OmegaConf.select(cfg, "method.name")
+    if name in method_schemas():
+        validate(cfg)
     return cfg
 
 
 def run_method(cfg: DictConfig) -> dict[str, float]:
-    """Seeds everything, runs the method named by ``cfg.method.name`` and returns its metrics.
+    """Validates the config, seeds everything, runs the selected stage and returns its metrics.
+
+    The stage is ``cfg.method.stage``, a key of the method's ``run.STAGES``; the stage function
+    receives the typed :class:`common.config.Run`.
 
     Raises:
         ValueError: when no method is selected, or it is unknown, or ``run`` returns non-floats.
+        common.config.ConfigError: when the config does not validate (before anything heavy runs).
     """
     from transformers import set_seed
 
@@ -90,14 +114,27 @@ def run_method(cfg: DictConfig) -> dict[str, float]:
             "no method selected: pass experiment=<slug>_toy or method=<slug>; registered methods: "
             + ", ".join(discover_methods())
         )
+    schemas = method_schemas()
+    run = validate(cfg, schemas[name]) if name in schemas else None
     module = get_method(name)
     if cfg.get("run_dir") is None:
         with open_dict(cfg):
             cfg.run_dir = str(REPO_ROOT / "outputs" / name / time.strftime("%Y%m%d-%H%M%S"))
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     set_seed(int(cfg.seed))
+    reset_models_loaded()
     logger.info("running %s into %s", name, cfg.run_dir)
-    metrics = module.run(cfg)
+    if run is None:  # a method not yet on the stage switch
+        metrics = module.run(cfg)
+    else:
+        run.run_dir = Path(cfg.run_dir)
+        stages = getattr(module, "STAGES", None)
+        if not isinstance(stages, dict) or set(stages) != set(schemas[name].STAGES):
+            raise TypeError(
+                f"methods/{name}/run.py: STAGES must map exactly the stages of its config schema "
+                f"({sorted(schemas[name].STAGES)}), got {sorted(stages or {})}"
+            )
+        metrics = stages[run.method.stage](run)
     bad = {k: type(v).__name__ for k, v in metrics.items() if not isinstance(v, float)}
     if bad:
         raise ValueError(f"{name}.run must return dict[str, float]; non-floats: {bad}")

@@ -29,6 +29,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from common.tracking import record_model_load
+
 logger = logging.getLogger(__name__)
 
 PAD_TOKEN = "<|pad|>"
@@ -203,6 +205,9 @@ def tiny_causal_lm(
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.bos_token_id = tok.bos_token_id
+    record_model_load(
+        f"tiny-{arch} (in-process)", hidden=hidden_size, layers=num_hidden_layers, seed=seed
+    )
     return model.eval(), tok
 
 
@@ -369,4 +374,5 @@ def tiny_llava(seed: int = 0, image_size: int = 32, patch_size: int = 8, hidden_
         num_additional_image_tokens=1,  # CLIP's CLS, removed again by the "default" strategy
         chat_template=VL_CHAT_TEMPLATE,
     )
+    record_model_load("tiny-llava (in-process)", hidden=hidden_size, seed=seed)
     return model.eval(), processor

@@ -24,6 +24,30 @@ logger = logging.getLogger(__name__)
 
 _VERSIONED = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "numpy")
 
+_MODELS_LOADED: list[dict[str, Any]] = []
+
+
+def record_model_load(spec: str, **info: Any) -> None:
+    """Notes a model this process loaded (hub id, local path or in-process tiny build).
+
+    :func:`common.models.load_model` and the builders of :mod:`common.tiny` call it, and
+    :func:`write_results` writes the list into ``results.json`` (``models_loaded``), so every run
+    records the checkpoint it actually used, not only the one its config named.
+    """
+    entry = {"spec": str(spec), **{k: str(v) for k, v in info.items()}}
+    if entry not in _MODELS_LOADED:
+        _MODELS_LOADED.append(entry)
+
+
+def models_loaded() -> list[dict[str, Any]]:
+    """The models recorded since the last :func:`reset_models_loaded` (a copy)."""
+    return [dict(e) for e in _MODELS_LOADED]
+
+
+def reset_models_loaded() -> None:
+    """Forgets the recorded models (the registry calls it at the start of every run)."""
+    _MODELS_LOADED.clear()
+
 
 def progress(
     iterable: Iterable | None = None,
@@ -163,6 +187,7 @@ def write_results(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **environment_info(),
         "metrics": clean,
+        "models_loaded": models_loaded(),
         "config": cfg_dict,
         **(dict(extra) if extra else {}),
     }
@@ -170,6 +195,8 @@ def write_results(
     md = [f"# {method}: results", "", f"Command: `{command}`", ""]
     if wall_time_s is not None:
         md += [f"Wall time: {wall_time_s:.1f} s on {payload['device']}; seed {seed}.", ""]
+    if payload["models_loaded"]:
+        md += ["Models loaded: " + "; ".join(e["spec"] for e in payload["models_loaded"]), ""]
     md.append(markdown_table(clean))
     if notes:
         md += ["", notes]

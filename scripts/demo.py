@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("ICML26_PROGRESS", "0")
 
-from common.registry import REPO_ROOT, compose, discover_methods, get_method  # noqa: E402
+from common.registry import REPO_ROOT, compose, discover_methods, get_method, run_method  # noqa: E402
 
 logger = logging.getLogger("icml26.demo")
 RESULTS = REPO_ROOT / "results"
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             from transformers import set_seed
 
             set_seed(int(cfg.seed))
-            metrics = module.run(cfg)
+            metrics = run_method(cfg)
             key, base_key = module.HEADLINE
             rows.append(
                 _row(slug, key, metrics.get(key), base_key, metrics.get(base_key), time.time() - t0)

@@ -58,3 +58,19 @@ def run_dir(tmp_path):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory):
+    """Folders with a saved tiny model + tokenizer per architecture, loadable by ``from_pretrained``.
+
+    The paper-preset contract test points ``model.path`` at these (``{tiny_qwen2}`` etc.).
+    """
+    from common.tiny import save_tiny, tiny_causal_lm, tiny_llava
+
+    root = tmp_path_factory.mktemp("tiny_models")
+    dirs = {}
+    for arch in ("qwen2", "llama", "qwen3"):
+        dirs[f"tiny_{arch}"] = str(save_tiny(*tiny_causal_lm(arch, seed=0), root / arch))
+    dirs["tiny_llava"] = str(save_tiny(*tiny_llava(seed=0), root / "llava"))
+    return dirs

@@ -6,6 +6,7 @@ from common.tasks.math_sets import (
     boxed_reward,
     extract_boxed,
     load_math_dataset,
+    load_math_set,
     verify_boxed,
 )
 
@@ -15,6 +16,7 @@ __all__ = [
     "boxed_reward",
     "extract_boxed",
     "load_math_dataset",
+    "load_math_set",
     "make_arithmetic_dataset",
     "verify_arithmetic",
     "verify_boxed",

@@ -96,6 +96,37 @@ def load_math_dataset(path: str | Path, split: str = "test") -> Dataset:
     return ds.map(_normalise, remove_columns=ds.column_names)
 
 
+def load_math_set(spec) -> Dataset:
+    """Loads one set of a ``format: math`` benchmark (a :class:`common.config.DatasetSpec`).
+
+    A local ``spec.path`` wins over ``spec.hub_id`` (read by :func:`load_math_dataset`); a hub set
+    is loaded with ``datasets.load_dataset(hub_id, config, split)`` (from the local cache when
+    offline). ``spec.columns`` renames the set's columns to the layout's names first
+    (``{"problem": "question"}``), and ``spec.limit`` keeps the first rows.
+
+    Returns:
+        A Dataset with columns ``problem`` and ``answer``.
+
+    Raises:
+        ValueError: when the spec names neither a path nor a hub id, or the layout is unknown.
+    """
+    if spec.path:
+        ds = load_math_dataset(spec.path, split=spec.split)
+    elif spec.hub_id:
+        raw = load_dataset(spec.hub_id, spec.config, split=spec.split)
+        renames = {col: name for name, col in spec.columns.items() if col != name}
+        if renames:
+            raw = raw.rename_columns(renames)
+        ds = raw.map(_normalise, remove_columns=raw.column_names)
+    else:
+        raise ValueError("a math benchmark set needs `path` (local file) or `hub_id`")
+    if spec.limit is not None:
+        ds = ds.select(range(min(spec.limit, len(ds))))
+    if len(ds) == 0:
+        raise ValueError(f"math set {spec.path or spec.hub_id!r} is empty")
+    return ds
+
+
 def _plain(s: str) -> str:
     s = s.strip().strip("$").replace(" ", "").replace("\\!", "").replace(",", "")
     s = re.sub(r"\\(?:text|mathrm)\{([^}]*)\}", r"\1", s)

@@ -16,12 +16,12 @@ Shapes: B batch, N samples per input, C classes, D input dimension.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from .advantages import grpo_advantages, maxrl_advantages, reinforce_advantages
+from .config import ClassificationToyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -33,33 +33,6 @@ _SAMPLED = {
     "reinforce": reinforce_advantages,
 }
 METHODS = ("ce", *_SAMPLED)
-
-
-@dataclass
-class ClassificationToyConfig:
-    """Toy T1 settings (spec §6; paper App. D.2 scaled down to CPU)."""
-
-    num_classes: int = 500  # initial pass rate 1/500, like ImageNet's ~0.1% start
-    dim: int = 64
-    noise: float = 0.5
-    n_train: int = 50_000
-    n_val: int = 5_000
-    batch_size: int = 128
-    steps: int = 800
-    lr: float = 0.1  # one SGD learning rate shared by all methods
-    eval_every: int = 50
-    grad_corr_step: int = 200  # step at which per-example grad norm vs pass rate is measured
-    grad_corr_examples: int = 1000
-    ks: list[int] = field(default_factory=lambda: [1, 16, 128])
-
-    def __post_init__(self):
-        for name in ("num_classes", "dim", "n_train", "n_val", "batch_size", "steps", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
 
 
 def make_gaussian_classes(cfg: ClassificationToyConfig, seed: int = 0):

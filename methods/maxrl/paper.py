@@ -1,198 +1,140 @@
-"""Paper-scale MaxRL: training on POLARIS-53K / GSM8K with vLLM rollouts, pass@k evaluation (GPU).
+"""Paper-scale MaxRL stages: training on POLARIS-53K / GSM8K with vLLM rollouts, pass@k evaluation.
 
 Implements the setups of arXiv:2602.02710 §6.3-6.4 and App. E.2-E.3 with our TRL trainer instead of
 verl: Qwen3-{1.7B,4B}-Base on POLARIS-53K (256 prompts × 16 rollouts, lr 1e-6, 1000 steps) and
 SmolLM2-360M-Instruct on GSM8K (256 × 128, lr 1e-5, 1500 steps, reward 0 on truncation). Rewards
 are binary boxed-answer checks (math-verify via :func:`common.tasks.verify_boxed`). Evaluation
-samples n answers per problem with vLLM (T = 0.6, top-p 0.95) and reports pass@k for k = 1, 2, 4,
-..., n plus the test-time-scaling efficiency against a baseline run.
+samples n answers per problem (T = 0.6, top-p 0.95) and reports pass@k for k = 1, 2, 4, ..., n;
+``compare`` gives the test-time-scaling efficiency of a run against a baseline (Fig. 5).
 
-Entry points (``python -m methods.maxrl.paper <cmd> [hydra overrides]``, see
-``scripts/reproduce/maxrl.sh``): ``train``, ``eval``, ``compare``. Nothing here runs on CPU tests;
-hub datasets and checkpoints are downloaded by ``datasets``/``transformers`` when online.
+Stages of ``icml26 experiment=maxrl_paper method.stage=<stage>`` (see ``scripts/reproduce/maxrl.sh``):
+``train`` (``model`` × ``method.train_data``, trainer settings in ``method.trainer``), ``eval``
+(``model`` on every set of ``benchmark``; point ``model.path`` at a trained checkpoint) and
+``compare`` (``method.compare_files=[method_eval.json,baseline_eval.json]``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 
 import torch
+
+from common.config import DatasetSpec, Run, model_id, trainer_config
+from common.tracking import write_results
 
 from .eval import pass_at_k, tts_efficiency
 
 logger = logging.getLogger(__name__)
 
-QWEN3_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."  # repo
-GSM8K_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."  # App. E.2
 
-# name -> (hub id, split, question column, answer column)
-DATASETS = {
-    "polaris53k": ("POLARIS-Project/Polaris-Dataset-53K", "train", "problem", "answer"),
-    "gsm8k": ("openai/gsm8k", "train", "question", "answer"),
-    "gsm8k_platinum": ("madrylab/gsm8k-platinum", "test", "question", "answer"),
-    "aime25": ("math-ai/aime25", "test", "problem", "answer"),
-    "beyondaime": ("ByteDance-Seed/BeyondAIME", "test", "problem", "answer"),
-    "math500": ("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
-    "minerva": ("math-ai/minervamath", "test", "question", "answer"),
-}
+def load_prompts(spec: DatasetSpec, suffix: str):
+    """A math set as a ``datasets.Dataset`` with ``prompt`` (one user turn) and ``answer``.
 
-
-@dataclass
-class PaperConfig:
-    """Paper-scale settings; defaults: Qwen3-4B-Base on POLARIS (Table 6, repo script)."""
-
-    model: str = "Qwen/Qwen3-4B-Base"
-    train_set: str = "polaris53k"
-    eval_sets: list[str] = field(
-        default_factory=lambda: ["aime25", "beyondaime", "math500", "minerva"]
-    )
-    prompts_per_step: int = 256  # Table 6
-    max_steps: int = 1000  # §6.4
-    lr: float = 1e-6  # Table 6
-    max_grad_norm: float = 0.3  # repo run_qwen3_training.sh
-    max_prompt_length: int = 1024  # Table 6
-    max_completion_length: int = 4096  # Table 6
-    zero_reward_on_truncation: bool = False  # True for SmolLM/GSM8K (repo smollm.sh)
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.5
-    per_device_train_batch_size: int = 16
-    eval_n: int = 1024
-    eval_temperature: float = 0.6  # Table 6
-    eval_top_p: float = 0.95  # Table 6
-    output_dir: str = "outputs/maxrl_paper"
-    # Engines and precision: the paper setting is vLLM + bf16 on GPUs; the CPU test of this code path
-    # switches them off (use_vllm=False, bf16=False, eval_engine="hf", report_to="none").
-    use_vllm: bool = True
-    bf16: bool = True
-    report_to: str = "wandb"
-    eval_engine: str = "vllm"  # vllm | hf
-
-
-def load_prompts(name: str, suffix: str):
-    """A math set as a ``datasets.Dataset`` with ``prompt`` (chat) and ``answer``.
-
-    ``name`` is a key of :data:`DATASETS` (hub id, downloaded by ``datasets`` when online) or a local
-    GSM8K/MATH-layout file or folder (read by :func:`common.tasks.load_math_dataset`).
+    ``spec`` names a hub id (read through ``datasets``, from the cache when offline) or a local
+    GSM8K/MATH-layout file (:func:`common.tasks.load_math_set`); ``suffix`` is the instruction
+    appended to each problem.
     """
-    import datasets
+    from common.tasks import load_math_set
 
-    from common.tasks.math_sets import _gsm8k_answer, load_math_dataset
+    data = load_math_set(spec)
+    return data.map(
+        lambda row: {"prompt": [{"role": "user", "content": row["problem"] + suffix}]},
+        remove_columns=["problem"],
+    )
 
-    if Path(name).exists():
-        local = load_math_dataset(name)
-        return local.map(
-            lambda row: {"prompt": [{"role": "user", "content": row["problem"] + suffix}]},
-            remove_columns=["problem"],
+
+def _needs_model(run: Run):
+    if run.model is None:
+        raise ValueError(
+            f"method.stage={run.method.stage} needs a checkpoint: select one with model=<name> "
+            "(configs/model/) or set model.path"
         )
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
-    hub_id, split, q_col, a_col = DATASETS[name]
-    ds = datasets.load_dataset(hub_id, "main" if name == "gsm8k" else None, split=split)
-    if len(ds) == 0:
-        raise ValueError(f"dataset {name!r} is empty")
-
-    def to_row(row):
-        answer = str(row[a_col])
-        if name.startswith("gsm8k"):
-            answer = _gsm8k_answer(answer)
-        return {"prompt": [{"role": "user", "content": row[q_col] + suffix}], "answer": answer}
-
-    return ds.map(to_row, remove_columns=ds.column_names)
+    return run.model
 
 
-def train(mcfg, pcfg: PaperConfig) -> None:
-    """Train with MaxRLTrainer (vLLM colocated rollouts) under ``accelerate launch``."""
-    from transformers import AutoTokenizer
-
+def train_stage(run: Run) -> dict[str, float]:
+    """``stage=train``: MaxRLTrainer (or a baseline estimator) on ``model`` (accelerate, vLLM)."""
+    from common.models import load_model, load_tokenizer
     from common.tasks.math_sets import boxed_reward
 
     from .trainer import MaxRLConfig, MaxRLTrainer
 
-    suffix = GSM8K_SUFFIX if Path(pcfg.train_set).name.startswith("gsm8k") else QWEN3_SUFFIX
-    data = load_prompts(pcfg.train_set, suffix)
-    n = mcfg.num_generations
-    args = MaxRLConfig(
-        output_dir=f"{pcfg.output_dir}/{mcfg.advantage_estimator}",
-        advantage_estimator=mcfg.advantage_estimator,
-        adv_eps=mcfg.adv_eps,
-        loss_type=mcfg.loss_type,
-        zero_reward_on_truncation=pcfg.zero_reward_on_truncation,
-        num_generations=n,
-        per_device_train_batch_size=pcfg.per_device_train_batch_size,
-        generation_batch_size=pcfg.prompts_per_step * n,  # one update per generation batch
-        max_steps=pcfg.max_steps,
-        learning_rate=pcfg.lr,
-        lr_scheduler_type="constant",
-        max_grad_norm=pcfg.max_grad_norm,
-        max_completion_length=pcfg.max_completion_length,
-        temperature=1.0,
-        top_p=1.0,
-        beta=0.0,
-        num_iterations=1,
-        bf16=pcfg.bf16,
+    start, spec = time.perf_counter(), _needs_model(run)
+    data = load_prompts(run.method.train_data, run.method.prompt_suffix)
+    args = trainer_config(
+        MaxRLConfig,
+        run.method.trainer,
+        output_dir=str(run.run_dir / "train"),
         use_cpu=not torch.cuda.is_available(),
-        use_vllm=pcfg.use_vllm,
-        vllm_mode=pcfg.vllm_mode,
-        vllm_gpu_memory_utilization=pcfg.vllm_gpu_memory_utilization,
-        save_strategy="steps",
-        save_steps=100,
-        logging_steps=1,
-        report_to=pcfg.report_to,
+        report_to="wandb" if run.cfg.logger == "wandb" else "none",
+        seed=run.seed,
     )
-    tok = AutoTokenizer.from_pretrained(pcfg.model, padding_side="left")
+    extra = {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
+    model = load_model(model_id(spec), dtype=spec.dtype, **extra)
     trainer = MaxRLTrainer(
-        model=pcfg.model,
+        model=model,
         reward_funcs=boxed_reward,
         args=args,
         train_dataset=data,
-        processing_class=tok,
+        processing_class=load_tokenizer(model_id(spec)),
     )
-    trainer.train()
-    trainer.save_model(f"{args.output_dir}/final")
+    out = trainer.train()
+    final = run.run_dir / "train" / "final"
+    trainer.save_model(str(final))
+    metrics = {"train": {"steps": float(out.global_step), "loss": float(out.training_loss)}}
+    return write_results(
+        run.run_dir,
+        "maxrl",
+        metrics,
+        cfg=run.cfg,
+        extra={"checkpoint": str(final)},
+        wall_time_s=time.perf_counter() - start,
+        notes=f"Checkpoint: {final} (evaluate with method.stage=eval model.path={final}).",
+    )
 
 
-def evaluate(model_path: str, pcfg: PaperConfig) -> dict:
-    """pass@k (k = 1, 2, 4, ..., n) per eval set with vLLM sampling; writes ``eval.json``."""
+def eval_stage(run: Run) -> dict[str, float]:
+    """``stage=eval``: pass@k (k = 1, 2, 4, ..., n) of ``model`` on every set of ``benchmark``."""
     from common.generation import HFGenerator, SamplingParams, VLLMGenerator
+    from common.models import load_model, load_tokenizer
     from common.tasks.math_sets import verify_boxed
 
-    if pcfg.eval_engine == "vllm":
-        gen = VLLMGenerator(model_path)
-    elif pcfg.eval_engine == "hf":
-        from common.models import load_model, load_tokenizer
-
-        gen = HFGenerator(load_model(model_path), load_tokenizer(model_path))
+    start, spec, ecfg = time.perf_counter(), _needs_model(run), run.method.eval
+    if run.benchmark is None or not run.benchmark.sets:
+        raise ValueError("method.stage=eval needs benchmark=<suite> (configs/benchmark/)")
+    path = model_id(spec)
+    if ecfg.engine == "vllm":
+        gen = VLLMGenerator(path)
     else:
-        raise ValueError(f"eval_engine must be 'vllm' or 'hf', got {pcfg.eval_engine!r}")
+        gen = HFGenerator(load_model(path, dtype=spec.dtype), load_tokenizer(path))
     params = SamplingParams(
-        max_new_tokens=pcfg.max_completion_length,
-        temperature=pcfg.eval_temperature,
-        top_p=pcfg.eval_top_p,
+        max_new_tokens=ecfg.max_new_tokens, temperature=ecfg.temperature, top_p=ecfg.top_p
     )
-    ks = [2**i for i in range(pcfg.eval_n.bit_length()) if 2**i <= pcfg.eval_n]
-    out = {}
-    for name in pcfg.eval_sets:
-        data = load_prompts(name, QWEN3_SUFFIX)
-        comps = gen.generate(list(data["prompt"]), n=pcfg.eval_n, params=params)
+    ks = [2**i for i in range(ecfg.n.bit_length()) if 2**i <= ecfg.n]
+    curves, metrics = {}, {}
+    for name, set_spec in run.benchmark.sets.items():
+        data = load_prompts(set_spec, ecfg.prompt_suffix)
+        comps = gen.generate(list(data["prompt"]), n=ecfg.n, params=params)
         c = torch.tensor(
             [sum(verify_boxed(x.text, a) for x in cs) for cs, a in zip(comps, data["answer"])]
         )
-        name = Path(name).stem if Path(name).exists() else name
-        out[name] = {"k": ks, "pass@k": [float(pass_at_k(pcfg.eval_n, c, k).mean()) for k in ks]}
-        logger.info(
-            "%s: pass@1 %.4f pass@%d %.4f",
-            name,
-            out[name]["pass@k"][0],
-            ks[-1],
-            out[name]["pass@k"][-1],
-        )
-    path = Path(model_path) / "eval.json"
-    path.write_text(json.dumps(out, indent=2))
-    return out
+        cov = [float(pass_at_k(ecfg.n, c, k).mean()) for k in ks]
+        curves[name] = {"k": ks, "pass@k": cov}
+        metrics[name] = {"pass@1": cov[0], f"pass@{ks[-1]}": cov[-1], "n_problems": len(c)}
+        logger.info("%s: pass@1 %.4f pass@%d %.4f", name, cov[0], ks[-1], cov[-1])
+    (run.run_dir / "eval.json").write_text(json.dumps(curves, indent=2))
+    return write_results(
+        run.run_dir,
+        "maxrl",
+        metrics,
+        cfg=run.cfg,
+        extra={"pass_at_k": curves},
+        wall_time_s=time.perf_counter() - start,
+        notes=f"pass@k curves: {run.run_dir / 'eval.json'} (input of method.stage=compare).",
+    )
 
 
 def compare(method_eval: str, baseline_eval: str) -> dict[str, float]:
@@ -201,33 +143,13 @@ def compare(method_eval: str, baseline_eval: str) -> dict[str, float]:
     return {s: tts_efficiency(a[s]["k"], a[s]["pass@k"], b[s]["pass@k"]) for s in a if s in b}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m methods.maxrl.paper {train|eval MODEL|compare A B} [overrides]``."""
-    from omegaconf import OmegaConf
-
-    from common.registry import compose
-
-    from .run import _to_config
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("train", "eval", "compare"):
-        raise SystemExit(
-            "usage: python -m methods.maxrl.paper {train|eval MODEL|compare A B} [overrides]"
+def compare_stage(run: Run) -> dict[str, float]:
+    """``stage=compare``: ``method.compare_files=[method_eval.json, baseline_eval.json]``."""
+    if len(run.method.compare_files) != 2:
+        raise ValueError(
+            "method.stage=compare needs method.compare_files=[<method eval.json>,<baseline eval.json>], "
+            f"got {run.method.compare_files}"
         )
-    cmd, rest = argv[0], argv[1:]
-    logging.basicConfig(level=logging.INFO)
-    if cmd == "compare":
-        print(json.dumps(compare(rest[0], rest[1]), indent=2))  # noqa: T201 (CLI output)
-        return
-    positional = [a for a in rest if "=" not in a]
-    cfg = compose(["experiment=maxrl_paper", *[a for a in rest if "=" in a]])
-    mcfg = _to_config(cfg.method)
-    pcfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PaperConfig), cfg.method.paper))
-    if cmd == "train":
-        train(mcfg, pcfg)
-    else:
-        evaluate(positional[0], pcfg)
-
-
-if __name__ == "__main__":
-    main()
+    eff = compare(*run.method.compare_files)
+    metrics = {s: {"tts_efficiency": v} for s, v in eff.items()}
+    return write_results(run.run_dir, "maxrl", metrics, cfg=run.cfg)

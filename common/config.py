@@ -1,0 +1,363 @@
+"""Config schemas shared by every method: the stage switch, the model and benchmark groups.
+
+The CLI composes ``configs/config.yaml`` against these dataclasses (Hydra structured configs), so a
+misspelt key or a wrong type fails while the config is composed, before any model loads:
+
+* :class:`RootConfig` types the top level (``seed``, ``run_dir``, ``logger``, ``model``,
+  ``benchmark``, ``method``);
+* :class:`MethodConfig` is the base of every method's run-config schema
+  (``methods/<slug>/config.py``), registered in Hydra's ConfigStore as ``method/<slug>``; its
+  ``stage`` field is the one switch between the toy and the paper's stages;
+* :class:`ModelConfig` types ``configs/model/*.yaml`` (a checkpoint by hub id, with a local-path
+  override), :class:`BenchmarkConfig` types ``configs/benchmark/*.yaml`` (an evaluation suite of one
+  or more sets in one ``format``, each by hub id with a local-path override).
+
+:func:`validate` checks what a schema cannot express (a known stage, trainer-node keys that exist
+in the method's TRL config, a model kind and benchmark format the method supports) and returns the
+typed :class:`Run` that a stage function receives.
+
+This module imports nothing heavy (no torch) so that the CLI can load every method's schema fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+METHODS_DIR = REPO_ROOT / "methods"
+
+MODEL_KINDS = ("causal_lm", "vision_language", "masked_diffusion", "encoder", "vision_encoder")
+
+
+class ConfigError(ValueError):
+    """A composed config that the method cannot run; the message names the key and the fix."""
+
+
+class Logger(str, enum.Enum):
+    """Where metrics go besides ``metrics.jsonl`` (``logger=none|wandb``)."""
+
+    none = "none"
+    wandb = "wandb"
+
+
+@dataclass
+class ModelConfig:
+    """One checkpoint (``configs/model/<name>.yaml``).
+
+    Attributes:
+        name: hub id (``Qwen/Qwen3-4B-Base``) or ``tiny-<arch>`` (built in-process, tests and toys).
+        path: a local folder to load instead of downloading ``name`` (same weights, or a tiny
+            stand-in in tests). The run records which one it loaded.
+        kind: what the checkpoint is, checked against the method's ``MODEL_KINDS``.
+        dtype: ``auto`` (bf16 on capable GPUs, else fp32), ``float32``, ``bfloat16``, ``float16``.
+        attn_implementation: passed to ``from_pretrained`` when set (``sdpa``, ``eager``,
+            ``flex_attention``, ``flash_attention_2``).
+        revision: hub revision (branch, tag or commit).
+        chat_template: whether prompts are rendered through the tokenizer's chat template.
+    """
+
+    name: str = MISSING
+    path: str | None = None
+    kind: str = "causal_lm"
+    dtype: str = "auto"
+    attn_implementation: str | None = None
+    revision: str | None = None
+    chat_template: bool = True
+
+
+@dataclass
+class DatasetSpec:
+    """One evaluation set of a benchmark: a hub id or a local file/folder (which wins)."""
+
+    hub_id: str | None = None
+    config: str | None = None
+    split: str = "test"
+    path: str | None = None
+    limit: int | None = None
+    columns: dict[str, str] = field(default_factory=dict)  # format field -> this set's column
+
+
+@dataclass
+class BenchmarkConfig:
+    """An evaluation suite (``configs/benchmark/<name>.yaml``).
+
+    Attributes:
+        name: the suite's name (the file's stem).
+        format: the record layout its loader reads (``math``, ``flashrag``, ...), checked against
+            the method's ``BENCHMARK_FORMATS``.
+        sets: the sets of the suite, by short name.
+    """
+
+    name: str = MISSING
+    format: str = MISSING
+    sets: dict[str, DatasetSpec] = field(default_factory=dict)
+
+
+@dataclass
+class MethodConfig:
+    """Base of every method's run-config schema (``methods/<slug>/config.py``).
+
+    Subclasses set ``name`` (the slug), the default ``stage`` and these class variables:
+
+    * ``STAGES``: stage name -> one-line description (the toy stages and the paper's stages);
+    * ``PAPER_STAGES``: what ``stage=paper`` stands for; when ``"paper"`` is not a stage itself,
+      ``stage=paper`` stops with a message naming these;
+    * ``TRAINERS``: name of a trainer-node field -> ``"module:Class"`` of its TRL/HF config;
+    * ``MODEL_KINDS``: the ``model.kind`` values the paper stages accept (empty: no model group);
+    * ``BENCHMARK_FORMATS``: the ``benchmark.format`` values the loaders read (empty: none).
+    """
+
+    STAGES: ClassVar[dict[str, str]] = {}
+    PAPER_STAGES: ClassVar[tuple[str, ...]] = ()
+    TRAINERS: ClassVar[dict[str, str]] = {}
+    MODEL_KINDS: ClassVar[tuple[str, ...]] = ()
+    BENCHMARK_FORMATS: ClassVar[tuple[str, ...]] = ()
+
+    name: str = MISSING
+    stage: str = "toy"
+
+
+@dataclass
+class RootConfig:
+    """The top level of every composed config (``configs/config.yaml``)."""
+
+    method: Any = None
+    model: ModelConfig | None = None
+    benchmark: BenchmarkConfig | None = None
+    seed: int = 0
+    run_dir: str | None = None
+    logger: Logger = Logger.none
+
+
+@dataclass
+class Run:
+    """What a stage function receives: the typed configs of one run.
+
+    Attributes:
+        method: the method's run config (its ``methods/<slug>/config.py`` dataclass).
+        model: the selected checkpoint, or None when the preset selects none.
+        benchmark: the selected evaluation suite, or None.
+        seed: the run's seed (already applied to python, numpy and torch by the registry).
+        run_dir: the run folder (exists).
+        cfg: the whole composed config, for :func:`common.tracking.write_results`.
+    """
+
+    method: Any
+    model: ModelConfig | None
+    benchmark: BenchmarkConfig | None
+    seed: int
+    run_dir: Path
+    cfg: DictConfig
+
+
+def model_id(model: ModelConfig) -> str:
+    """The spec to load: the local ``path`` when set, else ``name``."""
+    return model.path or model.name
+
+
+def dataset_source(spec: DatasetSpec) -> str:
+    """The local ``path`` when set, else the ``hub_id``.
+
+    Raises:
+        ConfigError: when neither is set.
+    """
+    source = spec.path or spec.hub_id
+    if not source:
+        raise ConfigError("a benchmark set needs `hub_id` or `path`")
+    return source
+
+
+# ----- schema discovery and registration -------------------------------------------------------
+def _load_light(slug: str):
+    """Imports ``methods/<slug>/config.py`` without running the package's heavy ``__init__``.
+
+    The module is registered under its real name, so a later ``import methods.<slug>`` reuses it.
+    """
+    name = f"methods.{slug}.config"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = METHODS_DIR / slug / "config.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def method_schemas() -> dict[str, type[MethodConfig]]:
+    """``slug -> run-config schema`` for every method folder with a ``config.py`` schema."""
+    out = {}
+    for folder in sorted(METHODS_DIR.iterdir()):
+        if not (folder / "run.py").exists() or not (folder / "config.py").exists():
+            continue
+        module = _load_light(folder.name)
+        schemas = [
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type)
+            and issubclass(obj, MethodConfig)
+            and obj is not MethodConfig
+            and obj.__module__ == module.__name__
+            and getattr(obj, "name", None) == folder.name
+        ]
+        if len(schemas) == 1:
+            out[folder.name] = schemas[0]
+        elif len(schemas) > 1:
+            raise TypeError(
+                f"methods/{folder.name}/config.py defines {len(schemas)} MethodConfig subclasses "
+                f"with name={folder.name!r}; keep one"
+            )
+    return out
+
+
+def register_schemas() -> None:
+    """Stores the root, model, benchmark and every method schema in Hydra's ConfigStore."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="root_schema", node=RootConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="benchmark", name="benchmark_schema", node=BenchmarkConfig)
+    for slug, schema in method_schemas().items():
+        cs.store(group="method", name=slug, node=schema)
+
+
+# ----- validation ------------------------------------------------------------------------------
+def _close(name: str, options) -> str:
+    near = difflib.get_close_matches(name, list(options), n=3)
+    return f" (did you mean {', '.join(near)}?)" if near else ""
+
+
+def _import_attr(target: str):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def check_trainer_node(config_cls: type, node: dict[str, Any], key: str) -> None:
+    """Checks a trainer node's keys and value types against a TRL/HF config dataclass.
+
+    Only names and simple types are checked (the dataclass itself runs its own ``__post_init__``
+    when the stage builds it): an unknown key, or a value whose type differs from the field's
+    default (bool vs number, number vs string), raises.
+
+    Raises:
+        ConfigError: naming ``key.<field>``, the expected type and the value.
+    """
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    for name, value in node.items():
+        if name not in fields:
+            raise ConfigError(
+                f"{key}.{name}: not a field of {config_cls.__name__}{_close(name, fields)}"
+            )
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if default is None or value is None:
+            continue
+        expected: tuple[type, ...]
+        if isinstance(default, bool):
+            expected = (bool,)
+        elif isinstance(default, int):
+            expected = (int,)
+        elif isinstance(default, float):
+            expected = (int, float)
+        elif isinstance(default, str):
+            expected = (str,)
+        else:
+            continue
+        if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
+            raise ConfigError(
+                f"{key}.{name}: expected {expected[-1].__name__} (as {config_cls.__name__}."
+                f"{name}), got {value!r} of type {type(value).__name__}"
+            )
+
+
+def trainer_config(config_cls: type, node: dict[str, Any] | None = None, **defaults: Any):
+    """Builds a TRL/HF config: ``defaults`` (the stage's choices) overridden by the YAML node.
+
+    Raises:
+        ConfigError: on a key or type the config class does not accept.
+    """
+    node = dict(node or {})
+    check_trainer_node(config_cls, node, "trainer")
+    return config_cls(**{**defaults, **node})
+
+
+def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
+    """Converts a composed config into a typed :class:`Run`, before anything heavy runs.
+
+    Checks, beyond the structured-config types: the stage is one of the method's ``STAGES``
+    (``stage=paper`` maps to its single paper stage or stops naming the sub-stages), every trainer
+    node only sets fields of its TRL config, the model's kind and the benchmark's format are ones
+    the method supports. ``__post_init__`` checks of the dataclasses run here too.
+
+    Raises:
+        ConfigError: with the key, what was expected and what was received.
+    """
+    name = OmegaConf.select(cfg, "method.name")
+    if schema is None:
+        schemas = method_schemas()
+        if name not in schemas:
+            raise ConfigError(f"method {name!r} has no config schema; known: {sorted(schemas)}")
+        schema = schemas[name]
+    stage = OmegaConf.select(cfg, "method.stage")
+    stages = schema.STAGES
+    if stage == "paper" and "paper" not in stages:
+        subs = ", ".join(f"{s} ({stages.get(s, '')})" for s in schema.PAPER_STAGES)
+        raise ConfigError(
+            f"method.stage=paper: {name}'s paper path has several stages; choose one with "
+            f"method.stage=<stage>: {subs or '(none: this method has no paper stage)'}"
+        )
+    if stage not in stages:
+        raise ConfigError(
+            f"method.stage={stage!r} is not a stage of {name}; valid: {', '.join(stages)}"
+        )
+    try:
+        method = OmegaConf.to_object(cfg.method)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"method: {err}") from err
+    for key, target in schema.TRAINERS.items():
+        check_trainer_node(_import_attr(target), dict(getattr(method, key) or {}), f"method.{key}")
+    model = OmegaConf.to_object(cfg.model) if cfg.get("model") is not None else None
+    is_paper = stage in schema.PAPER_STAGES or stage == "paper"
+    if (
+        model is not None
+        and is_paper
+        and schema.MODEL_KINDS
+        and model.kind not in schema.MODEL_KINDS
+    ):
+        raise ConfigError(
+            f"model={model.name}: kind {model.kind!r} is not supported by {name} "
+            f"(supported kinds: {', '.join(schema.MODEL_KINDS)})"
+        )
+    bench = OmegaConf.to_object(cfg.benchmark) if cfg.get("benchmark") is not None else None
+    if bench is not None and is_paper:
+        if not schema.BENCHMARK_FORMATS:
+            raise ConfigError(f"benchmark={bench.name}: {name} takes no benchmark group")
+        if bench.format not in schema.BENCHMARK_FORMATS:
+            raise ConfigError(
+                f"benchmark={bench.name} (format {bench.format!r}) is not supported by {name}; "
+                f"supported formats: {', '.join(schema.BENCHMARK_FORMATS)}"
+            )
+    run_dir = cfg.get("run_dir")
+    return Run(
+        method=method,
+        model=model,
+        benchmark=bench,
+        seed=int(cfg.seed),
+        run_dir=Path(run_dir) if run_dir else Path("."),
+        cfg=cfg,
+    )
