@@ -9,6 +9,7 @@ one trie with an ancestor-only mask and depth positions, and P-GRPO rewards a sh
 from .config import ThreadWeaverConfig
 from .data_pipeline import PipelineReport, convert_trace
 from .format import (
+    CONCLUSION_TAGS,
     JOIN_SUFFIX,
     TAGS,
     FormatError,
@@ -51,6 +52,7 @@ from .trie import (
 __all__ = [
     "JOIN_SUFFIX",
     "TAGS",
+    "CONCLUSION_TAGS",
     "CompletionEngine",
     "EngineCompletion",
     "FormatError",

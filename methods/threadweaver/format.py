@@ -28,6 +28,9 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "CONCLUSION_CLOSE",
+    "CONCLUSION_OPEN",
+    "CONCLUSION_TAGS",
     "JOIN_SUFFIX",
     "TAGS",
     "FormatError",
@@ -54,8 +57,17 @@ TAGS: tuple[str, ...] = (
     "</Thread>",
 )
 
-#: Text the orchestrator appends after the last thread of a block (paper form, spec §9.3).
+#: Text the orchestrator appends after the last thread of a block (paper form, §3.2 / Fig. 2).
 JOIN_SUFFIX = "\n</Parallel>"
+
+#: ``<Conclusion>`` mode of the official code (``rollout.agent.no_conclusion=false`` in
+#: ``single_turn_agent_loop.py``): after the threads the orchestrator appends
+#: :data:`CONCLUSION_OPEN`; the model writes the conclusion and :data:`CONCLUSION_CLOSE` itself.
+#: When a thread ends the rollout the orchestrator closes with an empty conclusion
+#: (``CONCLUSION_OPEN + CONCLUSION_CLOSE``). The paper's format has no conclusion block.
+CONCLUSION_TAGS: tuple[str, ...] = ("<Conclusion>", "</Conclusion>")
+CONCLUSION_OPEN = "\n<Conclusion>\n"
+CONCLUSION_CLOSE = "</Conclusion>\n</Parallel>"
 
 THINK_OPEN = "<think>\n"
 THINK_CLOSE = "\n</think>\n"
@@ -75,10 +87,15 @@ class FormatError(ValueError):
 
 @dataclass
 class ParallelBlock:
-    """One ``<Parallel>`` block: outlines and threads as ``(number, text)`` pairs."""
+    """One ``<Parallel>`` block: outlines and threads as ``(number, text)`` pairs.
+
+    ``conclusion`` is None in the paper's format; a string (possibly empty) in the official
+    ``<Conclusion>`` mode, serialized as ``CONCLUSION_OPEN + conclusion + CONCLUSION_CLOSE``.
+    """
 
     outlines: list[tuple[str, str]]
     threads: list[tuple[str, str]]
+    conclusion: str | None = None
 
 
 @dataclass
@@ -117,7 +134,10 @@ def _serialize_block(block: ParallelBlock, join_suffix: str) -> str:
     parts.append(OUTLINES_CLOSE)
     for i, (n, t) in enumerate(block.threads):
         parts.append(thread_header(n, first=i == 0) + f" {t}\n</Thread>")
-    parts.append(join_suffix)
+    if block.conclusion is not None:
+        parts.append(CONCLUSION_OPEN + block.conclusion + CONCLUSION_CLOSE)
+    else:
+        parts.append(join_suffix)
     return "".join(parts)
 
 
@@ -179,6 +199,15 @@ def _parse_block(text: str, pos: int, join_suffix: str) -> tuple[ParallelBlock, 
         raise FormatError(f"block has no <Thread> after </Outlines> (offset {pos})")
     if len(threads) != len(outlines):
         raise FormatError(f"block has {len(outlines)} outlines but {len(threads)} threads")
+    if text.startswith(CONCLUSION_OPEN, pos):
+        start = pos + len(CONCLUSION_OPEN)
+        end = text.find(CONCLUSION_CLOSE, start)
+        if end < 0:
+            raise FormatError(f"<Conclusion> at offset {pos} is never closed by {CONCLUSION_CLOSE!r}")
+        concl = text[start:end]
+        if _TAG_RE.search(concl):
+            raise FormatError(f"conclusion at offset {start} contains a control tag")
+        return ParallelBlock(outlines, threads, concl), end + len(CONCLUSION_CLOSE)
     if not text.startswith(join_suffix, pos):
         raise FormatError(f"block must close with {join_suffix!r} at offset {pos}")
     return ParallelBlock(outlines, threads), pos + len(join_suffix)
@@ -218,12 +247,16 @@ def parse(text: str, join_suffix: str = JOIN_SUFFIX) -> Trajectory:
     return Trajectory(segments, final)
 
 
-def validate(text: str, strict: bool = True, join_suffix: str = JOIN_SUFFIX) -> FormatReport:
+def validate(
+    text: str, strict: bool = True, join_suffix: str = JOIN_SUFFIX, conclusion: bool = False
+) -> FormatReport:
     """Check a response against the format rules of §3.1 / App. C (the stage-1 filter).
 
     Checks balanced tags, no nested ``<Parallel>``, only Outline/Thread tags inside a block,
     #Outline = #Thread, non-empty threads, a closing ``</think>``; with ``strict=True`` also the
     exact canonical layout (via :func:`parse`) and distinct thread numbers matching the outlines.
+    ``conclusion=True`` (the official ``<Conclusion>`` mode) accepts one ``<Conclusion>`` block
+    after the threads of each parallel block; otherwise ``<Conclusion>`` is reported as a legacy tag.
 
     Returns:
         :class:`FormatReport` with every problem found (never raises on malformed text).
@@ -279,7 +312,10 @@ def validate(text: str, strict: bool = True, join_suffix: str = JOIN_SUFFIX) -> 
             if not closing:
                 last_open_end = m.end()
         elif name == "Conclusion":
-            errors.append(f"legacy tag {tag} at offset {m.start()}")
+            if not conclusion:
+                errors.append(f"legacy tag {tag} at offset {m.start()}")
+            elif depth_par == 0:
+                errors.append(f"{tag} outside a parallel block at offset {m.start()}")
         elif depth_par:
             errors.append(f"foreign tag {tag} inside a parallel block at offset {m.start()}")
     if depth_par:
@@ -293,6 +329,8 @@ def validate(text: str, strict: bool = True, join_suffix: str = JOIN_SUFFIX) -> 
             errors.append(str(e))
         else:
             for b in traj.blocks:
+                if conclusion and b.conclusion is None:
+                    errors.append("block without <Conclusion> (conclusion mode)")
                 nums = [n for n, _ in b.threads]
                 if len(set(nums)) != len(nums):
                     errors.append(f"duplicate thread numbers {nums}")

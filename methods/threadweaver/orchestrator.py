@@ -22,7 +22,14 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
-from .format import JOIN_SUFFIX, OUTLINE_NUM_RE, TAGS, thread_header
+from .format import (
+    CONCLUSION_CLOSE,
+    CONCLUSION_OPEN,
+    JOIN_SUFFIX,
+    OUTLINE_NUM_RE,
+    TAGS,
+    thread_header,
+)
 from .metrics import Stats, parallel_stats
 from .trie import Unit
 
@@ -136,6 +143,9 @@ class OrchestratorConfig:
     temperature: float = 1.0  # App. B (rollout and eval)
     top_p: float = 1.0
     parallel: bool = True  # False = hybrid AR mode: one request per trajectory, tags are text
+    #: official ``<Conclusion>`` mode (``no_conclusion=false``): join with CONCLUSION_OPEN instead
+    #: of ``join_suffix``; a rollout ended inside a block closes with an empty conclusion
+    conclusion: bool = False
 
     def __post_init__(self):
         for name in ("budget_total", "max_model_len", "max_iters"):
@@ -235,6 +245,20 @@ class ParallelOrchestrator:
         st.phase = "DONE"
         return False
 
+    def _outline_numbers(self, ctx: list[int]) -> list[str]:
+        """Outline numbers after the last ``<Outlines>`` of ``ctx`` (deduplicated, in order).
+
+        As the official ``ParallelBranchingController._extract_outline_numbers``: with no
+        ``<Outlines>`` in the context there is nothing to fork (``[]``, the rollout stays
+        sequential) instead of reading outline numbers from the whole context.
+        """
+        opener = self.ids["<Outlines>"]
+        starts = [i for i, t in enumerate(ctx) if t == opener]
+        if not starts:
+            return []
+        text = self.tok.decode(ctx[starts[-1] :], skip_special_tokens=False)
+        return list(dict.fromkeys(OUTLINE_NUM_RE.findall(text)))
+
     def _seq_step(self, states: list[_State]) -> None:
         eos, close = self.ids["eos"], self.ids["</Outlines>"]
         stops = [close, eos] if self.cfg.parallel else [eos]
@@ -248,10 +272,7 @@ class ParallelOrchestrator:
             st.gen += out.ids
             st.gen_mask += [1] * len(out.ids)
             if out.ids and out.ids[-1] == close and self.cfg.parallel:
-                start = max(i for i, t in enumerate(st.ctx) if t == self.ids["<Outlines>"]) if (
-                    self.ids["<Outlines>"] in st.ctx) else 0  # fmt: skip
-                text = self.tok.decode(st.ctx[start:], skip_special_tokens=False)
-                nums = list(dict.fromkeys(OUTLINE_NUM_RE.findall(text)))
+                nums = self._outline_numbers(st.ctx)
                 if nums:
                     st.phase, st.nums = "PAR", nums
                 else:
@@ -296,16 +317,19 @@ class ParallelOrchestrator:
             st.gen_mask += jmask[id(st)]
             st.nums = []
             if ended[id(st)] or len(st.gen) >= self.cfg.budget_total:
-                close = self.encode("\n</Parallel>")
+                close = self.encode(
+                    CONCLUSION_OPEN + CONCLUSION_CLOSE if self.cfg.conclusion else "\n</Parallel>"
+                )
                 st.ctx += close
                 st.gen += close
                 st.gen_mask += [0] * len(close)
                 st.phase = "DONE"
                 st.finish = "length" if len(st.gen) >= self.cfg.budget_total else "thread_eos"
             else:
-                st.ctx += self.encode(self.cfg.join_suffix)
-                st.gen += self.encode(self.cfg.join_suffix)
-                st.gen_mask += [0] * len(self.encode(self.cfg.join_suffix))
+                join = self.encode(CONCLUSION_OPEN if self.cfg.conclusion else self.cfg.join_suffix)
+                st.ctx += join
+                st.gen += join
+                st.gen_mask += [0] * len(join)
                 st.phase = "SEQ"
 
     def run_many(self, prompts: Sequence[Sequence[int]]) -> list[Rollout]:

@@ -60,20 +60,36 @@ def pgrpo_reward(
     rho: float = 0.5,
     rho_clip: float = 0.2,
     variant: Literal["paper", "repo"] = "paper",
+    *,
+    has_parallel: bool = False,
+    parallel_reward: float = 0.0,
+    format_ok: bool = True,
+    format_error_reward: float | None = None,
 ) -> float:
-    """Correctness plus clipped acceleration reward (Eq. 5-7).
+    """Correctness plus clipped acceleration reward (Eq. 5-7), with the official code's options.
 
     ``paper``: ``1{c} + 1{c}·min(ρ·η, ρ_clip)`` (bonus ≤ 0.2, saturating at η = 0.4).
-    ``repo`` (official code defaults): ``+1 + ρ·min(η, ρ_clip)`` if correct, −1 otherwise.
+    ``repo`` (official code defaults, ``deepscaler/rewards/math_rewardv2.calculate_reward`` with
+    ``acceleration_ratio_reward_factor=ρ``, ``acceleration_ratio_clip_max=ρ_clip``):
+    ``+1 + ρ·min(η, ρ_clip)`` if correct, −1 otherwise.
     A NaN ``η`` (empty response) counts as 0.
 
+    Official options (off by default, as in the paper):
+
+    * ``parallel_reward`` (official ``parallel_rewardv2``): added when the answer is correct and the
+      trajectory has at least one ``<Parallel>`` block (``has_parallel``).
+    * ``format_error_reward`` (official ``format_error_reward`` / ``parallel_format_error_reward``):
+      the whole reward of a trajectory whose format check failed (``format_ok=False``).
+
     Raises:
-        ValueError: ``rho <= 0``, ``rho_clip < 0`` or an unknown variant.
+        ValueError: ``rho <= 0``, ``rho_clip < 0``, ``parallel_reward < 0`` or an unknown variant.
     """
     if rho <= 0:
         raise ValueError(f"rho must be > 0, got {rho}")
     if rho_clip < 0:
         raise ValueError(f"rho_clip must be >= 0, got {rho_clip}")
+    if parallel_reward < 0:
+        raise ValueError(f"parallel_reward must be >= 0, got {parallel_reward}")
     eta = 0.0 if eta != eta else float(eta)
     variants = {
         "paper": lambda: (1.0 + min(rho * eta, rho_clip)) if correct else 0.0,
@@ -81,17 +97,29 @@ def pgrpo_reward(
     }
     if variant not in variants:
         raise ValueError(f"variant must be one of {sorted(variants)}, got {variant!r}")
-    return variants[variant]()
+    if format_error_reward is not None and not format_ok:
+        return float(format_error_reward)
+    bonus = parallel_reward if (correct and has_parallel) else 0.0
+    return variants[variant]() + bonus
 
 
 def group_advantages(
-    rewards: torch.Tensor, norm: Literal["mean", "std"] = "mean", eps: float = 1e-6
+    rewards: torch.Tensor,
+    norm: Literal["mean", "std"] = "mean",
+    eps: float = 1e-6,
+    zero_threshold: float | None = None,
 ) -> torch.Tensor:
     """Group-relative advantages (Eq. 9; ``norm="std"`` is standard GRPO, Eq. 1, for ablation).
 
     Args:
         rewards: ``[G, k]`` rewards of k rollouts for each of G prompts.
-        norm: ``"mean"`` -> ``r − μ``; ``"std"`` -> ``(r − μ) / (σ + eps)`` with the population σ.
+        norm: ``"mean"`` -> ``r − μ``; ``"std"`` -> ``(r − μ) / (σ + eps)`` with σ the *sample*
+            std (Bessel-corrected), as the official ``compute_grpo_outcome_normalized_scores``
+            (``threadweaver_rl/verl/trainer/ppo/core_algos.py``, ``torch.std``) and TRL.
+        eps: added to σ.
+        zero_threshold: the official ``algorithm.grpo_zero_adv_if_all_ge_le``: a group whose
+            rewards are all ``>=`` or all ``<=`` this value gets advantage 0 (None = off, the
+            paper's setting).
 
     Raises:
         ValueError: not 2-D, ``k < 2`` (the centred advantage would be identically 0), bad ``norm``.
@@ -102,12 +130,17 @@ def group_advantages(
         raise ValueError(
             f"need k >= 2 rollouts per prompt for group advantages, got {rewards.shape[1]}"
         )
+    if norm not in ("mean", "std"):
+        raise ValueError(f"norm must be 'mean' or 'std', got {norm!r}")
     centred = rewards - rewards.mean(dim=1, keepdim=True)  # [G, k]
-    if norm == "mean":
-        return centred
+    adv = centred
     if norm == "std":
-        return centred / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps)  # [G, k]
-    raise ValueError(f"norm must be 'mean' or 'std', got {norm!r}")
+        adv = centred / (rewards.std(dim=1, unbiased=True, keepdim=True) + eps)  # [G, k]
+    if zero_threshold is not None:
+        thr = float(zero_threshold)
+        flat = (rewards >= thr).all(dim=1, keepdim=True) | (rewards <= thr).all(dim=1, keepdim=True)
+        adv = adv.masked_fill(flat, 0.0)  # [G, k]
+    return adv
 
 
 def pgrpo_loss(logp: torch.Tensor, adv: torch.Tensor, comp_mask: torch.Tensor) -> torch.Tensor:

@@ -40,6 +40,7 @@ from .orchestrator import (
     OrchestratorConfig,
     ParallelOrchestrator,
 )
+from .format import JOIN_SUFFIX, validate
 from .pgrpo import group_advantages, is_correct, pgrpo_reward
 from .trie import TrieCollator, Unit, build_packed, packed_forward, parent_gather_loss
 
@@ -52,12 +53,17 @@ class PGRPOReward:
     """Reward function for TRL (Eq. 5-8): correctness plus the clipped acceleration bonus.
 
     Called by TRL with the dataset columns and the rollout's extra fields as keyword arguments; uses
-    ``response_text`` (tags kept) for grading and ``eta`` from :func:`parallel_stats`.
+    ``response_text`` (tags kept) for grading and the format check, ``eta`` from
+    :func:`parallel_stats` and ``has_parallel`` (at least one block).
 
     Args:
         verify: ``(response_text, gold) -> bool``; default :func:`is_correct` (last ``\\boxed``).
         answer_key: dataset column with the gold answer.
-        rho, rho_clip, variant: see :func:`pgrpo_reward`.
+        rho, rho_clip, variant, parallel_reward, format_error_reward: see :func:`pgrpo_reward`.
+        treat_no_parallel_as_format_error: official option of the same name: a trajectory
+            without any ``<Parallel>`` block fails the format check.
+        join_suffix, conclusion: the format the check expects (:func:`validate`, non-strict:
+            balanced tags, no nesting, #Outline = #Thread, non-empty threads, a ``</think>``).
     """
 
     __name__ = "pgrpo_reward"
@@ -69,10 +75,25 @@ class PGRPOReward:
         rho: float = 0.5,
         rho_clip: float = 0.2,
         variant: str = "paper",
+        parallel_reward: float = 0.0,
+        format_error_reward: float | None = None,
+        treat_no_parallel_as_format_error: bool = False,
+        join_suffix: str = JOIN_SUFFIX,
+        conclusion: bool = False,
     ):
-        pgrpo_reward(True, 0.0, rho, rho_clip, variant)  # validates the arguments
+        pgrpo_reward(True, 0.0, rho, rho_clip, variant, parallel_reward=parallel_reward)
         self.verify, self.answer_key = verify, answer_key
         self.rho, self.rho_clip, self.variant = rho, rho_clip, variant
+        self.parallel_reward, self.format_error_reward = parallel_reward, format_error_reward
+        self.no_parallel_is_error = treat_no_parallel_as_format_error
+        self.join_suffix, self.conclusion = join_suffix, conclusion
+
+    def format_ok(self, text: str, has_parallel: bool) -> bool:
+        """The format check behind ``format_error_reward``."""
+        if self.no_parallel_is_error and not has_parallel:
+            return False
+        return validate(text, strict=False, join_suffix=self.join_suffix,
+                        conclusion=self.conclusion).ok  # fmt: skip
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list[float]:
         for key in (self.answer_key, "eta", "response_text"):
@@ -80,14 +101,19 @@ class PGRPOReward:
                 raise ValueError(
                     f"PGRPOReward needs the {key!r} field (dataset column or rollout extra field)"
                 )
-        return [
-            pgrpo_reward(
-                bool(self.verify(text, gold)), float(eta), self.rho, self.rho_clip, self.variant
-            )
-            for text, gold, eta in zip(
-                kwargs["response_text"], kwargs[self.answer_key], kwargs["eta"]
-            )
-        ]
+        texts = kwargs["response_text"]
+        par = kwargs.get("has_parallel") or ["<Parallel>" in t for t in texts]
+        out = []
+        for text, gold, eta, p in zip(texts, kwargs[self.answer_key], kwargs["eta"], par):
+            ok = True if self.format_error_reward is None else self.format_ok(text, bool(p))
+            out.append(
+                pgrpo_reward(
+                    bool(self.verify(text, gold)), float(eta), self.rho, self.rho_clip,
+                    self.variant, has_parallel=bool(p), parallel_reward=self.parallel_reward,
+                    format_ok=ok, format_error_reward=self.format_error_reward,
+                )
+            )  # fmt: skip
+        return out
 
 
 class OrchestratedRollout:
@@ -149,7 +175,8 @@ class OrchestratedRollout:
         finally:
             model.train(was_training)
         out: dict[str, list] = {k: [] for k in (
-            "prompt_ids", "completion_ids", "env_mask", "eta", "token_latency", "response_text")}  # fmt: skip
+            "prompt_ids", "completion_ids", "env_mask", "eta", "token_latency", "response_text",
+            "has_parallel")}  # fmt: skip
         eos = self.tok.eos_token_id
         for r in rollouts:
             comp, mask = list(r.response_ids), list(r.generated_mask)
@@ -161,6 +188,7 @@ class OrchestratedRollout:
             out["env_mask"].append(mask)
             out["eta"].append(float(r.stats.eta))
             out["token_latency"].append(float(r.stats.longest))
+            out["has_parallel"].append(bool(r.stats.has_parallel))
             out["response_text"].append(self.tok.decode(r.response_ids, skip_special_tokens=False))
         while len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)

@@ -18,7 +18,16 @@ from typing import Literal
 
 import torch
 
-from .format import JOIN_SUFFIX, THINK_CLOSE, THINK_OPEN, ParallelBlock, Trajectory, thread_header
+from .format import (
+    CONCLUSION_CLOSE,
+    CONCLUSION_OPEN,
+    JOIN_SUFFIX,
+    THINK_CLOSE,
+    THINK_OPEN,
+    ParallelBlock,
+    Trajectory,
+    thread_header,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +67,9 @@ def response_pieces(traj: Trajectory, join_suffix: str = JOIN_SUFFIX) -> list[tu
 
     Kinds: ``"seq"`` (one sequential request's output, ending at ``</Outlines>`` or at the end),
     ``"hdr"`` (thread header inserted by the orchestrator), ``"body"`` (a thread's completion, ending
-    in ``</Thread>``) and ``"join"`` (the join suffix). ``"".join(texts) == serialize(traj)``.
+    in ``</Thread>``) and ``"join"`` (the join suffix, or :data:`CONCLUSION_OPEN` for a block with a
+    conclusion, whose text then starts the next sequential piece). ``"".join(texts) ==
+    serialize(traj)``.
     """
     pieces: list[tuple[str, str]] = []
     cur = THINK_OPEN
@@ -72,8 +83,12 @@ def response_pieces(traj: Trajectory, join_suffix: str = JOIN_SUFFIX) -> list[tu
         for i, (n, t) in enumerate(seg.threads):
             pieces.append(("hdr", thread_header(n, first=i == 0)))
             pieces.append(("body", f" {t}\n</Thread>"))
-        pieces.append(("join", join_suffix))
-        cur = ""
+        if seg.conclusion is not None:  # official <Conclusion> mode: the model writes the rest
+            pieces.append(("join", CONCLUSION_OPEN))
+            cur = seg.conclusion + CONCLUSION_CLOSE
+        else:
+            pieces.append(("join", join_suffix))
+            cur = ""
     pieces.append(("seq", cur + THINK_CLOSE + traj.final))
     return pieces
 
