@@ -8,11 +8,14 @@ estimate of the gradient of the log pass rate truncated at order N−1 (maximum 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
     check_binary_rewards,
+    differential_smoothing_advantages,
     grouped,
     grpo_advantages,
     maxrl_advantages,
+    pkpo_advantages,
     reinforce_advantages,
     rloo_advantages,
+    self_advantages,
 )
 from .classification import ClassificationToyConfig, make_gaussian_classes, train_classifier
 from .eval import majority_vote, pass_at_k, tts_efficiency
@@ -23,7 +26,7 @@ from .theory import (
     truncated_objective,
     weight_fn,
 )
-from .trainer import MaxRLConfig, MaxRLTrainer
+from .trainer import MaxRLConfig, MaxRLTrainer, truncated_at_max_length
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -32,6 +35,7 @@ __all__ = [
     "MaxRLConfig",
     "MaxRLTrainer",
     "check_binary_rewards",
+    "differential_smoothing_advantages",
     "effective_order",
     "exact_expected_gradient",
     "grouped",
@@ -40,9 +44,12 @@ __all__ = [
     "make_gaussian_classes",
     "maxrl_advantages",
     "pass_at_k",
+    "pkpo_advantages",
     "reinforce_advantages",
     "rloo_advantages",
+    "self_advantages",
     "train_classifier",
+    "truncated_at_max_length",
     "truncated_objective",
     "tts_efficiency",
     "weight_fn",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -202,6 +203,115 @@ def test_bad_rewards_raise():
     assert maxrl_advantages(torch.tensor([[0.5, 1.0]]), require_binary=False).shape == (1, 2)
 
 
+# ---- the baselines of Tables 3-4: closed forms and the official estimators ---------------------
+def test_pkpo_closed_form():
+    from methods.maxrl import pkpo_advantages
+
+    # N=4, k=2, c=1: s = C(3,1)/C(3,1) = 1 on the correct rollout; LOO: (4·s_i − Σs)/3
+    adv = pkpo_advantages(torch.tensor([[1.0, 0, 0, 0]]), k=2)
+    torch.testing.assert_close(adv, torch.tensor([[1.0, -1 / 3, -1 / 3, -1 / 3]]))
+    # c=2: s = C(2,1)/C(3,1) = 2/3 on both correct; (4·2/3 − 4/3)/3 = 4/9, (0 − 4/3)/3 = −4/9
+    adv = pkpo_advantages(torch.tensor([[1.0, 1, 0, 0]]), k=2)
+    torch.testing.assert_close(adv, torch.tensor([[4 / 9, 4 / 9, -4 / 9, -4 / 9]]))
+    # c=3, k=3: N−c = 1 < k−1 = 2, so C(1, 2) = 0: the prompt is solved at pass@3 for sure
+    assert (pkpo_advantages(torch.tensor([[1.0, 1, 1, 0]]), k=3) == 0).all()
+    r = (torch.rand(5, 6, generator=torch.Generator().manual_seed(0)) < 0.4).float()
+    torch.testing.assert_close(pkpo_advantages(r, k=1), rloo_advantages(r))  # k=1 is RLOO
+    with pytest.raises(ValueError, match="k must lie"):
+        pkpo_advantages(r, k=7)
+    with pytest.raises(ValueError, match="binary"):
+        pkpo_advantages(r * 0.5, k=2)
+
+
+def test_differential_smoothing_closed_form():
+    from methods.maxrl import differential_smoothing_advantages
+
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    lp = torch.tensor([[-0.5, -2.0, -1.0, -3.0]])
+    # population std of [1,0,0,1] is 0.5, so the GRPO part is ±1; then −γ·ℓ on correct, +γ·ℓ on wrong
+    want = torch.tensor([[1 + 0.1 * 0.5, -1 - 0.2 * 2.0, -1 - 0.2 * 1.0, 1 + 0.1 * 3.0]])
+    got = differential_smoothing_advantages(r, lp, correct_coef=0.1, incorrect_coef=0.2, eps=0.0)
+    torch.testing.assert_close(got, want)
+    zero = differential_smoothing_advantages(r, lp, correct_coef=0.0, incorrect_coef=0.0)
+    torch.testing.assert_close(zero, grpo_advantages(r, ddof=0))
+    with pytest.raises(ValueError, match="seq_logps"):
+        differential_smoothing_advantages(r, lp[:, :3])
+
+
+def test_self_advantages_zero_where_greedy_solves():
+    from methods.maxrl import self_advantages
+
+    r = torch.tensor([[1.0, 0, 0, 1], [1, 1, 0, 0], [0, 1, 0, 0]])
+    adv = self_advantages(r, torch.tensor([1.0, 0.0, 0.0]))
+    assert (adv[0] == 0).all()
+    torch.testing.assert_close(adv[1:], grpo_advantages(r)[1:])
+    with pytest.raises(ValueError, match="greedy_rewards"):
+        self_advantages(r, torch.tensor([1.0, 0.0]))
+
+
+def test_estimators_match_the_official_code():
+    """Fixture from tajwarfahim/maxrl@c0698eb ``verl/trainer/ppo/core_algos.py``.
+
+    Made by /tmp/official/maxrl/make_adv_fixture.py: the official ``compute_*_outcome_advantage``
+    functions (maxrl, grpo, rloo, pkpo for k in {1, 2, 4, 8}, dsgrpo with γ = 0.05, self_paper) on
+    fixed random binary rewards, response lengths, old log-probs and greedy rewards (float64; the
+    official PKPO weight is float32). See docs/methods/maxrl.md.
+    """
+    import json
+    from pathlib import Path
+
+    from methods.maxrl import (
+        differential_smoothing_advantages,
+        pkpo_advantages,
+        self_advantages,
+    )
+
+    path = Path(__file__).parents[1] / "fixtures" / "maxrl" / "advantages_official.json"
+    fx = json.loads(path.read_text())
+    r = torch.tensor(fx["rewards"], dtype=torch.float64)
+    b, n = r.shape
+
+    def official(key):
+        return torch.tensor(fx[key], dtype=torch.float64)
+
+    torch.testing.assert_close(maxrl_advantages(r), official("maxrl"))
+    torch.testing.assert_close(grpo_advantages(r), official("grpo"))
+    torch.testing.assert_close(rloo_advantages(r), official("rloo"))
+    for k in (1, 2, 4, 8):
+        torch.testing.assert_close(
+            pkpo_advantages(r, k=k), official(f"pkpo_k{k}"), atol=1e-6, rtol=1e-6
+        )
+    lengths = torch.tensor(fx["lengths"])
+    old = torch.tensor(fx["old_logps"], dtype=torch.float64)  # [B·N, T]
+    mask = (torch.arange(old.size(1))[None] < lengths[:, None]).double()
+    seq = ((old * mask).sum(1) / mask.sum(1)).view(b, n)
+    torch.testing.assert_close(
+        differential_smoothing_advantages(r, seq), official("differential_smoothing")
+    )
+    greedy = torch.tensor(fx["greedy_rewards"], dtype=torch.float64)
+    torch.testing.assert_close(self_advantages(r, greedy), official("self"))
+
+
+def test_truncation_zeroes_an_eos_at_the_last_position():
+    """Official ``multi_thread_naive.py``: zero iff valid length (incl. EOS) >= max length."""
+    from methods.maxrl import truncated_at_max_length
+
+    eos, pad = 2, 0
+    ids = torch.tensor(
+        [
+            [5, 6, 2, 0],  # EOS at position 3 of 4: kept
+            [5, 6, 7, 2],  # EOS exactly at the last allowed position: zeroed (as the official code)
+            [5, 6, 7, 8],  # no EOS: truncated
+            [2, 0, 0, 0],  # immediate EOS
+        ]
+    )
+    assert pad == 0
+    got = truncated_at_max_length(ids, eos, max_completion_length=4)
+    assert got.tolist() == [False, True, True, False]
+    # a batch padded only to 3 tokens while the limit is 4: an EOS at position 3 is within the limit
+    assert truncated_at_max_length(ids[:1, :3], eos, 4).tolist() == [False]
+
+
 # ---- 9. trainer: advantages equal maxrl_advantages of the gathered rewards ------------------------
 def _binary_reward(completions, **kwargs):
     return [float(len(set(c)) % 2) for c in completions]
@@ -254,6 +364,73 @@ def test_trainer_uses_maxrl_advantages(tiny_lm, tmp_path):
     logged = torch.tensor(list(trainer._logs["advantages"])[-8:])
     assert torch.allclose(logged, maxrl_advantages(r).flatten())
     assert trainer.args.beta == 0.0 and trainer.args.loss_type == "dapo"
+
+
+def test_trainer_pkpo_and_differential_smoothing(tiny_lm, tmp_path):
+    from methods.maxrl import pkpo_advantages
+
+    trainer = _maxrl_trainer(tiny_lm, tmp_path, advantage_estimator="pkpo", pkpo_k=2, max_steps=1)
+    trainer.train()
+    torch.testing.assert_close(trainer.last_advantages, pkpo_advantages(trainer.last_rewards, k=2))
+
+    trainer = _maxrl_trainer(
+        tiny_lm, tmp_path, advantage_estimator="differential_smoothing", max_steps=1
+    )
+    trainer.train()
+    r = trainer.last_rewards
+    diff = trainer.last_advantages - grpo_advantages(r, ddof=0)  # = −γ·ℓ (correct), +γ·ℓ (wrong)
+    assert (diff[r > 0] > 0).all() and (diff[r == 0] < 0).all()  # ℓ < 0 always
+    assert (diff.abs() < 0.05 * 30).all()
+
+
+def test_trainer_self_uses_the_greedy_reward(tiny_lm, tmp_path):
+    from methods.maxrl import self_advantages
+
+    model, tok = tiny_lm
+    prompts = ["1+1=", "2+3="]  # the first generation batch (shuffle_dataset=False)
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    out = model.generate(**enc, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id)
+    greedy = _binary_reward(
+        tok.batch_decode(out[:, enc["input_ids"].size(1) :], skip_special_tokens=True)
+    )
+    trainer = _maxrl_trainer(
+        tiny_lm, tmp_path, advantage_estimator="self", max_steps=1, shuffle_dataset=False
+    )
+    trainer.train()
+    want = self_advantages(trainer.last_rewards, torch.tensor(greedy))
+    torch.testing.assert_close(trainer.last_advantages, want)
+
+
+def test_trainer_entropy_bonus_grpo(tiny_lm, tmp_path):
+    """GRPO + entropy bonus: with constant rewards the advantages vanish and loss = −c·H."""
+    trainer = _maxrl_trainer(
+        tiny_lm,
+        tmp_path,
+        reward=lambda completions, **kw: [1.0] * len(completions),
+        advantage_estimator="grpo",
+        entropy_coef=0.5,
+        max_steps=1,
+    )
+    out = trainer.train()
+    entropy = trainer.state.log_history[0]["entropy"]
+    assert entropy > 0
+    assert out.training_loss == pytest.approx(-0.5 * entropy, rel=1e-4)
+
+
+def test_trainer_zero_reward_on_truncation(tiny_lm, tmp_path):
+    """Wiring: with max length 1 every completion reaches the limit (an EOS included), so all
+    rewards are zeroed and the MaxRL advantages vanish although the reward function says 1."""
+    trainer = _maxrl_trainer(
+        tiny_lm,
+        tmp_path,
+        reward=lambda completions, **kw: [1.0] * len(completions),
+        zero_reward_on_truncation=True,
+        max_steps=1,
+        max_completion_length=1,
+    )
+    trainer.train()
+    assert (trainer.last_rewards == 1).all()  # the hook's input, before the zeroing
+    assert (trainer.last_advantages == 0).all()
 
 
 def test_trainer_rejects_non_binary_reward(tiny_lm, tmp_path):
@@ -366,66 +543,96 @@ def test_maze_toy_end_to_end(tmp_path):
         assert 0.0 <= arm["pass@1"] <= arm["pass@2"] <= 1.0
 
 
-# ---- paper-scale plumbing (no GPU): config composition and the TTS comparison -----------------
-def test_paper_config_and_compare(tmp_path):
+# ---- paper-scale stages (no GPU): the shipped preset, shrunk, in tests/test_paper_presets.py ----
+_FIXTURE = "{repo}/common/tasks/fixtures/math500_mini.jsonl"
+_SMALL_TRAIN = [
+    "model.path={tiny_qwen2}",
+    "model.dtype=float32",
+    f"method.train_data.path={_FIXTURE}",
+    "method.trainer.num_generations=2",
+    "method.trainer.per_device_train_batch_size=4",
+    "method.trainer.gradient_accumulation_steps=1",
+    "method.trainer.max_steps=1",
+    "method.trainer.max_completion_length=8",
+    "method.trainer.bf16=false",
+    "method.trainer.use_vllm=false",
+]
+_SMALL_EVAL = [
+    "model.path={tiny_qwen2}",
+    "model.dtype=float32",
+    "method.eval.n=4",
+    "method.eval.max_new_tokens=8",
+    "method.eval.engine=hf",
+    *(
+        f"benchmark.sets.{s}.path={_FIXTURE}"
+        for s in ("aime25", "beyondaime", "math500", "minerva")
+    ),
+]
+PAPER_SMOKE = {
+    "train": _SMALL_TRAIN,
+    "eval": _SMALL_EVAL,
+    "compare": ["method.compare_files=[{tmp}/a.json,{tmp}/b.json]"],
+    "maxrl_paper_smollm/train": [*_SMALL_TRAIN, "method.trainer.gradient_accumulation_steps=1"],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """Two eval.json files for the compare stage (method reaches the baseline's pass@8 at k=2)."""
     import json
 
-    from omegaconf import OmegaConf
-
-    from common.registry import compose
-    from methods.maxrl.paper import PaperConfig, compare
-    from methods.maxrl.run import _to_config
-
-    cfg = _to_config(compose(["experiment=maxrl_paper"]).method)
-    assert isinstance(cfg.paper, PaperConfig)
-    assert cfg.num_generations == 16 and cfg.paper.prompts_per_step == 256 and cfg.paper.lr == 1e-6
-    with pytest.raises(Exception, match="bogus"):
-        _to_config(OmegaConf.create({"name": "maxrl", "bogus": 1}))
     ks = [1, 2, 4, 8]
-    a = {"aime25": {"k": ks, "pass@k": [0.3, 0.4, 0.5, 0.6]}}
-    b = {"aime25": {"k": ks, "pass@k": [0.1, 0.2, 0.25, 0.3]}}
-    (tmp_path / "a.json").write_text(json.dumps(a))
-    (tmp_path / "b.json").write_text(json.dumps(b))
-    assert compare(str(tmp_path / "a.json"), str(tmp_path / "b.json"))["aime25"] == pytest.approx(
-        8.0
+    (tmp_path / "a.json").write_text(
+        json.dumps({"aime25": {"k": ks, "pass@k": [0.3, 0.4, 0.5, 0.6]}})
     )
+    (tmp_path / "b.json").write_text(
+        json.dumps({"aime25": {"k": ks, "pass@k": [0.1, 0.2, 0.3, 0.4]}})
+    )
+    return {}
 
 
-def test_paper_train_and_eval_path_on_a_tiny_local_model(tmp_path, tiny_tok):
-    """The paper's train/eval code path (TRL trainer, boxed rewards, pass@k) with vLLM/bf16 off."""
-    import json
-    from dataclasses import replace
+def test_compare_gives_the_budget_ratio_at_equal_coverage(tmp_path):
+    """Baseline pass@8 = 0.4 is reached by the method at k = 2: efficiency 8 / 2 = 4."""
+    from methods.maxrl.paper import compare
 
+    paper_smoke_setup(tmp_path)
+    eff = compare(str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert eff["aime25"] == pytest.approx(4.0)
+
+
+def test_paper_trainer_node_reaches_the_trl_config():
+    """The preset's trainer node is what MaxRLConfig receives (saved with the run by TRL)."""
+    from common.config import trainer_config
     from common.registry import compose
-    from common.tasks import FIXTURES
-    from common.tiny import save_tiny, tiny_causal_lm
-    from methods.maxrl.paper import PaperConfig, evaluate, train
-    from methods.maxrl.run import _to_config
+    from methods.maxrl.trainer import MaxRLConfig
 
-    model_dir = save_tiny(*tiny_causal_lm("qwen2", seed=0, tokenizer=tiny_tok), tmp_path / "m")
-    mcfg = _to_config(compose(["experiment=maxrl_paper", "method.num_generations=2"]).method)
-    fixture = str(FIXTURES / "math500_mini.jsonl")
-    pcfg = replace(
-        PaperConfig(),
-        model=str(model_dir),
-        train_set=fixture,
-        eval_sets=[fixture],
-        prompts_per_step=2,
-        per_device_train_batch_size=4,
-        max_steps=1,
-        max_completion_length=8,
-        use_vllm=False,
-        bf16=False,
-        report_to="none",
-        eval_engine="hf",
-        eval_n=4,
-        output_dir=str(tmp_path / "out"),
-    )
-    train(mcfg, pcfg)
-    final = tmp_path / "out" / mcfg.advantage_estimator / "final"
-    assert (final / "config.json").exists()
-    out = evaluate(str(final), pcfg)
-    assert out["math500_mini"]["k"] == [1, 2, 4]
-    curve = out["math500_mini"]["pass@k"]
-    assert all(0.0 <= v <= 1.0 for v in curve) and curve == sorted(curve)
-    assert json.loads((final / "eval.json").read_text()) == out
+    cfg = compose(["experiment=maxrl_paper", "method.stage=train"])
+    node = dict(cfg.method.trainer)
+    node.update(bf16=False, use_vllm=False)
+    args = trainer_config(MaxRLConfig, node, output_dir="/tmp/unused", use_cpu=True)
+    assert args.advantage_estimator == "maxrl" and args.learning_rate == 1e-6
+    assert args.num_generations == 16 and args.max_steps == 1000
+    with pytest.raises(ValueError, match="learnin_rate: not a field of MaxRLConfig"):
+        compose(["experiment=maxrl_paper", "method.stage=train", "+method.trainer.learnin_rate=1"])
+
+
+def test_paper_eval_scores_the_benchmark_with_the_tiny_model(tmp_path, tiny_model_dirs):
+    """eval: pass@k over k = 1, 2, 4 is monotone and eval.json holds the curve per set."""
+    import json
+
+    from common.registry import compose, run_method
+
+    overrides = [
+        o.format(repo=str(Path(__file__).parents[2]), **tiny_model_dirs) for o in _SMALL_EVAL
+    ]
+    cfg = compose(
+        ["experiment=maxrl_paper", "method.stage=eval", "benchmark=math500", *overrides[:5],
+         f"benchmark.sets.math500.path={_FIXTURE.format(repo=str(Path(__file__).parents[2]))}"],
+        run_dir=tmp_path,
+    )  # fmt: skip
+    run_method(cfg)
+    curves = json.loads((tmp_path / "eval.json").read_text())
+    assert list(curves) == ["math500"] and curves["math500"]["k"] == [1, 2, 4]
+    cov = curves["math500"]["pass@k"]
+    assert all(0.0 <= v <= 1.0 for v in cov) and cov == sorted(cov)
+    loaded = json.loads((tmp_path / "results.json").read_text())["models_loaded"]
+    assert [e["spec"] for e in loaded] == [tiny_model_dirs["tiny_qwen2"]]
