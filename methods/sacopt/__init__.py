@@ -27,6 +27,7 @@ from methods.sacopt.evaluate import (
 )
 from methods.sacopt.extract import (
     ExtractionError,
+    constraint_check,
     extract_constraints,
     extract_objective,
     extract_parameters,
@@ -37,6 +38,7 @@ from methods.sacopt.extract import (
 )
 from methods.sacopt.loop import LoopTrace, SACOptLoop
 from methods.sacopt.parsing import (
+    parse_code_block,
     parse_delimited_block,
     parse_json_from_end,
     parse_list_from_end,
@@ -69,6 +71,7 @@ __all__ = [
     "Variable",
     "Verifier",
     "assemble_program",
+    "constraint_check",
     "debug_loop",
     "extract_constraints",
     "extract_objective",
@@ -80,6 +83,7 @@ __all__ = [
     "is_correct",
     "load_clean_benchmark",
     "load_problems",
+    "parse_code_block",
     "parse_delimited_block",
     "parse_json_from_end",
     "parse_list_from_end",

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from common.llm import ChatLLM
 from methods.sacopt import prompts
-from methods.sacopt.parsing import parse_delimited_block
+from methods.sacopt.parsing import parse_code_block, parse_delimited_block
 from methods.sacopt.schema import Anchor, ProblemState
 
 __all__ = ["Coder", "LLMCoder", "generate_fragment", "reconstruct", "static_check"]
@@ -55,11 +55,11 @@ def generate_fragment(
 ) -> str:
     """``c = G(D, P, V, a)`` or, with ``negative_ref``, ``G'(D, P, V, a, c_prev)`` (spec E3).
 
-    Returns the code inside the final ``=====`` block ('' if the answer has none; the static
-    check then rejects it).
+    Returns the code inside the final ``=====`` block, else inside the last ```` ```python ````
+    fence (as the official ``extract_code_from_end``); '' if neither (the static check then rejects it).
     """
     msg = prompts.fragment_prompt(state, anchor.kind, anchor.text, negative_ref)
-    return parse_delimited_block(llm.chat(prompts.messages(msg))) or ""
+    return parse_code_block(llm.chat(prompts.messages(msg))) or ""
 
 
 def reconstruct(

@@ -65,8 +65,19 @@ class SACOptConfig:
     solver_fallback: bool = True  # gurobipy missing or licence-limited -> rerun on HiGHS
     timeout_s: float = 120.0
     mem_mb: int = 4096
+    # Deviation: neither the official code nor LLM4OR states a tolerance; 1e-4 relative is inferred
+    # (docs/methods/sacopt.md, deviations).
     rtol: float = 1e-4
     atol: float = 1e-6
+    # official ERROR_CORRECTION = True (run.py): parameter / variable self-checks and the
+    # per-constraint confidence check with keep / remove / modify
+    self_check: bool = True
+    constraint_check: bool = True
+    judge_match: str = "exact"  # exact "YES" (official model2data.py) | lenient
+    # official execute_code.py: infeasible / unbounded programs crash on model.objVal -> debugged
+    debug_statuses: list[str] = field(
+        default_factory=lambda: ["error", "infeasible", "unbounded", "infeasible_or_unbounded"]
+    )
     # toy
     n_problems: int = 200
     p_err: float = 0.25
@@ -100,6 +111,10 @@ class SACOptConfig:
         bad = [a for a in self.arms if a not in TOY_ARMS]
         if bad:
             raise ValueError(f"arms {bad} unknown; choose from {TOY_ARMS}")
+        if self.judge_match not in ("exact", "lenient"):
+            raise ValueError(f"judge_match must be 'exact' or 'lenient', got {self.judge_match!r}")
+        if "error" not in self.debug_statuses:
+            raise ValueError(f"debug_statuses must include 'error', got {self.debug_statuses!r}")
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(f"max_problems must be >= 1 or null, got {self.max_problems!r}")
         if not isinstance(self.workers, int) or self.workers < 1:
@@ -122,13 +137,24 @@ def solve_problem(
     t0 = time.monotonic()
     rec: dict[str, Any] = {"status": "error", "objective": None, "n_iters": 0, "n_debug": 0}
     try:
-        state = extract_state(llm, description, input_data=input_data)
+        checks: dict[str, int] = {}
+        state = extract_state(
+            llm,
+            description,
+            input_data=input_data,
+            use_self_check=cfg.self_check,
+            use_constraint_check=cfg.constraint_check,
+            report=checks,
+        )
+        rec["extraction_checks"] = checks
         validate_state(state)
     except (ExtractionError, ValueError) as err:
         rec.update(stage="extract", error=str(err), runtime_s=time.monotonic() - t0)
         return rec
     verifier = (
-        LLMJudgeVerifier(llm) if cfg.verifier == "llm_judge" else EmbeddingVerifier(tau=cfg.tau)
+        LLMJudgeVerifier(llm, match=cfg.judge_match)
+        if cfg.verifier == "llm_judge"
+        else EmbeddingVerifier(tau=cfg.tau)
     )
     loop = SACOptLoop(
         LLMCoder(llm, cfg.recon_reference),
@@ -158,7 +184,14 @@ def solve_problem(
             logger.warning("gurobipy unavailable or licence-limited; falling back to HiGHS")
             backend = "highspy"
             code = assemble_program(state, backend)
-    code, result, dbg = debug_loop(llm, description, code, tries=cfg.debug_tries, run=run)
+    code, result, dbg = debug_loop(
+        llm,
+        description,
+        code,
+        tries=cfg.debug_tries,
+        run=run,
+        debug_statuses=tuple(cfg.debug_statuses),
+    )
     rec.update(
         backend=backend,
         status=result.status,

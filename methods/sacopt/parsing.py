@@ -12,7 +12,13 @@ import json
 import re
 from typing import Any
 
-__all__ = ["parse_delimited_block", "parse_json_from_end", "parse_list_from_end", "parse_score"]
+__all__ = [
+    "parse_code_block",
+    "parse_delimited_block",
+    "parse_json_from_end",
+    "parse_list_from_end",
+    "parse_score",
+]
 
 _FENCE = re.compile(r"```[a-zA-Z]*\n?|```")
 
@@ -39,6 +45,27 @@ def parse_delimited_block(text: str, marker: str = "=====") -> str | None:
     indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
     block = "\n".join(ln[indent:] for ln in lines).strip()
     return block or None
+
+
+_PY_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
+def parse_code_block(text: str, marker: str = "=====") -> str | None:
+    """Code from an answer: the last ``=====`` block, else the last ```` ```python ```` fence.
+
+    The fallback follows ``util.py::extract_code_from_end`` of the official code, which reads a
+    ```` ```python ```` fence when the answer has no ``=====`` block. Returns ``None`` if neither exists.
+    """
+    block = parse_delimited_block(text, marker)
+    if block:
+        return block
+    fences = _PY_FENCE.findall(text)
+    if fences:
+        lines = fences[-1].strip("\n").split("\n")
+        indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+        code = "\n".join(ln[indent:] for ln in lines).strip()
+        return code or None
+    return None
 
 
 def _balanced_from_end(text: str, open_ch: str, close_ch: str) -> list[str]:

@@ -15,9 +15,11 @@ import numpy as np
 
 from common.llm import ChatLLM
 from methods.sacopt import prompts
-from methods.sacopt.parsing import parse_delimited_block
+from methods.sacopt.parsing import parse_code_block, parse_delimited_block
 
-__all__ = ["EmbeddingVerifier", "LLMJudgeVerifier", "Verifier"]
+__all__ = ["JUDGE_MATCHES", "EmbeddingVerifier", "LLMJudgeVerifier", "Verifier"]
+
+JUDGE_MATCHES = ("exact", "lenient")
 
 
 @runtime_checkable
@@ -30,19 +32,33 @@ class Verifier(Protocol):
 
 
 class LLMJudgeVerifier:
-    """δ_LLM(a, â) = 1 iff the judge's final ``=====`` block says YES.
+    """δ_LLM(a, â) = 1 iff the judge's answer block says YES.
 
-    An answer with no parsable YES/NO counts as a mismatch (0) and is tallied in ``n_unparsed``.
+    ``match="exact"`` (default) follows the official ``model2data.py``: the answer block (``=====``,
+    else a ```` ```python ```` fence) must be exactly ``YES`` (``Yes``, ``YES.`` fail).
+    ``match="lenient"`` accepts any case and a trailing full stop, and reads the last line when there
+    is no block. An answer that is neither YES nor NO counts as a mismatch (0) and is tallied in
+    ``n_unparsed``.
     """
 
     uses_llm = True
 
-    def __init__(self, llm: ChatLLM) -> None:
+    def __init__(self, llm: ChatLLM, match: str = "exact") -> None:
+        if match not in JUDGE_MATCHES:
+            raise ValueError(f"match must be one of {JUDGE_MATCHES}, got {match!r}")
         self.llm = llm
+        self.match = match
         self.n_unparsed = 0
 
     def __call__(self, anchor: str, reconstruction: str, kind: str = "constraint") -> bool:
         reply = self.llm.chat(prompts.messages(prompts.judge_prompt(kind, anchor, reconstruction)))
+        if self.match == "exact":
+            word = (parse_code_block(reply) or "").strip()
+            if word == "YES":
+                return True
+            if word != "NO":
+                self.n_unparsed += 1
+            return False
         block = parse_delimited_block(reply) or reply.strip().splitlines()[-1:] or [""]
         word = (block if isinstance(block, str) else block[0]).strip().strip(".").upper()
         if word.startswith("YES"):

@@ -510,6 +510,59 @@ def test_llm_judge_parses_yes_no_and_counts_unparsable():
     assert j.n_unparsed == 1
 
 
+def test_llm_judge_accepts_only_an_exact_yes_like_the_official_code():
+    replies = [
+        "=====\nYes\n=====",
+        "=====\nYES.\n=====",
+        "=====\nYES\n=====",
+        "```python\nYES\n```",
+    ]
+    exact = LLMJudgeVerifier(ScriptedChat(list(replies)))
+    assert [exact("a", "a") for _ in replies] == [False, False, True, True]
+    assert exact.n_unparsed == 2  # neither YES nor NO
+    lenient = LLMJudgeVerifier(ScriptedChat(list(replies)), match="lenient")
+    assert [lenient("a", "a") for _ in replies[:3]] == [True, True, True]
+    with pytest.raises(ValueError, match="match"):
+        LLMJudgeVerifier(ScriptedChat(["x"]), match="fuzzy")
+
+
+def test_fence_only_replies_are_read_for_fragments_and_repairs():
+    from methods.sacopt import parse_code_block
+
+    assert parse_code_block("Here:\n```python\nmodel.addConstr(x[0] >= 1)\n```") == (
+        "model.addConstr(x[0] >= 1)"
+    )
+    assert parse_code_block("=====\na = 1\n=====\n```python\nb = 2\n```") == "a = 1"
+    assert parse_code_block("no code") is None
+    runs = []
+
+    def run(code):
+        runs.append(code)
+        return ExecResult("optimal" if code == "print('v')" else "error", 1.0, "", "boom", 0, 0.0)
+
+    llm = ScriptedChat(lambda m: "Fixed:\n```python\nprint('v')\n```")
+    code, res, rec = debug_loop(llm, "desc", "bad()", tries=3, run=run)
+    assert code == "print('v')" and res.status == "optimal" and rec.n_repairs == 1
+
+
+def test_infeasible_models_go_to_the_debugger_by_default():
+    runs = []
+
+    def run(code):
+        runs.append(code)
+        status = "optimal" if code == "fixed" else "infeasible"
+        return ExecResult(status, 5.0 if status == "optimal" else None, "", "", 0, 0.0)
+
+    llm = ScriptedChat(lambda m: "=====\nfixed\n=====")
+    code, res, rec = debug_loop(llm, "desc", "orig", tries=3, run=run)
+    assert res.status == "optimal" and rec.n_repairs == 1
+    assert "infeasible" in llm.calls[0][-1]["content"]  # the debugger is told the status
+    code, res, rec = debug_loop(llm, "desc", "orig", tries=3, run=run, debug_statuses=("error",))
+    assert res.status == "infeasible" and rec.n_repairs == 0
+    with pytest.raises(ValueError, match="debug_statuses"):
+        debug_loop(llm, "desc", "orig", run=run, debug_statuses=("infeasible",))
+
+
 # ----------------------------------------------------------------------------- toy pieces
 
 
@@ -549,6 +602,7 @@ def _extraction_llm(missing_score=False):
         "MinCows": {"definition": "", "shape": "[]", "value": 10},
         "MinSheep": {"definition": "", "shape": "[]", "value": 20},
         "MaxAnimals": {"definition": "", "shape": "[]", "value": 100},
+        "Bogus": {"definition": "not in the text", "shape": "[]", "value": 7},
     }
     coder = farmer_llm()
     state = {"param_tries": 0}
@@ -562,7 +616,10 @@ def _extraction_llm(missing_score=False):
             return "```json\n" + json.dumps(params) + "\n```"
         if "List the decision variables" in p:
             return json.dumps(
-                {"x": {"shape": "[NumAnimals]", "type": "integer", "definition": "n"}}
+                {
+                    "x": {"shape": "[NumAnimals]", "type": "integer", "definition": "n"},
+                    "Slack": {"shape": "[]", "type": "continuous", "definition": "unused"},
+                }
             )
         if "State the optimisation objective" in p:
             return f"OBJECTIVE:\n=====\n{FARMER_OBJ[0]}\n====="
@@ -572,10 +629,11 @@ def _extraction_llm(missing_score=False):
             )
         if "Remove duplicates" in p:
             return json.dumps([t for t, *_ in FARMER_ANCHORS])
-        if "Rate your confidence" in p:
+        if "OUT OF 5'" in p:  # the self-checks (parameters, variables, constraints)
             if missing_score:
                 return "not sure"
-            return "2 out of 5" if "MaxAnimals" in p else "5 OUT OF 5"
+            low = ("Consider the parameter 'Bogus'", "Consider the variable 'Slack'")
+            return "2 out of 5" if any(w in p for w in low) else "5 OUT OF 5"
         return coder._fn(messages)
 
     return ScriptedChat(reply)
@@ -588,6 +646,12 @@ def test_solve_problem_end_to_end_with_scripted_llm():
     assert rec["status"] == "optimal" and rec["objective"] == pytest.approx(30400)
     assert rec["trace"][0]["failed_ids"] == ["c0", "c4", "objective"]
     assert len(rec["state"]["constraints"]) == 5  # the redundancy pass removed the duplicate
+    # the official self-checks ran by default: the bogus parameter and variable were dropped
+    assert [p["symbol"] for p in rec["state"]["parameters"]].count("Bogus") == 0
+    assert "Slack" not in [v["symbol"] for v in rec["state"]["variables"]]
+    assert rec["extraction_checks"]["params_dropped"] == 1
+    assert rec["extraction_checks"]["vars_dropped"] == 1
+    assert rec["extraction_checks"]["constraints_kept"] == 5
 
 
 def test_extraction_failures_are_reported_not_raised():
@@ -605,11 +669,51 @@ def test_extraction_failures_are_reported_not_raised():
 
 
 def test_self_check_drops_low_scores_and_keeps_unscored():
-    items = {"MaxAnimals": "max", "Profit": "p"}
+    items = {"Bogus": "max", "Profit": "p"}
     assert self_check(_extraction_llm(), FARMER, items) == {"Profit": "p"}
     llm = _extraction_llm(missing_score=True)
     assert self_check(llm, FARMER, items, retries=2) == items
     assert len(llm.calls) == 4  # retried only because no score parsed
+    v = self_check(_extraction_llm(), FARMER, {"Slack": "s", "x": "n"}, kind="variable")
+    assert v == {"x": "n"}  # variables are checked too (official variables.py)
+    with pytest.raises(ValueError, match="kind"):
+        self_check(_extraction_llm(), FARMER, items, kind="objective")
+
+
+def test_extract_state_runs_the_official_checks_by_default():
+    llm = _extraction_llm()
+    report = {}
+    st = extract_state(llm, FARMER, report=report)
+    assert "Bogus" not in [p.symbol for p in st.parameters] and "Bogus" not in st.data
+    assert [v.symbol for v in st.variables] == ["x"]
+    asked = [c[-1]["content"] for c in llm.calls]
+    assert sum("Consider the parameter" in a for a in asked) == 9  # one per parameter
+    assert sum("Consider the variable" in a for a in asked) == 2
+    assert sum("Consider this potential constraint" in a for a in asked) == 5
+    off = extract_state(_extraction_llm(), FARMER, use_self_check=False, use_constraint_check=False)
+    assert "Bogus" in [p.symbol for p in off.parameters] and len(off.variables) == 2
+
+
+def test_constraint_check_keeps_removes_and_modifies():
+    from methods.sacopt import constraint_check
+
+    cons = ["keep me", "drop me", "fix me", "unsure", "no score"]
+
+    def reply(messages):
+        p = messages[-1]["content"]
+        if "Consider this potential constraint" in p:
+            c = p.split("Consider this potential constraint: ", 1)[1].split("\n", 1)[0]
+            return {"keep me": "4 OUT OF 5", "no score": "hmm"}.get(c, "1 OUT OF 5")
+        c = p.split("A colleague proposes the constraint: ", 1)[1].split("\n", 1)[0]
+        return {
+            "drop me": 'So: {"action": "no", "updatedConstraint": null}',
+            "fix me": '{"action": "modify", "updatedConstraint": "fixed sentence"}',
+            "unsure": '{"action": "Yes", "updatedConstraint": null}',
+        }[c]
+
+    out, counts = constraint_check(ScriptedChat(reply), farmer_state(), cons, retries=2)
+    assert out == ["keep me", "unsure", "no score", "fixed sentence"]  # modified goes last
+    assert counts == dict(kept=3, removed=1, modified=1, unscored=1, bad_decision=0)
 
 
 # ----------------------------------------------------------------------------- toy run
