@@ -1,4 +1,5 @@
-"""Layer sensitivity profiling and per-layer budget allocation (EpiCache §3.6, spec §3.6).
+"""Layer sensitivity profiling and per-layer budget allocation (official
+``data/layer_scores/layer_profile.py`` and ``model/wrapper.py::allocate_layer_budget``).
 
 Shape letters: L layers, N profiling tokens, Hk KV heads, d head dim.
 
@@ -22,10 +23,12 @@ logger = logging.getLogger(__name__)
 def block_attention_mask(
     n: int, block: int = 4096, sink: int = 128, overlap: float = 0.5
 ) -> torch.Tensor:
-    """The block-prefill mask 𝓜′ used for profiling (spec §3.6, official defaults).
+    """The block-prefill mask 𝓜′ used for profiling (official ``_create_block_only_mask``, defaults).
 
-    Query i in block b = ⌊i / block⌋ sees key j ≤ i iff j is in block b, or j < sink, or j lies in the
-    last ⌊overlap·block⌋ tokens of block b − 1.
+    Query i in block b = ⌊i / block⌋ sees key j ≤ i iff j is in block b, or j lies in the last
+    ⌊overlap·block⌋ tokens of block b − 1, or (only for queries i ≥ sink) j < sink. The sink columns
+    are opened for the rows from ``sink`` on, as in the official code: with sink > block the first
+    ``sink`` queries see only their own block and the overlap.
 
     Returns:
         ``BoolTensor[n, n]`` (True = may attend).
@@ -42,7 +45,29 @@ def block_attention_mask(
     bi, bj = i // block, j // block
     ov = int(overlap * block)
     prev_tail = (bj == bi - 1) & (j >= bi * block - ov)
-    return (j <= i) & ((bj == bi) | (j < sink) | prev_tail)
+    sink_cols = (j < sink) & (i >= sink)
+    return (j <= i) & ((bj == bi) | sink_cols | prev_tail)
+
+
+def windowed_key_similarity(a: torch.Tensor, b: torch.Tensor, window: int | None) -> float:
+    """Mean cosine between two key tensors ``[Hk, N, d]`` of one layer.
+
+    ``window=None``: per-token cosine averaged over heads and tokens (the paper's σ_l). An int: cosine
+    of flattened windows of ``window`` consecutive keys, averaged over heads and windows; the last
+    window may be shorter and is kept (official ``compute_windowed_key_similarity``).
+    """
+    if window is None:
+        return float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
+    n = a.shape[1]
+    sims = [
+        torch.nn.functional.cosine_similarity(
+            a[:, s : s + window].reshape(a.shape[0], -1),
+            b[:, s : s + window].reshape(b.shape[0], -1),
+            dim=-1,
+        )  # [Hk]
+        for s in range(0, n, window)
+    ]
+    return float(torch.stack(sims, dim=1).mean())  # mean over [Hk, nW]
 
 
 @torch.no_grad()
@@ -54,10 +79,11 @@ def profile_layer_sensitivity(
     overlap: float = 0.5,
     window: int | None = None,
 ) -> np.ndarray:
-    """σ_l: mean cosine between keys under the full and the block mask (spec §3.6).
+    """σ_l: mean cosine between keys under the full and the block mask.
 
     σ_l = (1 / (Hk·N)) Σ_{h,i} cos(k_full,i^(l,h), k_block,i^(l,h)); with ``window`` (official: 100)
-    the cosine is taken between flattened windows of ``window`` consecutive keys instead.
+    the cosine is taken between flattened windows of ``window`` consecutive keys instead, the last
+    partial window included (:func:`windowed_key_similarity`).
 
     Args:
         model: the causal LM.
@@ -70,6 +96,8 @@ def profile_layer_sensitivity(
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must be [1, N], got {tuple(input_ids.shape)}")
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be None or a positive int, got {window!r}")
     n = int(input_ids.shape[1])
     with epicache_forward(model, None, capture="keys") as full:
         model(input_ids=input_ids, use_cache=False)
@@ -79,13 +107,7 @@ def profile_layer_sensitivity(
     sig = []
     for layer in sorted(full.keys):
         a, b = full.keys[layer][0].float(), blk.keys[layer][0].float()  # [Hk, N, d]
-        if window:
-            nw = n // window
-            if nw == 0:
-                raise ValueError(f"window={window} is longer than the sample ({n} tokens)")
-            a = a[:, : nw * window].reshape(a.shape[0], nw, -1)  # [Hk, nW, window·d]
-            b = b[:, : nw * window].reshape(b.shape[0], nw, -1)
-        sig.append(float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean()))
+        sig.append(windowed_key_similarity(a, b, window))
     out = np.asarray(sig)
     if not np.isfinite(out).all():
         raise ValueError("sensitivity profile holds NaN or inf")
@@ -99,7 +121,7 @@ def allocate_layer_budgets(
     mode: Literal["paper", "repo"] = "paper",
     floor_frac: float = 0.25,
 ) -> np.ndarray:
-    """Splits the total budget L·M over layers by sensitivity s_l = 1 − σ_l (spec §3.6).
+    """Splits the total budget L·M over layers by sensitivity s_l = 1 − σ_l.
 
     ``paper``: M_l ∝ s_l^α, with a floor max(1, ⌊floor_frac·M⌋) funded by the other layers and
     largest-remainder rounding so that Σ_l M_l = L·M exactly. Equal s (or α = 0) gives M_l = M.

@@ -1,4 +1,5 @@
-"""Episodic clustering, patched prompts and query-to-episode matching (EpiCache §3.3, §3.7).
+"""Episodic clustering, patched prompts and query-to-episode matching (official
+``utils/cluster.py``).
 
 Shape letters: K segments, E episodes, D embedding dimension.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -52,7 +54,7 @@ def cluster_segments(
     n_init: int = 10,
     allow_shrink: bool = False,
 ) -> Episodes:
-    """K-means over segment embeddings into E episodes (spec §3.3; sklearn k-means++).
+    """K-means over segment embeddings into E episodes (official ``utils/cluster.py``; k-means++).
 
     Args:
         emb: ``[K, D]`` segment embeddings (unit rows).
@@ -105,33 +107,53 @@ def build_patched_prompt(
     segments: Sequence[Segment],
     n_medoid: int = 8,
     instruction: str | None = None,
+    layout: Literal["official", "plain"] = "official",
 ) -> str:
-    """The patched prompt P_e: the episode's ``n_medoid`` most central segments (spec §3.3).
+    """The episode text of the patched prompt P_e: its ``n_medoid`` most central segments.
 
-    The chosen segments are re-sorted into chronological order and joined with newlines, as in the
-    official code; ``n_medoid=1`` is the v4 paper text (the single medoid).
+    The chosen segments are re-sorted into chronological order, as in the official
+    ``utils/cluster.py::make_cluster_prompt``; ``n_medoid=1`` is the v4 paper text (the single medoid).
+
+    ``layout="official"``: every segment's lines end with a newline and each segment is followed by one
+    more, so segments are separated by a blank line (the official text). The instruction is *not* part
+    of this text: the official scoring prompt is ``"\n\n" + instruction``, the end of the user turn and
+    the assistant header, then this text (:func:`methods.epicache.pipeline.scoring_prompt_ids`), so
+    ``instruction`` must be None here.
+    ``layout="plain"`` (ours, the earlier form): segments joined with one newline, an optional
+    ``instruction + "\n"`` in front.
 
     Args:
         ep: the clustering.
         e: episode index.
         segments: all segments, indexed as in the clustering.
         n_medoid: how many central segments (capped at the episode size).
-        instruction: optional text placed before the segments (the official extraction instruction).
+        instruction: text before the segments (``layout="plain"`` only).
+        layout: ``"official"`` or ``"plain"``.
 
     Raises:
-        ValueError: on a bad episode index or ``n_medoid < 1``.
+        ValueError: on a bad episode index, ``n_medoid < 1``, an unknown layout, or an instruction with
+            ``layout="official"``.
     """
+    if layout not in ("official", "plain"):
+        raise ValueError(f"layout must be 'official' or 'plain', got {layout!r}")
+    if layout == "official" and instruction:
+        raise ValueError(
+            "layout='official' keeps the instruction out of the episode text (it goes before the "
+            "assistant header: use pipeline.scoring_prompt_ids); pass instruction=None or layout='plain'"
+        )
     if not 0 <= e < ep.n_episodes:
         raise ValueError(f"episode index e must be in [0, {ep.n_episodes}), got {e}")
     if not isinstance(n_medoid, int) or n_medoid < 1:
         raise ValueError(f"n_medoid must be an int >= 1, got {n_medoid!r}")
     chosen = sorted(ep.order[e][:n_medoid])
+    if layout == "official":
+        return "".join(segments[k].text.rstrip("\n") + "\n\n" for k in chosen)
     body = "\n".join(segments[k].text for k in chosen)
     return body if not instruction else f"{instruction}\n{body}"
 
 
 def match_episode(q_emb: np.ndarray, ep: Episodes, metric: str = "cosine") -> tuple[int, float]:
-    """Picks the episode whose centroid is closest to the query (spec §3.7 line 1).
+    """Picks the episode whose centroid is closest to the query (official ``run_epicache_eval.py``).
 
     Args:
         q_emb: ``[D]`` query embedding.

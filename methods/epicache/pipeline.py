@@ -1,4 +1,5 @@
-"""The EpiCache session: offline episodic cache building and online answering (EpiCache §3, spec §4).
+"""The EpiCache session: offline episodic cache building and online answering (official
+``run_epicache.py`` / ``run_epicache_eval.py``).
 
 ``build`` segments the history, embeds and clusters the segments into E episodes, and runs one
 block-wise prefill per episode over the *whole* history, scored by that episode's patched prompt.
@@ -22,16 +23,71 @@ from .data import Conversation
 from .decode import greedy_decode
 from .episodes import Episodes, build_patched_prompt, cluster_segments, match_episode
 from .prefill import blockwise_prefill, peak_tokens_per_head
+from .scoring import INFINIPOT_INSTRUCTION, KVZIP_INSTRUCTION, SCORERS
 from .segmentation import Segment, Utterance, render_said, segment_utterances
 
 logger = logging.getLogger(__name__)
 
 SENTINEL = "<<EPICACHE_CONTEXT>>"
-# Paraphrase of the official extraction instruction (model/wrapper.py::token_scoring).
+# The official extraction instruction (model/wrapper.py::token_scoring, clustering branch).
 DEFAULT_INSTRUCTION = (
-    "Extract the key facts of the following conversation excerpt: who the speakers are, their "
-    "personas, dated events, personal details, plans, opinions, relationships and notable experiences."
+    "Extract essential information from this conversation segment. Identify speaker names, personas, "
+    "key events with dates/times, personal details, commitments, opinions, relationships, emotional "
+    "moments, and unique experiences."
 )
+PROMPT_FORMATS = ("official", "plain")
+
+
+def scoring_prompt_ids(
+    encode: Callable[[str], list[int]],
+    episode_text: str,
+    instruction: str | None,
+    postfix: str,
+    prompt_format: str = "official",
+) -> list[int]:
+    """Token ids of the episode-scoring prompt.
+
+    ``official`` (``model/wrapper.py::token_scoring``, clustering branch): ``enc("\n\n" +
+    instruction) ⊕ enc(postfix) ⊕ enc(episode_text)``, three separate encodings; ``postfix`` is the
+    end of the user turn plus the assistant header, so the segments are scored as an assistant-role
+    recitation. ``plain`` (ours, earlier): ``enc(instruction + "\n" + episode_text)``, no turn
+    structure (``episode_text`` then comes from ``build_patched_prompt(layout="plain")``).
+
+    Args:
+        encode: text -> ids without special tokens.
+        episode_text: the episode's segments (:func:`build_patched_prompt`).
+        instruction: the extraction instruction, or None for none.
+        postfix: end of the user turn + assistant header ("" without a chat frame).
+        prompt_format: ``"official"`` or ``"plain"``.
+
+    Raises:
+        ValueError: on an unknown format or an empty result.
+    """
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+    if prompt_format == "plain":
+        text = episode_text if not instruction else f"{instruction}\n{episode_text}"
+        ids = list(encode(text))
+    else:
+        ids = list(encode("\n\n" + instruction)) if instruction else []
+        ids += list(encode(postfix)) if postfix else []
+        ids += list(encode(episode_text))
+    if not ids:
+        raise ValueError("the scoring prompt is empty: no segments and no instruction")
+    return ids
+
+
+def baseline_prefix_ids(encode: Callable[[str], list[int]], scorer: str, postfix: str) -> list[int]:
+    """``scorer_prefix_ids`` of the official KVzip / InfiniPot scorers (``token_scoring``).
+
+    ``kvzip``: ``enc("\n\nRepeat the part of the previous context exactly.") ⊕ enc(postfix)``, then
+    the block follows; ``infinipot``: ``enc("\n\nSummarize the previous context highlighting the most
+    important parts.") ⊕ enc(postfix)`` alone. Other scorers need none (empty list).
+    """
+    text = {"kvzip": KVZIP_INSTRUCTION, "infinipot": INFINIPOT_INSTRUCTION}.get(scorer)
+    if text is None:
+        return []
+    return list(encode("\n\n" + text)) + (list(encode(postfix)) if postfix else [])
 
 
 @dataclass
@@ -42,7 +98,13 @@ class EpiCacheConfig:
         n_episodes: E, number of episodes (official 4).
         w_embed: utterances per segment (official 4).
         n_medoid: central segments in the patched prompt (official scripts 8; v4 text 1).
-        instruction: text before the patched prompt (None: none).
+        instruction: the extraction instruction of the scoring prompt (None: none; default the
+            official text).
+        prompt_format: ``"official"`` (instruction, end of user turn, assistant header, segments
+            separated by blank lines) or ``"plain"`` (ours: instruction + newline + segments).
+        scorer: ``"patched"`` (EpiCache: one cache per episode) or a baseline of ``SCORERS``
+            (one cache for every question; official KVzip / SnapKV / KeyDiff / InfiniPot forms).
+        window: last-window length of the SnapKV scorers (official 64).
         budget: M, average per-layer per-KV-head token budget (paper main table 8192).
         block_size: M_block, prefill block size (official 2048).
         level: ``"uniform"`` (same count per head) or ``"headwise"`` (official "pair" level).
@@ -62,6 +124,9 @@ class EpiCacheConfig:
     w_embed: int = 4
     n_medoid: int = 8
     instruction: str | None = DEFAULT_INSTRUCTION
+    prompt_format: str = "official"  # "official" | "plain"
+    scorer: str = "patched"
+    window: int = 64
     budget: int = 8192
     block_size: int = 2048
     level: str = "headwise"  # "uniform" | "headwise"
@@ -88,6 +153,14 @@ class EpiCacheConfig:
             raise ValueError(f"level must be 'uniform' or 'headwise', got {self.level!r}")
         if self.alloc_mode not in ("paper", "repo"):
             raise ValueError(f"alloc_mode must be 'paper' or 'repo', got {self.alloc_mode!r}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(
+                f"prompt_format must be one of {PROMPT_FORMATS}, got {self.prompt_format!r}"
+            )
+        if self.scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
+        if not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
 
 
 @dataclass
@@ -149,7 +222,7 @@ class EpiCacheSession:
 
     # ---------------------------------------------------------------------------------------
     def _frame(self) -> tuple[str, str]:
-        """(prefix, postfix) around the context from the chat template (spec §3.8)."""
+        """(prefix, postfix) around the context from the chat template (official ``model/template.py``)."""
         if not self.config.chat_frame:
             return "", ""
         msgs = [
@@ -163,6 +236,12 @@ class EpiCacheSession:
     def _ids(self, text: str) -> torch.Tensor:
         ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
         return ids.to(self.model.device)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def _as_ids(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], dtype=torch.long, device=self.model.device)
 
     def layer_budgets(self) -> np.ndarray:
         """Per-layer budgets M_l (uniform without a sensitivity profile)."""
@@ -178,7 +257,9 @@ class EpiCacheSession:
         )
 
     def build(self, conversation: Conversation) -> None:
-        """Offline: segment, embed, cluster, then one block-wise prefill per episode (spec §3.2-3.5).
+        """Offline: segment, embed, cluster, then one block-wise prefill per episode.
+
+        With a baseline ``config.scorer`` one cache is built instead and serves every question.
 
         Raises:
             ValueError: on an empty conversation or fewer segments than episodes.
@@ -193,26 +274,53 @@ class EpiCacheSession:
             render=self.render_utterance,
             embed_render=self.embed_utterance,
         )
-        emb = self.embedder.encode([s.embed_text for s in self.segments])  # [K, D]
-        self.episodes = cluster_segments(
-            emb, cfg.n_episodes, cfg.seed, cfg.n_init, cfg.allow_shrink
-        )
         pre, post = self._frame()
         self._post = post
         prefix_ids = self._ids(pre) if pre else None
         ctx_ids = self._ids(self.render_context(conversation))
         budgets = self.layer_budgets()
         self.caches, self.prompts = [], []
-        for e in range(self.episodes.n_episodes):
-            prompt = build_patched_prompt(
-                self.episodes, e, self.segments, cfg.n_medoid, cfg.instruction
+        if cfg.scorer != "patched":
+            extra = baseline_prefix_ids(self._encode, cfg.scorer, post)
+            self.episodes = None
+            self.caches.append(
+                blockwise_prefill(
+                    self.model,
+                    prefix_ids,
+                    ctx_ids,
+                    None,
+                    budgets,
+                    cfg.block_size,
+                    level=cfg.level,
+                    protect_prefix=cfg.protect_prefix,
+                    scorer=cfg.scorer,
+                    window=cfg.window,
+                    scorer_prefix_ids=self._as_ids(extra) if extra else None,
+                )
             )
-            self.prompts.append(prompt)
+            logger.info("built one %s cache over %d tokens", cfg.scorer, self.caches[0].seen_tokens)
+            return
+        emb = self.embedder.encode([s.embed_text for s in self.segments])  # [K, D]
+        self.episodes = cluster_segments(
+            emb, cfg.n_episodes, cfg.seed, cfg.n_init, cfg.allow_shrink
+        )
+        official = cfg.prompt_format == "official"
+        for e in range(self.episodes.n_episodes):
+            text = build_patched_prompt(
+                self.episodes,
+                e,
+                self.segments,
+                cfg.n_medoid,
+                None if official else cfg.instruction,
+                layout="official" if official else "plain",
+            )
+            ids = scoring_prompt_ids(self._encode, text, cfg.instruction, post, cfg.prompt_format)
+            self.prompts.append(self.tokenizer.decode(ids))
             cache = blockwise_prefill(
                 self.model,
                 prefix_ids,
                 ctx_ids,
-                self._ids(prompt),
+                self._as_ids(ids),
                 budgets,
                 cfg.block_size,
                 level=cfg.level,
@@ -228,18 +336,22 @@ class EpiCacheSession:
         )
 
     def answer(self, question: str) -> AnswerRecord:
-        """Online: route the question to its episode and greedy-decode (spec §3.7).
+        """Online: route the question to its episode and greedy-decode (official
+        ``run_epicache_eval.py``; question = "\n\n" + question + end of turn + assistant header).
 
         Raises:
             ValueError: on an empty question or before ``build``.
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
-        if self.episodes is None:
+        if not self.caches:
             raise ValueError("call build(conversation) before answer()")
         t0 = time.perf_counter()
-        q_emb = self.embedder.encode([question])[0]
-        e, sim = match_episode(q_emb, self.episodes, self.config.match_metric)
+        if self.episodes is None:  # a baseline scorer: one cache for every question
+            e, sim = 0, float("nan")
+        else:
+            q_emb = self.embedder.encode([question])[0]
+            e, sim = match_episode(q_emb, self.episodes, self.config.match_metric)
         ids = self._ids(self.render_question(question) + self._post)
         eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
         out = greedy_decode(self.model, self.caches[e], ids, self.config.max_new_tokens, eos)

@@ -1,4 +1,5 @@
-"""Block-wise prefill with eviction after every block (EpiCache §3.5, spec pseudocode BLOCK_PREFILL).
+"""Block-wise prefill with eviction after every block (EpiCache §3.1; official
+``model/wrapper.py::prefill_memory_constrained``).
 
 Shape letters: B batch (1), Hk KV heads, T committed slots of a layer, M_l the layer's per-head
 budget, L layers.
@@ -19,7 +20,13 @@ import numpy as np
 import torch
 
 from .cache import EpiCache, epicache_forward
-from .scoring import SCORERS, keydiff_scores, patched_prompt_scores, streaming_scores
+from .scoring import (
+    SCORERS,
+    keydiff_cosine_scores,
+    keydiff_scores,
+    patched_prompt_scores,
+    streaming_scores,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +36,7 @@ Level = Literal["uniform", "headwise"]
 def select_keep(
     scores: torch.Tensor, valid: torch.Tensor, budget: int, level: Level = "uniform"
 ) -> torch.Tensor:
-    """Chooses which committed slots of one layer survive (spec §3.5 lines 7-9).
+    """Chooses which committed slots of one layer survive (official ``EvictCache.evict_flattened``).
 
     ``uniform``: per head the top-min(M_l, n_h) slots. ``headwise``: the top-min(M_l·Hk, Σ n_h)
     slots of the whole layer, so heads may keep different counts. Ties go to the lower slot index;
@@ -92,29 +99,34 @@ def blockwise_prefill(
     level: Level = "uniform",
     protect_prefix: bool = False,
     scorer: str = "patched",
-    window: int = 8,
+    window: int = 64,
     n_sink: int = 4,
     max_cache_tokens: int | None = None,
+    scorer_prefix_ids: torch.Tensor | None = None,
 ) -> EpiCache:
     """Prefills ``prefix ⊕ context`` block by block, evicting to the budget after every block.
 
-    Implements spec §3.5 (BLOCK_PREFILL). Peak slots per head: M_l + block_size during the block
+    Follows the official ``prefill_memory_constrained``. Peak slots per head: M_l + block_size during the block
     forward, M_l + block_size + p while scoring with a prompt of length p.
 
     Args:
         model: HF causal LM with RoPE attention (Llama / Qwen2 / Qwen3); batch size 1.
         prefix_ids: ``LongTensor[1, n_sys]`` system/chat prefix, or None.
         ctx_ids: ``LongTensor[1, N]`` the conversation history.
-        prompt_ids: ``LongTensor[1, p]`` the patched prompt (``scorer="patched"``; for
-            ``"kvzip_repeat"`` it is ignored and each block is re-fed instead).
+        prompt_ids: ``LongTensor[1, p]`` the patched prompt (``scorer="patched"``; ignored by the
+            other scorers).
         budgets: per-layer per-head budgets M_l (an int means the same for every layer).
         block_size: M_block, tokens per prefill block.
         level: ``"uniform"`` (same count per head) or ``"headwise"`` (per-layer pool).
         protect_prefix: never evict the prefix tokens (off in the official code).
         scorer: one of ``SCORERS``.
-        window: last-window length for ``"snapkv_lastwindow"``.
+        window: last-window length for ``"snapkv"`` / ``"snapkv_lastwindow"`` (official 64).
         n_sink: sink tokens for ``"streaming"``.
         max_cache_tokens: optional cap on M_l + block + p; raises if it could be exceeded.
+        scorer_prefix_ids: ``LongTensor[1, q]`` fed before the block by ``"kvzip"`` (official: the
+            "repeat" instruction, end of the user turn, assistant header) and alone by
+            ``"infinipot"`` (the "summarize" instruction and the same turn end); see
+            :func:`methods.epicache.pipeline.baseline_prefix_ids`.
 
     Returns:
         The evicted :class:`EpiCache` with ``seen_tokens = n_sys + N`` and a per-step ``trace``.
@@ -130,6 +142,8 @@ def blockwise_prefill(
     budgets = _check_budgets(budgets, n_layers)
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int, got {window!r}")
     if scorer not in SCORERS:
         raise ValueError(f"scorer must be one of {SCORERS}, got {scorer!r}")
     if level not in ("uniform", "headwise"):
@@ -143,9 +157,18 @@ def blockwise_prefill(
         raise ValueError("models with sliding-window / hybrid layers are not supported")
     if scorer == "patched" and (prompt_ids is None or prompt_ids.numel() == 0):
         raise ValueError("scorer='patched' needs a non-empty prompt_ids")
+    if scorer == "infinipot" and (scorer_prefix_ids is None or scorer_prefix_ids.numel() == 0):
+        raise ValueError("scorer='infinipot' needs scorer_prefix_ids (see baseline_prefix_ids)")
+    n_pre = 0 if scorer_prefix_ids is None else int(scorer_prefix_ids.shape[1])
     p_len = int(prompt_ids.shape[1]) if (prompt_ids is not None and scorer == "patched") else 0
     if scorer == "kvzip_repeat":
         p_len = block_size
+    elif scorer == "kvzip":
+        p_len = n_pre + block_size
+    elif scorer == "infinipot":
+        p_len = n_pre
+    elif scorer == "snapkv":
+        p_len = min(window, block_size)
     if max_cache_tokens is not None and max(budgets) + block_size + p_len > max_cache_tokens:
         raise ValueError(
             f"max(budgets) + block_size + p = {max(budgets) + block_size + p_len} exceeds "
@@ -167,6 +190,7 @@ def blockwise_prefill(
         q = int(blk.shape[1])
         position_ids = torch.arange(pos, pos + q, device=ids.device)[None]
         capture = "window_max" if scorer == "snapkv_lastwindow" else None
+        first_block = pos == 0
         with epicache_forward(model, cache, capture=capture, window=window) as st:
             model(input_ids=blk, position_ids=position_ids, cache=cache, use_cache=True)
         peak_fwd = cache.max_tokens_per_head()
@@ -174,14 +198,26 @@ def blockwise_prefill(
         if scorer == "patched":
             scores = patched_prompt_scores(model, cache, prompt_ids)
             peak_score = cache.max_tokens_per_head() + p_len
-        elif scorer == "kvzip_repeat":
-            scores = patched_prompt_scores(model, cache, blk)
-            peak_score = cache.max_tokens_per_head() + q
+        elif scorer in ("kvzip_repeat", "kvzip", "infinipot", "snapkv"):
+            if scorer == "kvzip_repeat" or (scorer == "kvzip" and scorer_prefix_ids is None):
+                feed = blk
+            elif scorer == "kvzip":
+                feed = torch.cat([scorer_prefix_ids.to(blk.device), blk], dim=1)
+            elif scorer == "infinipot":
+                feed = scorer_prefix_ids.to(blk.device)
+            else:  # snapkv: the block's last window fed again after the cache
+                feed = blk[:, -window:]
+            scores = patched_prompt_scores(model, cache, feed)
+            peak_score = cache.max_tokens_per_head() + int(feed.shape[1])
         elif scorer == "snapkv_lastwindow":
             scores = [st.scores[layer] for layer in range(n_layers)]
             peak_score = peak_fwd
         elif scorer == "keydiff":
-            scores = keydiff_scores(cache)
+            # official: per-head anchor on the first (4-D) block, one anchor per layer afterwards
+            scores = keydiff_scores(cache, per_head=first_block)
+            peak_score = peak_fwd
+        elif scorer == "keydiff_cosine":
+            scores = keydiff_cosine_scores(cache)
             peak_score = peak_fwd
         else:  # streaming
             scores = streaming_scores(cache, n_sink=n_sink)

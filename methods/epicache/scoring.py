@@ -4,6 +4,22 @@ Shape letters: B batch (1), Hk KV heads, T committed slots of a layer, p prompt 
 
 Every scorer returns, per layer, ``FloatTensor[B, Hk, T]`` over the cache's committed slots (higher =
 keep). Invalid (padded) slots are set to ``-inf`` by the eviction step, not here.
+
+Scorers (``SCORERS``), as in the official ``model/wrapper.py::token_scoring`` (apple/ml-epicache
+b742661) unless marked *ours*:
+
+* ``patched``: attention from the episode's scoring prompt (``clustering`` branch).
+* ``snapkv``: the last ``window`` (official 64) tokens of the block are fed again after the cache and
+  score it like a patched prompt. ``snapkv_lastwindow`` (*ours*): the attention those tokens paid
+  while the block itself was prefilled (causal, no second forward).
+* ``kvzip``: "repeat the previous context" instruction, end of the user turn, assistant header, then
+  the block (``scorer_prefix_ids ⊕ block``). ``kvzip_repeat`` (*ours*): the block alone.
+* ``infinipot``: the official code's InfiniPot stand-in, a fixed "summarize the previous context"
+  prompt (``scorer_prefix_ids``), scored like a patched prompt.
+* ``keydiff``: score −k̂·ā with k̂ the unit keys and ā the mean unit key (per head on the first block,
+  over the whole layer once the cache is flattened, as the official code does).
+  ``keydiff_cosine`` (*ours*): −cos(k, mean k) per head.
+* ``streaming`` (*ours*, StreamingLLM): sinks + most recent.
 """
 
 from __future__ import annotations
@@ -12,14 +28,29 @@ import torch
 
 from .cache import EpiCache, epicache_forward
 
-SCORERS = ("patched", "snapkv_lastwindow", "kvzip_repeat", "keydiff", "streaming")
+SCORERS = (
+    "patched",
+    "snapkv",
+    "snapkv_lastwindow",
+    "kvzip",
+    "kvzip_repeat",
+    "infinipot",
+    "keydiff",
+    "keydiff_cosine",
+    "streaming",
+)
+# The official scoring prompts (model/wrapper.py::token_scoring): each is "\n\n" + text, then the end of
+# the user turn and the assistant header (``scorer_prefix_ids`` of blockwise_prefill).
+KVZIP_INSTRUCTION = "Repeat the part of the previous context exactly."
+INFINIPOT_INSTRUCTION = "Summarize the previous context highlighting the most important parts."
 
 
 @torch.no_grad()
 def patched_prompt_scores(
     model: torch.nn.Module, cache: EpiCache, prompt_ids: torch.Tensor
 ) -> list[torch.Tensor]:
-    """Scores cached tokens by the attention they receive from a patched prompt (spec §3.4).
+    """Scores cached tokens by the attention they receive from a patched prompt (official
+    ``attention/score.py::_get_score_flatten``).
 
     s_i^(l,h) = max_{t ∈ P, g ∈ group(h)} softmax_{j ∈ cache}(q_{t,g} · k_j / √d)[i]
 
@@ -56,8 +87,45 @@ def streaming_scores(cache: EpiCache, n_sink: int = 4) -> list[torch.Tensor]:
     return out
 
 
-def keydiff_scores(cache: EpiCache) -> list[torch.Tensor]:
-    """KeyDiff: keep keys least similar to the mean key of their head (score = −cosine)."""
+def keydiff_official(k: torch.Tensor, valid: torch.Tensor, per_head: bool) -> torch.Tensor:
+    """KeyDiff as the official code computes it: ``−k̂_i · ā`` with ``k̂ = k/‖k‖``.
+
+    ā is the mean unit key of the head (``per_head=True``: the first block, a 4-D cache) or of the
+    whole layer over every head's valid slots (``per_head=False``: the official flattened cache after
+    the first eviction). ā is not renormalised, so scores are comparable across heads only up to its
+    norm, exactly as in the official headwise ("pair") eviction.
+
+    Args:
+        k: ``[B, Hk, T, d]`` keys of one layer.
+        valid: ``BoolTensor[B, Hk, T]`` real slots.
+        per_head: one anchor per head (True) or one per layer (False).
+
+    Returns:
+        ``FloatTensor[B, Hk, T]``.
+    """
+    kn = k.float() / k.float().norm(dim=-1, keepdim=True)  # [B, Hk, T, d]
+    w = valid.unsqueeze(-1).to(kn.dtype)  # [B, Hk, T, 1]
+    kn = torch.where(w > 0, kn, torch.zeros_like(kn))  # padding slots may be zero vectors
+    if per_head:
+        anchor = (kn * w).sum(2, keepdim=True) / w.sum(2, keepdim=True).clamp(
+            min=1
+        )  # [B, Hk, 1, d]
+    else:
+        anchor = (kn * w).sum((1, 2), keepdim=True) / w.sum((1, 2), keepdim=True).clamp(min=1)
+    return -(kn * anchor).sum(-1)  # [B, Hk, T]
+
+
+def keydiff_scores(cache: EpiCache, per_head: bool = True) -> list[torch.Tensor]:
+    """Official KeyDiff scores of every layer (see :func:`keydiff_official`)."""
+    out = []
+    for layer in range(cache.num_layers):
+        k, _ = cache.layer_kv(layer)  # [B, Hk, T, d]
+        out.append(keydiff_official(k, cache.valid_mask(layer), per_head))
+    return out
+
+
+def keydiff_cosine_scores(cache: EpiCache) -> list[torch.Tensor]:
+    """KeyDiff, our form: keep keys least similar to the mean key of their head (score = −cosine)."""
     out = []
     for layer in range(cache.num_layers):
         k, _ = cache.layer_kv(layer)  # [B, Hk, T, d]

@@ -237,6 +237,145 @@ def test_block_mask_matches_loop_and_causal_fallback(lm):
     assert sig2[0] == pytest.approx(1.0, abs=1e-5) and sig2[1] < 1.0  # layer-0 keys see no context
 
 
+# --------------------------------------------------------------------------- official fixture
+# tests/fixtures/epicache/official_values.json: values computed by running apple/ml-epicache@b742661 on
+# fixed inputs (layer_profile._create_block_only_mask / compute_windowed_key_similarity, wrapper
+# LongConvQAModel.token_scoring with stub model and cache, cluster.make_cluster_prompt); see
+# docs/methods/epicache.md ("Fidelity") for how it was made.
+@pytest.fixture(scope="module")
+def official():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "fixtures/epicache/official_values.json"
+    return json.loads(path.read_text())
+
+
+def test_block_mask_equals_official_also_when_sink_exceeds_block(official):
+    assert any(c["sink"] > c["block"] for c in official["masks"])
+    for c in official["masks"]:
+        ours = block_attention_mask(c["n"], c["block"], c["sink"], c["overlap"])
+        assert torch.equal(ours, torch.tensor(c["mask"], dtype=torch.bool)), c
+
+
+def test_windowed_similarity_keeps_the_last_partial_window_as_official(official):
+    from methods.epicache.budget import windowed_key_similarity
+
+    assert any(len(c["full"][0][0]) % c["window"] for c in official["windowed"])
+    for c in official["windowed"]:
+        for layer, want in enumerate(c["sigma"]):
+            a, b = torch.tensor(c["full"][layer]), torch.tensor(c["block"][layer])  # [Hk, N, d]
+            got = windowed_key_similarity(a, b, c["window"])
+            assert got == pytest.approx(want, abs=1e-6)
+
+
+def test_keydiff_equals_official_on_4d_and_flattened_caches(official):
+    from methods.epicache.scoring import keydiff_official
+
+    for c in official["keydiff"]:
+        lens, t = c["lens"], max(c["lens"])
+        k = torch.zeros(1, len(lens), t, 3)
+        valid = torch.zeros(1, len(lens), t, dtype=torch.bool)
+        for h, n in enumerate(lens):
+            rows = c["keys"][h] if c["flattened"] else c["keys"][h][:n]
+            k[0, h, :n] = torch.tensor(rows)
+            valid[0, h, :n] = True
+        got = keydiff_official(k, valid, per_head=not c["flattened"])[valid]  # head-major
+        torch.testing.assert_close(got, torch.tensor(c["scores"]), atol=1e-6, rtol=0)
+
+
+def test_scoring_prompts_equal_the_official_ids(official):
+    from common.tiny import tiny_tokenizer
+    from methods.epicache.episodes import Episodes
+    from methods.epicache.pipeline import (
+        DEFAULT_INSTRUCTION,
+        baseline_prefix_ids,
+        scoring_prompt_ids,
+    )
+
+    tok = tiny_tokenizer()
+    enc = lambda t: tok(t, add_special_tokens=False).input_ids  # noqa: E731
+    inp, want = official["prompt_inputs"], official["prompts"]
+    # our chat frame (from the tokenizer's template) gives the official qwen2.5 postfix
+    sess = EpiCacheSession.__new__(EpiCacheSession)
+    sess.tokenizer, sess.config = tok, EpiCacheConfig()
+    post = sess._frame()[1]
+    assert post == inp["postfix"]
+    utts = [Utterance(sp, tx) for sp, tx in inp["utterances"]]
+    segs = segment_utterances(utts, w_embed=inp["w"])
+    order = [int(i) for i in np.argsort(-np.asarray(inp["similarity"]), kind="stable")]
+    ep = Episodes(np.zeros(len(segs), dtype=int), np.zeros((1, 2)), [order])
+    text = build_patched_prompt(ep, 0, segs, inp["n_medoid"])
+    assert text == inp["cluster_text"]
+    ids = scoring_prompt_ids(enc, text, DEFAULT_INSTRUCTION, post, "official")
+    assert ids == want["clustering"]["ids"]
+    plain = scoring_prompt_ids(enc, text, DEFAULT_INSTRUCTION, post, "plain")
+    assert plain != ids  # the earlier form, kept by name
+    chunk = inp["chunk"]
+    assert baseline_prefix_ids(enc, "kvzip", post) + chunk == want["kvzip"]["ids"]
+    assert baseline_prefix_ids(enc, "infinipot", post) == want["infinipot"]["ids"]
+    assert chunk[-64:] == want["snapkv"]["ids"]
+    assert baseline_prefix_ids(enc, "keydiff", post) == []
+    # the official scoring prompt starts at the block's last position; ours one later (documented)
+    assert want["snapkv"]["pos0"] == inp["chunk_positions"][1] - 1
+
+
+@pytest.mark.parametrize("scorer", ["snapkv", "kvzip", "infinipot"])
+def test_baseline_scorers_feed_the_official_prompt_after_the_cache(lm, scorer, monkeypatch):
+    import methods.epicache.prefill as pf
+
+    model, _ = lm
+    fed = []
+    real = pf.patched_prompt_scores
+
+    def spy(model_, cache, ids):
+        fed.append((cache.seen_tokens, ids[0].tolist()))
+        return real(model_, cache, ids)
+
+    monkeypatch.setattr(pf, "patched_prompt_scores", spy)
+    ctx, pre = _ids(20, 3), _ids(3, 4)
+    cache = blockwise_prefill(
+        model, None, ctx, None, 6, block_size=8, scorer=scorer, window=5, scorer_prefix_ids=pre
+    )
+    blocks = [ctx[0, 0:8].tolist(), ctx[0, 8:16].tolist(), ctx[0, 16:20].tolist()]
+    want = {
+        "snapkv": [b[-5:] for b in blocks],
+        "kvzip": [pre[0].tolist() + b for b in blocks],
+        "infinipot": [pre[0].tolist()] * 3,
+    }[scorer]
+    assert [ids for _, ids in fed] == want
+    assert [seen for seen, _ in fed] == [8, 16, 20]  # fed after the committed block
+    assert cache.max_tokens_per_head() <= 6
+    with pytest.raises(ValueError, match="scorer_prefix_ids"):
+        blockwise_prefill(model, None, ctx, None, 6, block_size=8, scorer="infinipot")
+
+
+def test_keydiff_scorer_anchor_is_per_head_then_per_layer(lm, monkeypatch):
+    import methods.epicache.prefill as pf
+
+    model, _ = lm
+    calls = []
+    real = pf.keydiff_scores
+    monkeypatch.setattr(
+        pf, "keydiff_scores", lambda c, per_head=True: calls.append(per_head) or real(c, per_head)
+    )
+    blockwise_prefill(model, None, _ids(20, 5), None, 6, block_size=8, scorer="keydiff")
+    assert calls == [True, False, False]
+
+
+def test_profile_window_keeps_partial_tail(lm):
+    model, _ = lm
+    ids = _ids(23, 9)  # 23 = 2 full windows of 10 + a tail of 3
+    with_tail = profile_layer_sensitivity(model, ids, block=8, sink=2, window=10)
+    from methods.epicache.budget import windowed_key_similarity
+
+    assert with_tail.shape == (model.config.num_hidden_layers,)
+    assert np.isfinite(with_tail).all()
+    assert windowed_key_similarity(torch.ones(1, 3, 2), -torch.ones(1, 3, 2), 2) == pytest.approx(
+        -1.0
+    )
+
+
 # --------------------------------------------------------------------------- clustering (spec §3.3)
 def _blobs(seed=0):
     rng = np.random.default_rng(seed)
@@ -260,7 +399,14 @@ def test_clustering_properties():
     segs = segment_utterances([Utterance("a", f"u{i}") for i in range(36)], w_embed=2)
     prompt = build_patched_prompt(ep, 1, segs, n_medoid=3)
     chosen = sorted(ep.order[1][:3])
-    assert prompt == "\n".join(segs[k].text for k in chosen)  # exactly n_medoid, chronological
+    # exactly n_medoid, chronological, each segment followed by a blank line (official layout)
+    assert prompt == "".join(segs[k].text + "\n\n" for k in chosen)
+    plain = build_patched_prompt(ep, 1, segs, n_medoid=3, instruction="Go", layout="plain")
+    assert plain == "Go\n" + "\n".join(segs[k].text for k in chosen)
+    with pytest.raises(ValueError, match="instruction"):
+        build_patched_prompt(ep, 1, segs, n_medoid=3, instruction="Go")
+    with pytest.raises(ValueError, match="layout"):
+        build_patched_prompt(ep, 1, segs, layout="chat")
     q = x[ep.order[2][0]]
     e, sim = match_episode(q, ep)
     assert e == int(np.argmax([q @ c / np.linalg.norm(c) for c in ep.centroids]))
