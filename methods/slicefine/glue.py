@@ -56,6 +56,9 @@ class GlueConfig:
     warmup_ratio: float = 0.06
     bf16: bool = True
     seed: int = 0
+    # Unknown in the paper; the authors' RoCoFT code (RoCoFT.py, ``bias=True``) and LiME's SliceFine
+    # layer train the target layers' biases. False keeps every original parameter frozen.
+    train_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in GLUE_TASKS:
@@ -111,6 +114,7 @@ def wrap_classifier(model, pc):
         mode=pc.mode,
         switch_every=pc.switch_every,
         seed=pc.seed,
+        train_bias=pc.train_bias,
         modules_to_save=head,
     )
 

@@ -64,6 +64,8 @@ class ToyConfig:
     # that six arms fit the CPU budget; a full 6-layer step costs ~0.5 s on 2 cores. See the doc.
     encoder_layers: int = 3
     max_length: int = 16
+    # Unknown in the paper; the authors' RoCoFT code (RoCoFT.py, bias=True) trains the target biases.
+    train_bias: bool = False
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]
@@ -154,6 +156,7 @@ def _build_arm(arm: str, encoder, cfg: ToyConfig, seed: int):
             mode=mode,
             switch_every=None if arm == "static" else cfg.switch_every,
             seed=seed,
+            train_bias=cfg.train_bias,
             modules_to_save=["head"],
         )
     n_enc = sum(

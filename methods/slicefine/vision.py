@@ -55,7 +55,9 @@ class VisionConfig:
         data_root: the VTAB-1K root in the NOAH/VPT layout.
         data_path: a local ``save_to_disk`` folder used instead of ``data_root``.
         train_split / eval_split: split names.
-        r, mode, switch_every, targets: SliceFine settings (spec §3).
+        r, mode, switch_every, targets: SliceFine settings (paper §3, Fig. 1).
+        train_bias: also train the target layers' biases (unknown in the paper; the authors'
+            RoCoFT code trains them by default).
         lr, epochs, batch_size, max_steps, warmup_ratio, bf16, seed: Trainer settings.
     """
 
@@ -76,6 +78,7 @@ class VisionConfig:
     warmup_ratio: float = 0.1
     bf16: bool = True
     seed: int = 0
+    train_bias: bool = False  # unknown in the paper; RoCoFT.py trains biases (bias=True)
 
     def __post_init__(self) -> None:
         if self.data_path is None and self.task not in VTAB_TASKS:

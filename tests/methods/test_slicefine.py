@@ -374,3 +374,40 @@ def test_vision_path_on_a_tiny_local_vit_and_vtab1k_layout(tmp_path):
     (task / "test.txt").write_text("images/0.jpg zero\n")
     with pytest.raises(ValueError, match="test.txt:1"):
         load_vtab1k(tmp_path / "vtab", "eurosat")
+
+
+@pytest.mark.parametrize("train_bias", [False, True])
+def test_train_bias_option_of_the_paper_paths(train_bias):
+    """``train_bias`` (unknown in the paper; the authors' RoCoFT.py trains biases, ``bias=True``):
+    the target layers' biases are trainable, counted, updated and kept by the merge only when on."""
+    from transformers import AutoModelForSequenceClassification, BertConfig
+
+    from methods.slicefine.glue import GlueConfig, wrap_classifier
+    from methods.slicefine.toy import ToyConfig
+    from methods.slicefine.vision import VisionConfig
+
+    assert GlueConfig().train_bias is False and VisionConfig().train_bias is False
+    assert ToyConfig().train_bias is False
+    cfg = BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, num_labels=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(cfg)
+    gc = GlueConfig(r=2, targets=["query", "value"], train_bias=train_bias, bf16=False)
+    sf = wrap_classifier(model, gc)
+    head = 16 * 2 + 2
+    biases = 2 * 2 * 16  # query + value biases of 2 layers
+    assert sf.trainable_parameters() == 2 * 2 * (2 * 16) + head + biases * train_bias
+    query = sf.model.bert.encoder.layer[0].attention.self.query.base
+    before = query.bias.detach().clone()
+    opt = torch.optim.SGD([p for p in sf.parameters() if p.requires_grad], lr=0.5)
+    ids = torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(0))
+    sf(input_ids=ids, labels=torch.tensor([0, 1, 0, 1])).loss.backward()
+    opt.step()
+    assert torch.equal(query.bias, before) is not train_bias
+    merged = sf.merge_and_unload()
+    assert (
+        torch.equal(merged.bert.encoder.layer[0].attention.self.query.bias, before)
+        is not train_bias
+    )
