@@ -19,12 +19,15 @@ from methods.sv_features.alignment import (
 from methods.sv_features.heads import (
     HeadFactors,
     factored_svd,
+    fold_norm,
     head_factors,
     ov_matrix,
+    ov_svd,
     qk_matrix,
     rope_rotations,
 )
 from methods.sv_features.sad import (
+    ROPE_BASES,
     SADResult,
     decompose_pairs,
     head_inputs,
@@ -48,6 +51,7 @@ from methods.sv_features.toy import (
 from methods.sv_features.toy_sad import MatchTaskConfig, run_match_toy
 
 __all__ = [
+    "ROPE_BASES",
     "HeadFactors",
     "MatchTaskConfig",
     "SADResult",
@@ -56,6 +60,7 @@ __all__ = [
     "decompose_pairs",
     "factored_svd",
     "feature_sv_cosines",
+    "fold_norm",
     "head_factors",
     "head_inputs",
     "interference_norm",
@@ -65,6 +70,7 @@ __all__ = [
     "n_recon",
     "orthogonality_gap",
     "ov_matrix",
+    "ov_svd",
     "pair_template",
     "qk_matrix",
     "random_rotation_basis",

@@ -1,4 +1,4 @@
-"""Feature / singular-vector alignment and the least-squares oracle (paper §3-4, spec §3.1-3.2).
+"""Feature / singular-vector alignment and the least-squares oracle (paper §3-4).
 
 Conventions: features are the **columns** of ``X [D, N]``; an attention head's QK matrix
 ``Omega [D, D]`` gives the logit ``r^T Omega s`` (query ``r``, key ``s``); ``Omega = U diag(S) Vh``.
@@ -26,7 +26,7 @@ def _check_matrix(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def svd_alignment(vectors: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """|cos| between every feature and every singular vector (spec §3.1 "Measurement").
+    """|cos| between every feature and every singular vector (.
 
     Singular vectors are sign-ambiguous, so the absolute cosine is used.
 
@@ -66,7 +66,7 @@ def feature_sv_cosines(
 def match_pairs_to_ranks(
     C_U: torch.Tensor, C_V: torch.Tensor, pairs: list[tuple[int, int]]
 ) -> list[tuple[tuple[int, int], int, float]]:
-    """Hungarian matching of (query feature, key feature) pairs to singular ranks (spec §3.1).
+    """Hungarian matching of (query feature, key feature) pairs to singular ranks (paper §3.1).
 
     The cost of giving pair ``(i, j)`` rank ``k`` is ``-(C_U[i, k] + C_V[j, k])``; the reported score is
     the pair's alignment ``min(C_U[i, k], C_V[j, k])``.
@@ -112,7 +112,7 @@ def match_pairs_to_ranks(
 
 
 def lsq_optimal_omega(X: torch.Tensor, Y: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
-    """Closed-form least-squares QK matrix (spec §3.2, "Least-squares version").
+    """Closed-form least-squares QK matrix (paper §3.2, "Least-squares version").
 
     Minimises ``E[(r^T Omega s - f_r^T T f_s)^2]`` over ``Omega`` for ``r = X f_r``, ``s = Y f_s`` with
     independent zero-mean isotropic features (``E f f^T = c I``). The normal equations
@@ -160,14 +160,14 @@ def whitened_feature_dirs(
 
 
 def interference_norm(X: torch.Tensor) -> float:
-    """Spectral norm of the off-diagonal Gram matrix ``X^T X - diag(X^T X)`` (spec §9.4, our choice)."""
+    """Spectral norm of the off-diagonal Gram matrix ``X^T X - diag(X^T X)`` (our choice)."""
     _check_matrix("X", X)
     g = X.T @ X
     return float(torch.linalg.matrix_norm(g - torch.diag(torch.diag(g)), ord=2))
 
 
 def orthogonality_gap(W: torch.Tensor, attended: list[int]) -> float:
-    """max |cos(w_i, w_i')| over attended ``i`` and unattended ``i'`` (spec §3.1 secondary metric)."""
+    """max |cos(w_i, w_i')| over attended ``i`` and unattended ``i'`` ( secondary metric)."""
     _check_matrix("W", W)
     if not attended:
         raise ValueError("attended must be non-empty")

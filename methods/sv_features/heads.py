@@ -1,4 +1,4 @@
-"""QK / OV matrices of attention heads in Hugging Face models, with biases and RoPE (spec §3.3).
+"""QK / OV matrices of attention heads in Hugging Face models, with biases and RoPE (paper §3.3, App. D).
 
 Row-vector conventions (as in TransformerLens): ``W_Q, W_K, W_V [d_model, d_head]``,
 ``W_O [d_head, d_model]``. The augmented query/key factors ``A = [W_Q; b_Q^T]``, ``B = [W_K; b_K^T]``
@@ -9,6 +9,13 @@ softmax input is that logit times :func:`attention_scale` (``1/sqrt(d_head)``).
 Supported: GPT-2 (``GPT2LMHeadModel``, absolute positions), GPT-NeoX / Pythia (partial rotary) and Llama-style rotary models with separate
 ``q_proj``/``k_proj`` (Llama, Qwen2, Mistral; grouped-query heads handled). Models with per-head q/k
 normalisation (Qwen3, OLMo2) are rejected, since their logit is not bilinear in ``x~``.
+
+LayerNorm folding (``fold_ln=True``, TransformerLens ``fold_ln`` + ``center_weights``, the default of the
+authors' ``HookedTransformer.from_pretrained`` pipeline): the norm's gain and bias move into the head's
+weights, ``W_Q <- diag(γ) W_Q`` (then, for LayerNorm, centred over ``d_model``) and ``b_Q <- b_Q + β W_Q``,
+and the input becomes the bare normalised stream ``x̂ = (x - mean) / std`` (RMSNorm: ``x / rms``, no
+centring). The logits are unchanged, but ``Ω~`` and hence its singular vectors are not: with a
+non-trivial gain the two bases differ (the sparse decomposition's edges with them).
 """
 
 from __future__ import annotations
@@ -67,12 +74,14 @@ def _check_index(model: nn.Module, layer: int, head: int):
     return kind, layers[layer], prefix
 
 
-def head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
+def head_factors(model: nn.Module, layer: int, head: int, fold_ln: bool = False) -> HeadFactors:
     """Extracts the augmented query/key factors of one head.
 
     Args:
         model: a GPT-2 or Llama-style causal LM (or its base model).
         layer, head: the head.
+        fold_ln: fold the pre-attention norm's gain/bias into the factors (module docstring); the
+            matching inputs are ``head_inputs(..., fold_ln=True)``.
 
     Returns:
         :class:`HeadFactors`.
@@ -81,6 +90,54 @@ def head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
         TypeError: on an unsupported architecture.
         ValueError: on out-of-range indices or per-head q/k normalisation.
     """
+    if not isinstance(fold_ln, bool):
+        raise TypeError(f"fold_ln must be bool, got {type(fold_ln).__name__}")
+    f = _raw_head_factors(model, layer, head)
+    if fold_ln:
+        f.A, f.B = fold_norm(model, f.input_module, f.A), fold_norm(model, f.input_module, f.B)
+    return f
+
+
+def norm_module(model: nn.Module, name: str) -> tuple[nn.Module, bool, float]:
+    """``(module, centres, eps)`` of the pre-attention norm ``name``: LayerNorm centres, RMSNorm not."""
+    mod = dict(model.named_modules())[name]
+    eps = getattr(mod, "eps", None)
+    if eps is None:
+        eps = getattr(mod, "variance_epsilon", None)
+    if eps is None or getattr(mod, "weight", None) is None:
+        raise TypeError(f"cannot fold {type(mod).__name__} at {name!r}: expected a LayerNorm/RMSNorm")
+    return mod, isinstance(mod, nn.LayerNorm), float(eps)
+
+
+def fold_norm(model: nn.Module, norm_name: str, F: torch.Tensor) -> torch.Tensor:
+    """Folds the norm at ``norm_name`` into an augmented factor ``F = [W; b^T]`` (``[d+1, k]``).
+
+    ``W <- diag(γ) W`` (minus its mean over ``d`` for LayerNorm, as TransformerLens'
+    ``center_weights``), ``b <- b + β W``.
+    """
+    mod, centres, _ = norm_module(model, norm_name)
+    W, b = F[:-1].float(), F[-1].float()
+    g = mod.weight.detach().float()
+    beta = getattr(mod, "bias", None)
+    if beta is not None:
+        b = b + beta.detach().float() @ W
+    W = g[:, None] * W
+    if centres:
+        W = W - W.mean(0, keepdim=True)
+    return torch.cat([W, b[None]], 0)
+
+
+def normalise_without_affine(model: nn.Module, norm_name: str, x: torch.Tensor) -> torch.Tensor:
+    """``x̂``: the norm at ``norm_name`` applied to the residual ``x`` without its gain and bias."""
+    _, centres, eps = norm_module(model, norm_name)
+    x = x.float()
+    if centres:
+        x = x - x.mean(-1, keepdim=True)
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _raw_head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
     kind, blk, prefix = _check_index(model, layer, head)
     cfg = model.config
     if kind == "gpt2":
@@ -169,7 +226,7 @@ def qk_matrix(
     augmented: bool = True,
     delta: int | None = None,
 ) -> torch.Tensor:
-    """The (augmented) QK matrix ``Omega~`` of a head (spec §3.3), from a model or raw weights.
+    """The (augmented) QK matrix ``Omega~`` of a head (paper §3.3), from a model or raw weights.
 
     ``x~_i^T Omega~ x~_j`` is the pre-scaling attention logit. For rotary models pass ``delta = j - i``
     (``Omega~(delta) = A R_0^T R_delta B^T``); the position-independent matrix does not exist there.
@@ -224,12 +281,48 @@ def _factors(model, layer, head, W_Q, W_K, b_Q, b_K):
     return torch.cat([W_Q, bq[None]], 0), torch.cat([W_K, bk[None]], 0), False
 
 
-def ov_matrix(model: nn.Module, layer: int, head: int) -> torch.Tensor:
+def ov_matrix(model: nn.Module, layer: int, head: int, fold_ln: bool = False) -> torch.Tensor:
     """The head's OV matrix ``W_V W_O [d, d]``: the head writes ``x_j @ OV`` (times attention).
+
+    ``fold_ln=True`` folds the pre-attention norm's gain into ``W_V`` (centred for LayerNorm).
 
     Raises:
         TypeError / ValueError: as :func:`head_factors`.
     """
+    wv, wo = ov_factors(model, layer, head, fold_ln)
+    return wv @ wo
+
+
+def ov_svd(
+    model: nn.Module, layer: int, head: int, fold_ln: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Thin SVD of the OV circuit, ``W_V W_O = U diag(S) Vh`` (rank <= ``d_head``).
+
+    Row ``u_k`` is an input (read) direction of the source token, ``vh_k`` the output (write)
+    direction into the residual stream; computed from the factors (QR + ``d_head x d_head`` SVD).
+
+    Returns:
+        ``U [d, d_head]``, ``S [d_head]`` (descending), ``Vh [d_head, d]``.
+    """
+    wv, wo = ov_factors(model, layer, head, fold_ln)
+    return factored_svd(wv.float(), wo.T.float())
+
+
+def ov_factors(
+    model: nn.Module, layer: int, head: int, fold_ln: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W_V [d, d_head], W_O [d_head, d])`` of one head (row-vector convention)."""
+    if not isinstance(fold_ln, bool):
+        raise TypeError(f"fold_ln must be bool, got {type(fold_ln).__name__}")
+    wv, wo = _raw_ov_factors(model, layer, head)
+    if fold_ln:
+        name = _raw_head_factors(model, layer, head).input_module
+        zero = torch.zeros(1, wv.shape[1])
+        wv = fold_norm(model, name, torch.cat([wv.float(), zero], 0))[:-1]
+    return wv, wo
+
+
+def _raw_ov_factors(model: nn.Module, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
     kind, blk, _ = _check_index(model, layer, head)
     cfg = model.config
     if kind == "gpt2":
@@ -238,13 +331,13 @@ def ov_matrix(model: nn.Module, layer: int, head: int) -> torch.Tensor:
         w = blk.attn.c_attn.weight.detach()
         wv = w[:, 2 * d + head * dh : 2 * d + (head + 1) * dh]  # [d, dh]
         wo = blk.attn.c_proj.weight.detach()[head * dh : (head + 1) * dh]  # [dh, d]
-        return wv @ wo
+        return wv, wo
     if kind == "neox":
         dh = cfg.hidden_size // cfg.num_attention_heads
         w = blk.attention.query_key_value.weight.detach()
         wv = w[head * 3 * dh + 2 * dh : (head + 1) * 3 * dh].T  # [d, dh]
         wo = blk.attention.dense.weight.detach()[:, head * dh : (head + 1) * dh].T  # [dh, d]
-        return wv @ wo
+        return wv, wo
     attn = blk.self_attn
     n_heads = cfg.num_attention_heads
     n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
@@ -252,7 +345,7 @@ def ov_matrix(model: nn.Module, layer: int, head: int) -> torch.Tensor:
     kv = head // (n_heads // n_kv)
     wv = attn.v_proj.weight.detach()[kv * dh : (kv + 1) * dh].T  # [d, dh]
     wo = attn.o_proj.weight.detach()[:, head * dh : (head + 1) * dh].T  # [dh, d]
-    return wv @ wo
+    return wv, wo
 
 
 def factored_svd(

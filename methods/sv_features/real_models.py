@@ -1,4 +1,4 @@
-"""Real-model SAD drivers (spec §5, §7): GPT-2 small on IOI prompts, Pythia-160M over training.
+"""Real-model SAD drivers (paper §5): GPT-2 small on IOI prompts, Pythia-160M over training.
 
 * :func:`ioi_prompts` generates templated indirect-object-identification prompts ("When Mary and John
   went to the store, John gave a drink to" -> " Mary"), with the positions of the indirect object (IO),
@@ -7,7 +7,7 @@
   and summarises each one: firing edges, median Rolls–Tovée sparseness and ``N_recon`` in the singular
   basis and in the random-rotation control (paper: GPT-2 ``N_recon`` 1–4 for most firing heads).
 * :func:`select_ioi_head` picks the head attending most from "end" to the IO name (name-mover signature),
-  when no head is given (spec §9.10).
+  when no head is given.
 * :func:`checkpoint_sweep` repeats the SAD of one head over training checkpoints (Pythia-160M: S(v) of an
   IOI head falls from ≈ 1 over training, not under rotation). :func:`pythia_revisions` lists the
   published revision names.
@@ -76,7 +76,7 @@ def _word_start(offsets: list[tuple[int, int]], char: int) -> int:
 
 
 def ioi_prompts(tokenizer, n: int = 128, seed: int = 0) -> IOIBatch:
-    """``n`` templated IOI prompts, mixed templates and ABBA/BABA name orders (spec §3.5).
+    """``n`` templated IOI prompts, mixed templates and ABBA/BABA name orders (paper §5, IOI).
 
     Raises:
         ValueError: if ``n < 1`` or the tokenizer gives no offsets (a fast tokenizer is needed).
@@ -151,8 +151,13 @@ def sad_heads(
     tau: float = 0.9,
     control: bool = True,
     seed: int = 0,
+    fold_ln: bool = False,
+    rope_basis: str = "per_offset",
 ) -> dict[str, dict[str, float]]:
-    """SAD summaries ``{"L<l>H<h>": summary}`` for ``heads`` (default: every head of the model)."""
+    """SAD summaries ``{"L<l>H<h>": summary}`` for ``heads`` (default: every head of the model).
+
+    ``fold_ln`` / ``rope_basis``: see :func:`sparse_attention_decomposition`.
+    """
     n_l, n_h = _n_layers_heads(model)
     heads = list(heads) if heads is not None else [(ly, h) for ly in range(n_l) for h in range(n_h)]
     out = {}
@@ -167,6 +172,8 @@ def sad_heads(
             tau=tau,
             control=control,
             seed=seed,
+            fold_ln=fold_ln,
+            rope_basis=rope_basis,
         )
         out[f"L{layer}H{head}"] = summarize(res)
     return out
@@ -251,8 +258,10 @@ def checkpoint_sweep(
     firing_thresh: float = 0.0,
     tau: float = 0.9,
     seed: int = 0,
+    fold_ln: bool = False,
+    rope_basis: str = "per_offset",
 ) -> list[dict[str, float]]:
-    """SAD of one head across checkpoints (spec §3.4 ``PYTHIA_SWEEP``).
+    """SAD of one head across checkpoints (PYTHIA_SWEEP``).
 
     ``head`` defaults to :func:`select_ioi_head` on the *last* revision. ``firing_thresh`` defaults to
     0 (every visible edge from "end" is analysed), because an untrained checkpoint has no firing
@@ -280,6 +289,8 @@ def checkpoint_sweep(
             tau=tau,
             control=True,
             seed=seed,
+            fold_ln=fold_ln,
+            rope_basis=rope_basis,
         )
         b, i, j = res.edges.unbind(-1)
         keep = (i == batch.end[b]) & (j == batch.io[b])

@@ -1,4 +1,4 @@
-"""The CPU toys of spec §6 for the CLI: ``icml26 experiment=sv_features_toy``.
+"""The CPU toys of for the CLI: ``icml26 experiment=sv_features_toy``.
 
 Toy A (``single``): one target pair, alignment of ``(w_0, w_1)`` with the top singular pair of Omega,
 with the attention loss and without it (negative control, ``lam = 0``). Toy B (``multi``): many pairs,
@@ -177,7 +177,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 
 def _run_real(rcfg: dict, seed: int, plot_dir: Path | None):
-    """Real-model SAD (spec §5, §7): all heads on IOI prompts, or one head over checkpoints."""
+    """Real-model SAD (paper §5): all heads on IOI prompts, or one head over checkpoints."""
     from transformers import AutoTokenizer
 
     from methods.sv_features.real_models import (
@@ -190,7 +190,7 @@ def _run_real(rcfg: dict, seed: int, plot_dir: Path | None):
     )
 
     known = {"model", "tokenizer", "n_prompts", "heads", "firing_thresh", "tau", "checkpoints",
-             "head", "dtype"}  # fmt: skip
+             "head", "dtype", "fold_ln", "rope_basis"}  # fmt: skip
     bad = set(rcfg) - known
     if bad:
         raise ValueError(f"method.real has unknown keys {sorted(bad)}; allowed {sorted(known)}")
@@ -202,10 +202,14 @@ def _run_real(rcfg: dict, seed: int, plot_dir: Path | None):
     batch = ioi_prompts(tok, int(rcfg.get("n_prompts", 128)), seed)
     tau, fire = float(rcfg.get("tau", 0.9)), float(rcfg.get("firing_thresh", 0.5))
     dtype = getattr(torch, str(rcfg.get("dtype", "float32")))
+    basis = {
+        "fold_ln": bool(rcfg.get("fold_ln", False)),
+        "rope_basis": str(rcfg.get("rope_basis", "per_offset")),
+    }
     if not ckpts:
         model = load_causal_lm(model_id, dtype=dtype)
         heads = [tuple(h) for h in rcfg["heads"]] if rcfg.get("heads") else None
-        per_head = sad_heads(model, batch, heads, fire, tau, control=True, seed=seed)
+        per_head = sad_heads(model, batch, heads, fire, tau, control=True, seed=seed, **basis)
         return {"ioi_heads": aggregate(per_head)}, {"per_head": per_head}
     revisions = pythia_revisions(int(ckpts)) if isinstance(ckpts, int) else [str(c) for c in ckpts]
     head = tuple(rcfg["head"]) if rcfg.get("head") else None
@@ -218,6 +222,7 @@ def _run_real(rcfg: dict, seed: int, plot_dir: Path | None):
         firing_thresh=float(rcfg.get("firing_thresh", 0.0)),
         tau=tau,
         seed=seed,
+        **basis,
     )
     metrics = {"ckpt_first": rows[0], "ckpt_last": rows[-1]}
     if plot_dir is not None:

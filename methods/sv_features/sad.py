@@ -1,4 +1,4 @@
-"""Sparse attention decomposition (SAD): per-singular-vector logit contributions (spec §3.3).
+"""Sparse attention decomposition (SAD): per-singular-vector logit contributions (paper §3.3).
 
 For a head with augmented QK matrix ``Omega~ = U diag(S) Vh`` (per relative offset for RoPE), the
 pre-scaling logit from destination ``i`` to source ``j`` splits exactly as
@@ -17,7 +17,14 @@ import torch
 from torch import nn
 
 from common.activations import capture
-from methods.sv_features.heads import factored_svd, head_factors, rope_rotations
+from methods.sv_features.heads import (
+    factored_svd,
+    head_factors,
+    normalise_without_affine,
+    rope_rotations,
+)
+
+ROPE_BASES = ("per_offset", "fixed")
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +102,7 @@ def n_recon(
 
 
 def relative_contributions(A: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
-    """``a~_k(j) = a_k(j) - mean_{j' != j, visible} a_k(j')`` (spec §3.3, "Relative attention").
+    """``a~_k(j) = a_k(j) - mean_{j' != j, visible} a_k(j')`` (paper §3.3, "Relative attention").
 
     Args:
         A: ``[..., m, r]`` contributions over ``m`` sources.
@@ -122,7 +129,7 @@ def random_rotation_basis(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Haar-random rotation of the singular bases: ``U' = U R_U``, ``Sigma' = R_U^T S R_V``, ``Vh' = R_V^T Vh``.
 
-    ``U' Sigma' Vh' = U diag(S) Vh`` exactly; only the basis changes (spec §3.3 control).
+    ``U' Sigma' Vh' = U diag(S) Vh`` exactly; only the basis changes ( control).
     Works on a leading batch axis (one rotation pair shared by the batch).
     """
     r = S.shape[-1]
@@ -187,12 +194,21 @@ def head_inputs(
     input_ids: torch.Tensor,
     layer: int,
     attention_mask: torch.Tensor | None = None,
+    fold_ln: bool = False,
 ) -> torch.Tensor:
-    """``x~ [B, T, d+1]``: the head's normalised input ``LN(x)`` with a constant 1 appended."""
+    """``x~ [B, T, d+1]``: the head's normalised input with a constant 1 appended.
+
+    ``fold_ln=False``: the output of the model's pre-attention norm, ``LN(x)`` (gain and bias
+    included). ``fold_ln=True``: the normalised stream without gain/bias, ``x̂`` (TransformerLens
+    ``ln1.hook_normalized`` after ``fold_ln``), to pair with ``head_factors(..., fold_ln=True)``.
+    """
     f = head_factors(model, layer, 0)
-    with torch.no_grad(), capture(model, [f.input_module]) as store:
+    what = "input" if fold_ln else "output"
+    with torch.no_grad(), capture(model, [f.input_module], what=what) as store:
         model(input_ids=input_ids, attention_mask=attention_mask)
     x = store[f.input_module][0].float()
+    if fold_ln:
+        x = normalise_without_affine(model, f.input_module, x)
     return torch.cat([x, torch.ones(*x.shape[:-1], 1)], -1)
 
 
@@ -202,21 +218,31 @@ def decompose_pairs(
     B: torch.Tensor,
     rot: torch.Tensor | None = None,
     control_generator: torch.Generator | None = None,
+    rope_basis: str = "per_offset",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """All-pairs contributions ``a [Bt, T(dest), T(src), r]`` for inputs ``X [Bt, T, d+1]``.
 
     Args:
         X: augmented inputs.
         A, B: augmented factors ``[d+1, d_head]``.
-        rot: rotary matrices ``R_p [T, d_head, d_head]`` for positions ``0..T-1`` (None: no RoPE). The
-            SVD of ``Omega~(delta)`` is computed once per offset ``delta = j - i`` (``R_i^T R_j``
-            depends only on ``delta``).
+        rot: rotary matrices ``R_p [T, d_head, d_head]`` for positions ``0..T-1`` (None: no RoPE).
         control_generator: if given, also return contributions in a random-rotation basis (one
-            rotation pair per offset).
+            rotation pair per offset, or one in total for ``rope_basis="fixed"``).
+        rope_basis: rotary models only. ``"per_offset"``: the exact singular basis of
+            ``Omega~(delta) = A R_0^T R_delta B^T``, one SVD per offset ``delta = j - i`` (``R_i^T R_j``
+            depends only on ``delta``). ``"fixed"``: the authors' tracer (gaabrielfranco/accpp-tracer
+            ``tracing.py::trace_firing``): one SVD of ``Omega = W_Q W_K^T`` for every pair, the rotation
+            and the biases moved into the inputs, ``q_i = (x_i + c_Q) W_Q R_i^T W_Q^+``,
+            ``k_j = (x_j + c_K) W_K R_j^T W_K^+`` with ``c = b W^+``; ``a_k = (q_i.u_k) s_k (k_j.v_k)``.
+            Both sum to the same logits; their terms (and hence the sparse edges) differ.
 
     Returns:
         ``(a, a_control)``.
     """
+    if rope_basis not in ROPE_BASES:
+        raise ValueError(f"rope_basis must be one of {ROPE_BASES}, got {rope_basis!r}")
+    if rot is not None and rope_basis == "fixed":
+        return _decompose_fixed_basis(X, A, B, rot, control_generator)
     Bt, T, _ = X.shape
     r = min(A.shape)
     out = torch.zeros(Bt, T, T, r, dtype=X.dtype)
@@ -254,6 +280,33 @@ def decompose_pairs(
     return out, ctl
 
 
+def _decompose_fixed_basis(
+    X: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    rot: torch.Tensor,
+    control_generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The accpp-tracer decomposition for rotary heads: one basis, rotations in the inputs."""
+    T = X.shape[1]
+    x = X[..., :-1]  # [Bt, T, d]
+    W_Q, b_Q, W_K, b_K = A[:-1], A[-1], B[:-1], B[-1]
+    pq, pk = torch.linalg.pinv(W_Q.double()).float(), torch.linalg.pinv(W_K.double()).float()
+    c_q, c_k = b_Q @ pq, b_K @ pk  # [d]: bias offsets with c W = b
+    R = rot[:T]  # [T, dh, dh]
+    qh = torch.einsum("btd,ted->bte", (x + c_q) @ W_Q, R)  # rope(q_i) = R_i q_i, [Bt, T, dh]
+    kh = torch.einsum("btd,ted->bte", (x + c_k) @ W_K, R)
+    q_vec, k_vec = qh @ pq, kh @ pk  # back in d_model: (x + c) W R^T W^+, [Bt, T, d]
+    U, S, Vh = factored_svd(W_Q, W_K)  # Omega = W_Q W_K^T, position independent
+    qc, kc = q_vec @ U, k_vec @ Vh.T  # [Bt, T, r]
+    out = qc[:, :, None, :] * S * kc[:, None, :, :]
+    ctl = None
+    if control_generator is not None:
+        U2, C2, Vh2 = random_rotation_basis(U, S, Vh, control_generator)
+        ctl = (q_vec @ U2)[:, :, None, :] * ((k_vec @ Vh2.T) @ C2.T)[:, None, :, :]
+    return out, ctl
+
+
 def sparse_attention_decomposition(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -265,13 +318,15 @@ def sparse_attention_decomposition(
     exclude_first: bool = True,
     control: bool = True,
     seed: int = 0,
+    fold_ln: bool = False,
+    rope_basis: str = "per_offset",
 ) -> SADResult:
-    """SAD of one head on a batch of sequences (spec §3.3-3.4, procedure ``SAD_HEAD``).
+    """SAD of one head on a batch of sequences (paper §3.3).
 
     Analyses "firing" edges: attention probability ``>= firing_thresh`` and pre-softmax logit ``> 0``,
     source ``j != 0`` if ``exclude_first`` (attention sink). Positions are ``0..T-1`` (right padding or
     no padding; padded tokens are excluded through ``attention_mask``). RoPE is handled exactly with
-    one SVD per relative offset.
+    one SVD per relative offset (``rope_basis="per_offset"``) or in the tracer's fixed basis.
 
     Args:
         model: GPT-2 or Llama-style HF causal LM (Qwen2 biases included).
@@ -283,6 +338,10 @@ def sparse_attention_decomposition(
         exclude_first: skip source position 0.
         control: also compute the random-rotation control.
         seed: seeds the control rotations.
+        fold_ln: fold the pre-attention norm into the head's weights (TransformerLens default, as
+            the authors' pipeline); changes the singular basis, not the logits.
+        rope_basis: ``"per_offset"`` (exact SVD per relative offset) or ``"fixed"`` (the authors'
+            tracer: one SVD of ``W_Q W_K^T``); see :func:`decompose_pairs`.
 
     Returns:
         :class:`SADResult`.
@@ -301,13 +360,15 @@ def sparse_attention_decomposition(
         attention_mask = torch.ones_like(input_ids)
     if attention_mask.shape != input_ids.shape:
         raise ValueError("attention_mask must have the shape of input_ids")
-    f = head_factors(model, layer, head)
-    X = head_inputs(model, input_ids, layer, attention_mask)
+    if rope_basis not in ROPE_BASES:
+        raise ValueError(f"rope_basis must be one of {ROPE_BASES}, got {rope_basis!r}")
+    f = head_factors(model, layer, head, fold_ln=fold_ln)
+    X = head_inputs(model, input_ids, layer, attention_mask, fold_ln=fold_ln)
     if not torch.isfinite(X).all():
         raise ValueError("non-finite activations at the head's input")
     rot = rope_rotations(model, torch.arange(T)) if f.rotary else None
     gen = torch.Generator().manual_seed(seed) if control else None
-    a, a_ctl = decompose_pairs(X, f.A.float(), f.B.float(), rot, gen)
+    a, a_ctl = decompose_pairs(X, f.A.float(), f.B.float(), rot, gen, rope_basis)
     logits = a.sum(-1)  # [B, T, T]
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     visible = causal[None] & attention_mask.bool()[:, None, :] & attention_mask.bool()[:, :, None]

@@ -1,4 +1,4 @@
-"""The feature-observable toy: superposition autoencoder + trained attention head (spec §3.1, §6).
+"""The feature-observable toy: superposition autoencoder + trained attention head (paper §3.1).
 
 Sparse features ``f`` (each ``0`` w.p. ``1 - p``, else ``U[0, 1]``) are embedded as ``r = W f`` and
 reconstructed as ``ReLU(W^T r + b)`` (tied weights, Elhage et al. 2022). An attention head
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ToyConfig:
-    """Toy hyper-parameters (spec §3.5). ``pairs``: ``[i, j, weight]`` entries of the template ``T``."""
+    """Toy hyper-parameters (paper §3.1). ``pairs``: ``[i, j, weight]`` entries of the template ``T``."""
 
     n_features: int = 20
     d_model: int = 10
@@ -155,7 +155,7 @@ class ToyAttentionAutoencoder(nn.Module):
 
 
 def toy_metrics(model: ToyAttentionAutoencoder) -> dict[str, float]:
-    """Alignment of the template pairs with the singular vectors of ``Omega`` (spec §3.1)."""
+    """Alignment of the template pairs with the singular vectors of ``Omega`` (paper §3.1)."""
     with torch.no_grad():
         U, S, Vh = torch.linalg.svd(model.omega())
         C_U, C_V = feature_sv_cosines(model.W, U, Vh)
@@ -199,7 +199,7 @@ def train_toy(
     log_every: int = 100,
     callbacks: Sequence[Callable[[int, ToyAttentionAutoencoder], None]] = (),
 ) -> tuple[ToyAttentionAutoencoder, list[dict[str, float]]]:
-    """Trains the toy with AdamW (spec §3.4 ``TRAIN_TOY``); deterministic for a fixed ``cfg.seed``.
+    """Trains the toy with AdamW (TRAIN_TOY``); deterministic for a fixed ``cfg.seed``.
 
     Args:
         cfg: the config; ``T`` defaults to ``pair_template(cfg.n_features, cfg.pairs)``.

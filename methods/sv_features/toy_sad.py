@@ -1,4 +1,4 @@
-"""Toy D (spec §6): does sparse attention decomposition emerge with training?
+"""Toy D: does sparse attention decomposition emerge with training?
 
 A one-layer GPT-2 (built from a config, random init) learns a "find the matching key" task: positions
 ``0..T-2`` hold tokens of distinct classes (``class = token % n_classes``), the last position holds a

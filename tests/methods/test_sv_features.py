@@ -19,8 +19,11 @@ from methods.sv_features import (
     lsq_optimal_omega,
     match_pairs_to_ranks,
     n_recon,
+    head_factors,
     ov_matrix,
+    ov_svd,
     pair_template,
+    rope_rotations,
     qk_matrix,
     random_rotation_basis,
     relative_contributions,
@@ -262,6 +265,98 @@ def test_ov_matrix_reproduces_attention_output(tiny_models):
         bias = st_out[name][0] - (z @ _out_weight(model, name))
         got = sum(att[:, h] @ X @ ov_matrix(model, 0, h) for h in range(4)) + bias
         assert torch.allclose(got, st_out[name][0], atol=1e-4), arch
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "neox"])
+def test_fixed_rope_basis_is_the_tracer_decomposition(tiny_models, arch):
+    """rope_basis="fixed" = accpp-tracer trace_firing: one SVD of W_Q W_K^T, rotations in the inputs.
+
+    The reference below writes the tracer's matrices out (M_d = W_Q R_d^T W_Q^+,
+    M_s = W_K^{+T} R_s W_K^T, c = b W^+, Omega_k = u_k s_k v_k^T) independently of our code.
+    """
+    model = tiny_models[arch]
+    ids = torch.randint(3, 90, (1, 9), generator=_gen(11))
+    layer, head = 1, 2
+    kw = dict(firing_thresh=0.0, exclude_first=False, control=True)
+    fixed = sparse_attention_decomposition(model, ids, layer, head, rope_basis="fixed", **kw)
+    per = sparse_attention_decomposition(model, ids, layer, head, **kw)
+    # same logits, different terms
+    fin = torch.isfinite(per.all_logits)
+    assert torch.allclose(fixed.all_logits[fin], per.all_logits[fin], atol=1e-4)
+    assert torch.allclose(fixed.contributions.sum(-1), fixed.logits, atol=1e-4)
+    assert torch.allclose(fixed.extra["relative_control"].sum(-1), fixed.rel_logits, atol=1e-3)
+    assert not torch.allclose(fixed.contributions, per.contributions, atol=1e-2)
+    # the tracer's formulas
+    f = head_factors(model, layer, head)
+    W_Q, b_Q, W_K, b_K = f.A[:-1].double(), f.A[-1].double(), f.B[:-1].double(), f.B[-1].double()
+    pq, pk = torch.linalg.pinv(W_Q), torch.linalg.pinv(W_K)
+    c_d, c_s = b_Q @ pq, b_K @ pk
+    U, S, VT = torch.linalg.svd(W_Q @ W_K.T)
+    r = W_Q.shape[1]
+    U, S, VT = U[:, :r], S[:r], VT[:r]
+    R = rope_rotations(model, torch.arange(ids.shape[1])).double()
+    x = head_inputs(model, ids, layer)[0, :, :-1].double()
+    for e, (b, i, j) in enumerate(fixed.edges.tolist()):
+        M_d = W_Q @ R[i].T @ pq
+        M_s = pk.T @ R[j] @ W_K.T
+        xd, xs = (x[i] + c_d) @ M_d, M_s @ (x[j] + c_s)
+        want = (xd @ U) * S * (VT @ xs)
+        assert torch.allclose(fixed.contributions[e].double(), want, atol=1e-3), (i, j)
+    with pytest.raises(ValueError, match="rope_basis"):
+        sparse_attention_decomposition(model, ids, layer, head, rope_basis="tracer")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox"])
+def test_fold_ln_keeps_logits_and_changes_the_basis(tiny_models, arch):
+    model = tiny_models[arch]
+    name = head_factors(model, 1, 0).input_module
+    norm = dict(model.named_modules())[name]
+    saved = {k: v.clone() for k, v in norm.state_dict().items()}
+    with torch.no_grad():  # a non-trivial gain and bias, as in trained GPT-2
+        norm.weight.copy_(0.2 + 2 * torch.rand(norm.weight.shape, generator=_gen(12)))
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.copy_(torch.randn(norm.bias.shape, generator=_gen(13)))
+    try:
+        ids = torch.randint(3, 90, (2, 8), generator=_gen(14))
+        X, Xf = head_inputs(model, ids, 1), head_inputs(model, ids, 1, fold_ln=True)
+        xhat = Xf[..., :-1]
+        if isinstance(norm, torch.nn.LayerNorm):  # x̂ is centred and unit-variance
+            assert torch.allclose(xhat.mean(-1), torch.zeros(()), atol=1e-5)
+        assert torch.allclose(xhat.pow(2).mean(-1), torch.ones(()), atol=3e-2)  # eps in the norm
+        for h in range(4):
+            f, ff = head_factors(model, 1, h), head_factors(model, 1, h, fold_ln=True)
+            assert torch.allclose(X @ f.A, Xf @ ff.A, atol=1e-4)  # queries unchanged
+            assert torch.allclose(X @ f.B, Xf @ ff.B, atol=1e-4)  # keys unchanged
+        kw = dict(firing_thresh=0.0, exclude_first=False, control=False)
+        a = sparse_attention_decomposition(model, ids, 1, 1, **kw)
+        b = sparse_attention_decomposition(model, ids, 1, 1, fold_ln=True, **kw)
+        fin = torch.isfinite(a.all_logits)
+        assert torch.allclose(a.all_logits[fin], b.all_logits[fin], atol=1e-4)
+        assert not torch.allclose(a.contributions, b.contributions, atol=1e-2)  # another basis
+        # OV: the folded circuit reproduces LN(x) @ W_V W_O up to the constant β W_V W_O
+        ov, ovf = ov_matrix(model, 1, 1), ov_matrix(model, 1, 1, fold_ln=True)
+        beta = getattr(norm, "bias", None)
+        const = 0.0 if beta is None else beta.detach() @ ov
+        assert torch.allclose(X[..., :-1] @ ov, xhat @ ovf + const, atol=1e-4)
+    finally:
+        norm.load_state_dict(saved)
+    with pytest.raises(TypeError, match="fold_ln"):
+        head_factors(model, 1, 0, fold_ln="yes")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "neox"])
+def test_ov_svd_reconstructs_w_v_w_o(tiny_models, arch):
+    model = tiny_models[arch]
+    for h in (0, 3):
+        U, S, Vh = ov_svd(model, 0, h)
+        dh = U.shape[1]
+        assert U.shape[0] == Vh.shape[1] and S.shape == (dh,)
+        assert torch.allclose(U @ torch.diag(S) @ Vh, ov_matrix(model, 0, h), atol=1e-5)
+        assert torch.allclose(U.T @ U, torch.eye(dh), atol=1e-5)
+        assert torch.allclose(Vh @ Vh.T, torch.eye(dh), atol=1e-5)
+        assert (S[:-1] >= S[1:] - 1e-7).all() and (S >= 0).all()
+        Uf, Sf, Vhf = ov_svd(model, 0, h, fold_ln=True)
+        assert torch.allclose(Uf @ torch.diag(Sf) @ Vhf, ov_matrix(model, 0, h, fold_ln=True), atol=1e-5)
 
 
 def _out_weight(model, name):
