@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -44,3 +45,96 @@ def test_unknown_method_on_the_command_line_fails_with_the_list():
     assert "Could not find 'method/no_such_method'" in out.stderr
     for slug in discover_methods()[:3]:
         assert slug in out.stderr  # Hydra lists the available options of the group
+
+
+# ---- configs are checked at compose, for every method on the stage switch --------------------
+def _leaf_fields(schema, prefix="method"):
+    """(key, type) of every int/float/str leaf field of a run-config schema, nested included."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(schema):
+        t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        if t in ("int", "float") and f.name != "seed":
+            out.append((f"{prefix}.{f.name}", t))
+        elif f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(
+            f.default_factory()
+        ):
+            out += _leaf_fields(type(f.default_factory()), f"{prefix}.{f.name}")
+    return out
+
+
+def _toy_preset(slug: str) -> str:
+    from common.config import method_schemas
+
+    schema = method_schemas()[slug]
+    for stage in schema.STAGES:
+        if (REPO_ROOT / "configs" / "experiment" / f"{slug}_{stage}.yaml").exists():
+            return f"{slug}_{stage}"
+    return f"{slug}_toy"
+
+
+def _schema_slugs():
+    from common.config import method_schemas
+
+    return sorted(method_schemas())
+
+
+@pytest.mark.parametrize("slug", _schema_slugs())
+def test_wrong_type_and_misspelt_key_are_rejected_at_compose(slug):
+    from common.config import ConfigError, method_schemas
+
+    schema = method_schemas()[slug]
+    leaves = _leaf_fields(schema)
+    assert leaves, f"{schema.__name__} has no numeric field to test"
+    key, typ = leaves[0]
+    preset = f"experiment={_toy_preset(slug)}"
+    expected = "Integer" if typ == "int" else "Float"
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}.*{expected}|{expected}.*{key}"):
+        compose([preset, f"{key}=abc"])
+    with pytest.raises(ConfigError, match=f"{key.rsplit('.', 1)[-1]}x"):
+        compose([preset, f"{key}x=1"])
+
+
+def test_seed_and_logger_are_typed():
+    from common.config import ConfigError
+
+    with pytest.raises(ConfigError, match="seed"):
+        compose(["experiment=maxrl_toy", "seed=abc"])
+    with pytest.raises(ConfigError, match="logger"):
+        compose(["experiment=maxrl_toy", "logger=wandbb"])
+
+
+def _documented_commands() -> list[str]:
+    """``icml26 ...`` lines of the README's code blocks and of ``icml26 --help``'s examples."""
+    from common.cli import EXAMPLES
+
+    lines = [cmd for cmd, _ in EXAMPLES]
+    readme = (REPO_ROOT / "README.md").read_text()
+    for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if "icml26 " in line or "-m common.cli" in line:
+                lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("command", _documented_commands())
+def test_documented_commands_compose(command):
+    """Each documented command composes and validates (the bare paper preset names its stages)."""
+    from common.config import ConfigError
+
+    args = [a for a in command.split() if "=" in a and not a.startswith("--")]
+    if not args or "--hydra-help" in command or "--help" in command:
+        return
+    if "--cfg" in command:
+        out = _cli(*command.split()[1:])
+        assert out.returncode == 0 and "name:" in out.stdout
+        return
+    if any(a.startswith("experiment=") and a.endswith("_paper") for a in args) and not any(
+        a.startswith("method.stage=") for a in args
+    ):
+        with pytest.raises(ConfigError, match="choose one with method.stage"):
+            compose(args)
+        return
+    compose(args)
