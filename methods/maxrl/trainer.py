@@ -111,7 +111,14 @@ class MaxRLConfig(trl.GRPOConfig):
         metadata={"help": "Differential smoothing: γ times mean log-prob added on wrong rollouts."},
     )
     beta: float = field(default=0.0, metadata={"help": "KL coefficient; 0 in the paper."})
-    loss_type: str = field(default="dapo", metadata={"help": "Global token mean, as verl."})
+    loss_type: str = field(
+        default="dapo",
+        metadata={
+            "help": "TRL loss reduction. 'dapo': one token mean over the generation batch; the "
+            "official code (verl token-mean per micro-batch) is 'bnpo' with the same "
+            "per_device_train_batch_size (4 for Qwen3, 64 for SmolLM), as the paper presets set."
+        },
+    )
 
     def __post_init__(self):
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:

@@ -611,6 +611,9 @@ def test_paper_trainer_node_reaches_the_trl_config():
     args = trainer_config(MaxRLConfig, node, output_dir="/tmp/unused", use_cpu=True)
     assert args.advantage_estimator == "maxrl" and args.learning_rate == 1e-6
     assert args.num_generations == 16 and args.max_steps == 1000
+    # the official reduction: verl token-mean per 4-sequence micro-batch (run_qwen3_training.sh)
+    assert args.loss_type == "bnpo" and args.per_device_train_batch_size == 4
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 256 * 16
     with pytest.raises(ValueError, match="learnin_rate: not a field of MaxRLConfig"):
         compose(["experiment=maxrl_paper", "method.stage=train", "+method.trainer.learnin_rate=1"])
 
@@ -636,3 +639,38 @@ def test_paper_eval_scores_the_benchmark_with_the_tiny_model(tmp_path, tiny_mode
     assert all(0.0 <= v <= 1.0 for v in cov) and cov == sorted(cov)
     loaded = json.loads((tmp_path / "results.json").read_text())["models_loaded"]
     assert [e["spec"] for e in loaded] == [tiny_model_dirs["tiny_qwen2"]]
+
+
+def test_bnpo_with_micro_batch_4_is_the_official_token_mean():
+    """verl (dp_actor.py): loss = agg_loss(token-mean) of each micro-batch / gradient_accumulation,
+    summed over the micro-batches; TRL's ``bnpo`` per micro-batch of the same size is identical,
+    while the paper default ``dapo`` (one token mean over the whole batch) weights sequences
+    differently when the micro-batches hold different token counts."""
+    from common.rl import reduce_token_loss
+
+    gen = torch.Generator().manual_seed(0)
+    b, t, micro = 16, 12, 4
+    per_token = torch.randn(b, t, generator=gen)
+    lengths = torch.randint(1, t + 1, (b,), generator=gen)
+    mask = (torch.arange(t)[None] < lengths[:, None]).float()
+    accum = b // micro
+    official = sum(
+        (per_token[i : i + micro] * mask[i : i + micro]).sum() / mask[i : i + micro].sum() / accum
+        for i in range(0, b, micro)
+    )
+    ours = sum(
+        reduce_token_loss(
+            per_token[i : i + micro], mask[i : i + micro], "bnpo", gradient_accumulation_steps=accum
+        )
+        for i in range(0, b, micro)
+    )
+    torch.testing.assert_close(ours, official)
+    dapo = sum(
+        reduce_token_loss(
+            per_token[i : i + micro], mask[i : i + micro], "dapo", num_items_in_batch=mask.sum(),
+            gradient_accumulation_steps=accum, steps_per_generation=accum,
+        )
+        for i in range(0, b, micro)
+    )  # fmt: skip
+    torch.testing.assert_close(dapo, (per_token * mask).sum() / mask.sum())
+    assert not torch.allclose(dapo, official)
