@@ -6,15 +6,16 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from common.config import Run
 from common.llm import ChatLLM
 from methods.sacopt.backend import assemble_program, run_sandboxed
 from methods.sacopt.codegen import LLMCoder
+from methods.sacopt.config import TOY_ARMS, SACOptRunConfig
 from methods.sacopt.debug import debug_loop
 from methods.sacopt.loop import SACOptLoop
 from methods.sacopt.schema import validate_state
@@ -22,7 +23,8 @@ from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier
 
 logger = logging.getLogger(__name__)
 
-TOY_ARMS = ("single_pass", "debug_only", "sacopt_judge", "sacopt_minilm", "sacopt_judge_nofreeze")
+# the run config is the method-level settings dataclass (methods/sacopt/config.py, light)
+SACOptConfig = SACOptRunConfig
 
 __all__ = [
     "TOY_ARMS",
@@ -47,81 +49,6 @@ def is_correct(pred: Any, gt: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bo
     if not (math.isfinite(p) and math.isfinite(g)):
         return False
     return abs(p - g) <= max(atol, rtol * abs(g))
-
-
-@dataclass
-class SACOptConfig:
-    """Method settings (spec §3.5). Paper defaults."""
-
-    name: str = "sacopt"
-    t_max: int = 5
-    debug_tries: int = 3
-    verifier: str = "llm_judge"  # llm_judge | minilm
-    tau: float = 0.75
-    verify_objective: bool = True
-    freeze_verified: bool = True
-    recon_reference: str = "anchor"  # anchor | all
-    backend: str = "highspy"
-    solver_fallback: bool = True  # gurobipy missing or licence-limited -> rerun on HiGHS
-    timeout_s: float = 120.0
-    mem_mb: int = 4096
-    # Deviation: neither the official code nor LLM4OR states a tolerance; 1e-4 relative is inferred
-    # (docs/methods/sacopt.md, deviations).
-    rtol: float = 1e-4
-    atol: float = 1e-6
-    # official ERROR_CORRECTION = True (run.py): parameter / variable self-checks and the
-    # per-constraint confidence check with keep / remove / modify
-    self_check: bool = True
-    constraint_check: bool = True
-    judge_match: str = "exact"  # exact "YES" (official model2data.py) | lenient
-    # official execute_code.py: infeasible / unbounded programs crash on model.objVal -> debugged
-    debug_statuses: list[str] = field(
-        default_factory=lambda: ["error", "infeasible", "unbounded", "infeasible_or_unbounded"]
-    )
-    # toy
-    n_problems: int = 200
-    p_err: float = 0.25
-    p_syntax: float = 0.05
-    judge_false_pass: float = 0.05
-    judge_false_fail: float = 0.05
-    toy_workers: int = 2
-    arms: list[str] = field(default_factory=lambda: list(TOY_ARMS))
-    detection_problems: int = 100
-    # paper scale
-    llm_model: str = "gpt-4o"
-    llm_base_url: str | None = None
-    llm_api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    llm_seed: int = 42
-    data_root: str | None = None
-    datasets: list[str] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    workers: int = 8
-    max_problems: int | None = None  # first k problems per dataset (smoke runs); None = all
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.t_max, int) or self.t_max < 0:
-            raise ValueError(f"t_max must be an int >= 0, got {self.t_max!r}")
-        if not isinstance(self.debug_tries, int) or self.debug_tries < 0:
-            raise ValueError(f"debug_tries must be an int >= 0, got {self.debug_tries!r}")
-        if not 0 < self.tau <= 1:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
-        if self.verifier not in ("llm_judge", "minilm"):
-            raise ValueError(f"verifier must be 'llm_judge' or 'minilm', got {self.verifier!r}")
-        bad = [a for a in self.arms if a not in TOY_ARMS]
-        if bad:
-            raise ValueError(f"arms {bad} unknown; choose from {TOY_ARMS}")
-        if self.judge_match not in ("exact", "lenient"):
-            raise ValueError(f"judge_match must be 'exact' or 'lenient', got {self.judge_match!r}")
-        if "error" not in self.debug_statuses:
-            raise ValueError(f"debug_statuses must include 'error', got {self.debug_statuses!r}")
-        if self.max_problems is not None and self.max_problems < 1:
-            raise ValueError(f"max_problems must be >= 1 or null, got {self.max_problems!r}")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
-        for n in ("p_err", "p_syntax", "judge_false_pass", "judge_false_fail"):
-            if not 0 <= getattr(self, n) <= 1:
-                raise ValueError(f"{n} must be in [0, 1], got {getattr(self, n)!r}")
 
 
 def solve_problem(
@@ -245,7 +172,10 @@ def _score(rec: dict[str, Any], answer: float, cfg: SACOptConfig) -> None:
 
 
 def run_benchmark(
-    cfg: SACOptConfig, llm: ChatLLM | None = None, out_dir: str | Path | None = None
+    cfg: SACOptConfig,
+    llm: ChatLLM | None = None,
+    out_dir: str | Path | None = None,
+    sets: dict[str, tuple[str, int | None]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Paper-scale evaluation: every dataset in ``cfg.datasets``, every seed (spec §5, §7).
 
@@ -262,6 +192,8 @@ def run_benchmark(
             :class:`common.llm.OpenAIChat` per seed from ``cfg.llm_*``.
         out_dir: Where to write ``results_<dataset>_seed<k>.jsonl`` (one record per problem)
             and ``paper_table.md``.
+        sets: ``{dataset: (root, limit)}`` (the ``benchmark`` group's sets); default every name of
+            ``cfg.datasets`` under ``cfg.data_root``.
 
     Returns:
         ``{dataset: {"accuracy_mean", "accuracy_std", "accuracy_1e-2_mean", "accuracy_1e-2_std",
@@ -273,24 +205,29 @@ def run_benchmark(
     from common.llm import OpenAIChat
     from methods.sacopt.data import load_clean_benchmark
 
-    if not cfg.data_root:
-        raise ValueError(
-            "data_root must point at the cleaned benchmarks (see docs/methods/sacopt.md)"
-        )
-    if not cfg.datasets:
-        raise ValueError("datasets must list at least one benchmark, e.g. [IndustryOR]")
+    if sets is None:
+        if not cfg.data_root:
+            raise ValueError(
+                "data_root must point at the cleaned benchmarks (see docs/methods/sacopt.md)"
+            )
+        if not cfg.datasets:
+            raise ValueError("datasets must list at least one benchmark, e.g. [IndustryOR]")
+        sets = {name: (cfg.data_root, None) for name in cfg.datasets}
+    if not sets:
+        raise ValueError("sets must name at least one benchmark")
     if not cfg.seeds:
         raise ValueError("seeds must list at least one seed")
     out = Path(out_dir) if out_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
     loaded = {}
-    for name in cfg.datasets:
-        problems, excluded = load_clean_benchmark(name, cfg.data_root)
-        if cfg.max_problems is not None:
-            problems = problems[: cfg.max_problems]
+    for name, (root, limit) in sets.items():
+        problems, excluded = load_clean_benchmark(name, root)
+        limit = limit if limit is not None else cfg.max_problems
+        if limit is not None:
+            problems = problems[:limit]
         if not problems:
-            raise ValueError(f"benchmark {name} under {cfg.data_root} has no usable problem")
+            raise ValueError(f"benchmark {name} under {root} has no usable problem")
         loaded[name] = (problems, excluded)
 
     # per_seed[name][k] = list of records of seed k
@@ -378,3 +315,17 @@ def format_paper_table(table: dict[str, dict[str, float]], cfg: SACOptConfig) ->
             f"{100 * row['accuracy_1e-2_mean']:.1f} ± {100 * row['accuracy_1e-2_std']:.1f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def paper_stage(run: Run) -> dict[str, float]:
+    """The ``paper`` stage: :func:`run_benchmark` on every set of ``run.benchmark`` (format
+    ``or_clean``; a set's ``path`` is the cleaned-benchmarks folder, its ``limit`` the first k
+    problems), or on ``method.datasets`` under ``method.data_root`` when no benchmark is selected."""
+    from common.config import dataset_source
+    from common.tracking import write_results
+
+    sets = None
+    if run.benchmark is not None:
+        sets = {n: (dataset_source(sp), sp.limit) for n, sp in run.benchmark.sets.items()}
+    metrics = run_benchmark(run.method, out_dir=run.run_dir, sets=sets)
+    return write_results(run.run_dir, "sacopt", metrics, cfg=run.cfg)

@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ICML26_PROGRESS", "0")
 
 from methods.sacopt.evaluate import SACOptConfig  # noqa: E402
-from methods.sacopt.run import run_toy  # noqa: E402
+from methods.sacopt.experiment import run_toy  # noqa: E402
 
 
 def main() -> None:

@@ -720,13 +720,13 @@ def test_constraint_check_keeps_removes_and_modifies():
 
 
 def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
-    from common.registry import compose
-    from methods.sacopt.run import DEMO_OVERRIDES, HEADLINE, run
+    from common.registry import compose, run_method
+    from methods.sacopt.run import DEMO_OVERRIDES, HEADLINE
 
     cfg = compose(
         ["experiment=sacopt_toy", *DEMO_OVERRIDES, "method.n_problems=3"], run_dir=str(tmp_path)
     )
-    out = run(cfg)
+    out = run_method(cfg)
     assert set(HEADLINE) <= set(out)
     assert (tmp_path / "results.json").exists() and (tmp_path / "results.md").exists()
     assert out["sacopt_judge/accuracy"] >= out["single_pass/accuracy"]
@@ -734,14 +734,21 @@ def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
 
 
 def test_paper_config_composes_to_the_paper_settings():
+    from common.config import ConfigError
     from common.registry import compose
-    from methods.sacopt.run import to_config
 
-    cfg = to_config(compose(["experiment=sacopt_paper"]).method)
-    assert cfg.llm_model == "gpt-4o" and cfg.t_max == 5 and cfg.debug_tries == 3
-    assert len(cfg.datasets) == 7 and cfg.seeds == [0, 1, 2, 3, 4] and cfg.temperature == 0.0
-    with pytest.raises(Exception, match="bogus"):
-        to_config({"bogus": 1})
+    composed = compose(["experiment=sacopt_paper"])
+    cfg = composed.method
+    assert cfg.stage == "paper" and cfg.llm_model == "gpt-4o" and cfg.t_max == 5
+    assert cfg.debug_tries == 3 and cfg.seeds == [0, 1, 2, 3, 4] and cfg.temperature == 0.0
+    assert cfg.self_check and cfg.constraint_check and cfg.judge_match == "exact"
+    assert list(composed.benchmark.sets) == [
+        "NL4Opt", "IndustryOR", "EasyLP", "ComplexLP", "NLP4LP", "ReSocratic", "ComplexOR"
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="bogus"):
+        compose(["experiment=sacopt_paper", "method.bogus=1"])
+    with pytest.raises(ConfigError, match="t_max"):
+        compose(["experiment=sacopt_paper", "method.t_max=abc"])
     from methods.sacopt import run_benchmark
 
     with pytest.raises(ValueError, match="data_root"):
@@ -947,8 +954,7 @@ def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_p
     """experiment=sacopt_paper end to end: converters -> OpenAIChat over HTTP -> SAC-Opt ->
     sandbox -> mean ± std over seeds. Seed 1's model cannot extract anything, so the table
     must read 50 ± 50 for every benchmark."""
-    from common.registry import compose
-    from methods.sacopt.run import run
+    from common.registry import compose, run_method
 
     data = tmp_path / "clean_benchmarks"
     _write_clean_benchmarks(data, extra=False)
@@ -961,11 +967,11 @@ def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_p
 
     server = _FakeOpenAI(reply)
     monkeypatch.setenv("SACOPT_TEST_KEY", "sk-local-test")
+    monkeypatch.setenv("SACOPT_DATA", str(data))  # read by configs/benchmark/or_clean7.yaml
     try:
         cfg = compose(
             [
                 "experiment=sacopt_paper",
-                f"method.data_root={data}",
                 f"method.llm_base_url={server.url}",
                 "method.llm_api_key_env=SACOPT_TEST_KEY",
                 "method.seeds=[0,1]",
@@ -975,7 +981,7 @@ def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_p
             ],
             run_dir=str(tmp_path / "run"),
         )
-        out = run(cfg)
+        out = run_method(cfg)
     finally:
         server.close()
     names = ["NL4Opt", "IndustryOR", "EasyLP", "ComplexLP", "NLP4LP", "ReSocratic", "ComplexOR"]
@@ -998,3 +1004,26 @@ def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_p
     table = (tmp_path / "run" / "paper_table.md").read_text()
     assert "| ComplexOR | 1 | 0 | 50.0 ± 50.0 |" in table and "gpt-4o" in table
     assert (tmp_path / "run" / "results.json").exists()
+
+
+# ----------------------------------------------------------------------------- paper smoke
+_SETS = ("NL4Opt", "IndustryOR", "EasyLP", "ComplexLP", "NLP4LP", "ReSocratic", "ComplexOR")
+PAPER_SMOKE = {
+    "paper": [
+        *(f"benchmark.sets.{n}.path={{sacopt_data}}" for n in _SETS),
+        *(f"benchmark.sets.{n}.limit=1" for n in _SETS),
+        "method.llm_base_url={sacopt_url}",
+        "method.seeds=[0]",
+        "method.workers=2",
+    ]
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """The seven benchmarks in their published formats and a local OpenAI-compatible server that
+    answers with the scripted SAC-Opt model (the paper stage calls an API)."""
+    data = tmp_path / "clean_benchmarks"
+    _write_clean_benchmarks(data, extra=False)
+    script = _extraction_llm()._fn
+    server = _FakeOpenAI(lambda body: script(body["messages"]))  # daemon thread, ends with pytest
+    return {"sacopt_data": str(data), "sacopt_url": server.url}
