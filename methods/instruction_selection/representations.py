@@ -1,4 +1,5 @@
-"""Example representations for targeted selection (spec §3.2): RDS+, EMBED and LESS.
+"""Example representations for targeted selection (paper §3; official ``representation/``): RDS+,
+EMBED and LESS.
 
 Every representation maps a pool example (a Tulu ``messages`` conversation) or a query (a prompt and
 its label) to an L2-normalised vector, so that ``cosine_matrix`` gives the similarity the selectors
@@ -25,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 Row = Mapping[str, object]
 ROLE_TAGS = {"system": "<|system|>\n", "user": "<|user|>\n", "assistant": "<|assistant|>\n"}
+GRAD_MODES: tuple[str, ...] = ("train", "eval")
+FEATURE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 EMBED_QUERY_PREFIX = "Instruct: Given a sample, find the passages closest to that sample.\nQuery: "
 
 
@@ -47,7 +50,8 @@ def _segments(messages: Sequence[Mapping[str, str]], eos: str) -> list[tuple[str
 
 
 def tulu_format(messages: Sequence[Mapping[str, str]], eos: str = "") -> str:
-    """The Tulu chat text of a conversation (spec §3.1): role tags, assistant turns end in ``eos``."""
+    """The Tulu chat text of a conversation (official ``common/data.py``): role tags, assistant turns
+    end in ``eos``."""
     return "".join(p for p, _ in _segments(messages, eos)).strip()
 
 
@@ -74,7 +78,7 @@ def _rows(ds: Iterable[Row]) -> list[Row]:
 
 
 class RDSPlus:
-    """RDS+: position-weighted mean of the base model's last hidden layer (spec §3.2.1).
+    """RDS+: position-weighted mean of the base model's last hidden layer (official ``representation/rds/``).
 
     ``φ = Σ_t w_t h_t`` with ``w_t = t / Σ_{s=1}^{T} s`` (later tokens weigh more), then L2-normalised.
     Candidates are encoded with their responses (full Tulu text), queries as prompt + label.
@@ -152,7 +156,7 @@ class SentenceEmbed:
 def rademacher_projection(
     X: torch.Tensor, proj_dim: int, seed: int = 0, block: int = 4096
 ) -> torch.Tensor:
-    """Johnson–Lindenstrauss projection ``X R / sqrt(k)`` with ``R ∈ {±1}^{P×k}`` (spec §3.2.3).
+    """Johnson–Lindenstrauss projection ``X R / sqrt(k)`` with ``R ∈ {±1}^{P×k}`` (LESS, Xia et al. 2024).
 
     ``R`` is generated block by block from ``seed`` and the block index, so it is never stored and
     the same ``(P, k, seed)`` always gives the same map; ``E⟨Rᵀx, Rᵀy⟩/k = ⟨x, y⟩``.
@@ -206,18 +210,38 @@ def adam_direction(
 ) -> torch.Tensor:
     """LESS's Adam-preconditioned gradient ``Γ = m' / sqrt(v' + ε)`` with one more Adam step.
 
-    ``m' = β₁ m + (1 − β₁) g``, ``v' = β₂ v + (1 − β₂) g²`` (spec §3.2.3; no bias correction).
+    ``m' = β₁ m + (1 − β₁) g``, ``v' = β₂ v + (1 − β₂) g²`` (official
+    ``compute_less_embeds.py::obtain_gradients_with_adam``; no bias correction).
     """
     m2 = betas[0] * m + (1 - betas[0]) * g
     v2 = betas[1] * v + (1 - betas[1]) * g * g
     return m2 / torch.sqrt(v2 + eps)
 
 
+def special_prefix(tokenizer) -> list[int]:
+    """The ids a tokenizer puts before a text with ``add_special_tokens=True`` (e.g. Llama's BOS).
+
+    The official code tokenizes each whole example with the tokenizer's defaults
+    (``common/data.py``), so a BOS-adding tokenizer starts every example with BOS; we tokenize by
+    segment and prepend these ids instead.
+    """
+    probe = "a"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for k in range(len(full) - len(plain) + 1):
+        if full[k : k + len(plain)] == plain:
+            return list(full[:k])
+    return []
+
+
 def _supervised_ids(
-    segments: Sequence[tuple[str, bool]], tokenizer, max_length: int
+    segments: Sequence[tuple[str, bool]],
+    tokenizer,
+    max_length: int,
+    prefix: Sequence[int] = (),
 ) -> tuple[list[int], list[int]]:
-    ids: list[int] = []
-    labels: list[int] = []
+    ids: list[int] = list(prefix)
+    labels: list[int] = [-100] * len(prefix)
     for text, sup in segments:
         t = tokenizer(text, add_special_tokens=False)["input_ids"]
         ids += t
@@ -226,7 +250,7 @@ def _supervised_ids(
 
 
 class LESSFeaturizer:
-    """LESS gradient features at warm-up checkpoints (spec §3.2.3).
+    """LESS gradient features at warm-up checkpoints (official ``representation/less/``).
 
     Candidates get the Adam-preconditioned per-example gradient of the LoRA parameters, queries the
     plain gradient; both are projected with ``rademacher_projection`` and L2-normalised per
@@ -237,8 +261,18 @@ class LESSFeaturizer:
         tokenizer: its tokenizer.
         ckpts: the warm-up checkpoints (parameter names must match the trainable ones).
         proj_dim: projection dimension ``k`` (paper: 8192).
-        seed: projection seed (paper: 0).
+        seed: projection seed (paper: 0); also seeds torch before each pass over the examples, so
+            the dropout masks of ``grad_mode="train"`` are reproducible (official
+            ``collect_grads`` calls ``torch.random.manual_seed(0)``).
         max_length: truncation in tokens.
+        grad_mode: ``"train"`` (official ``compute_less_embeds.py::collect_grads``: the model in
+            train mode, so the LoRA dropout of the warm-up config, 0.1, is active) or ``"eval"``
+            (deterministic gradients without dropout).
+        add_special_tokens: start every example with the tokenizer's special prefix (BOS for
+            Llama), as the official tokenization does; False drops it.
+        feature_dtype: dtype of the normalised projected features and of each checkpoint's cosine
+            (accumulated over checkpoints in float32). None: the model's parameter dtype, as the
+            official projector (bf16 at paper scale); ``"float32"`` keeps full precision.
 
     Raises:
         ValueError: on no checkpoints, a parameter name/shape mismatch, or ``proj_dim`` not below
@@ -255,7 +289,16 @@ class LESSFeaturizer:
         max_length: int = 2048,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        grad_mode: str = "train",
+        add_special_tokens: bool = True,
+        feature_dtype: str | None = None,
     ) -> None:
+        if grad_mode not in GRAD_MODES:
+            raise ValueError(f"grad_mode must be one of {GRAD_MODES}, got {grad_mode!r}")
+        if feature_dtype is not None and feature_dtype not in FEATURE_DTYPES:
+            raise ValueError(
+                f"feature_dtype must be None or one of {sorted(FEATURE_DTYPES)}, got {feature_dtype!r}"
+            )
         if not ckpts:
             raise ValueError("ckpts must hold at least one LESSCheckpoint")
         self.model, self.tokenizer, self.ckpts = model, tokenizer, list(ckpts)
@@ -277,6 +320,12 @@ class LESSFeaturizer:
                     raise ValueError(f"ckpts[{t}].{field_name} lacks or misshapes {bad[:3]}")
         self.proj_dim, self.seed, self.max_length = proj_dim, seed, max_length
         self.betas, self.eps = betas, eps
+        self.grad_mode = grad_mode
+        self.prefix = special_prefix(tokenizer) if add_special_tokens else []
+        if feature_dtype is None:
+            self.feature_dtype = next(p for p in model.parameters() if p.requires_grad).dtype
+        else:
+            self.feature_dtype = FEATURE_DTYPES[feature_dtype]
 
     @property
     def lr_weights(self) -> np.ndarray:
@@ -302,11 +351,12 @@ class LESSFeaturizer:
 
     def _features(self, items: list[tuple[list[int], list[int]]], adam: bool) -> list[torch.Tensor]:
         was_training = self.model.training
-        self.model.eval()  # no dropout in feature extraction
+        self.model.train(self.grad_mode == "train")  # official: train mode, LoRA dropout on
         out = []
         try:
             for c in self.ckpts:
                 self._load(c)
+                torch.manual_seed(self.seed)  # reproducible dropout masks
                 G = torch.stack([self.example_gradient(i, lab) for i, lab in items])  # [n, P]
                 if adam:
                     if c.exp_avg is None or c.exp_avg_sq is None:
@@ -315,7 +365,7 @@ class LESSFeaturizer:
                     v = torch.cat([c.exp_avg_sq[n].reshape(-1) for n in self.names])  # [P]
                     G = adam_direction(G, m, v, self.betas, self.eps)
                 F = rademacher_projection(G, self.proj_dim, self.seed)  # [n, k]
-                out.append(torch.nn.functional.normalize(F, dim=-1))
+                out.append(torch.nn.functional.normalize(F, dim=-1).to(self.feature_dtype))
         finally:
             self.model.train(was_training)
         return out
@@ -326,7 +376,7 @@ class LESSFeaturizer:
         items = []
         for r in _rows(ds):
             ids, labels = _supervised_ids(
-                _segments(r["messages"], eos), self.tokenizer, self.max_length
+                _segments(r["messages"], eos), self.tokenizer, self.max_length, self.prefix
             )
             if all(lab == -100 for lab in labels):
                 raise ValueError("a pool example has no supervised token after truncation; drop it")
@@ -340,18 +390,26 @@ class LESSFeaturizer:
         for r in _rows(ds):
             p, lab = _query_parts(r)
             items.append(
-                _supervised_ids([(p, False), (lab + eos, True)], self.tokenizer, self.max_length)
+                _supervised_ids(
+                    [(p, False), (lab + eos, True)], self.tokenizer, self.max_length, self.prefix
+                )
             )
         return self._features(items, adam=False)
 
     def similarity(
         self, q_feats: Sequence[torch.Tensor], x_feats: Sequence[torch.Tensor]
     ) -> np.ndarray:
-        """``S = Σ_t η̄_t Q_t X_tᵀ`` ``[M, N]`` from per-checkpoint normalised features."""
+        """``S = Σ_t η̄_t Q_t X_tᵀ`` ``[M, N]`` from per-checkpoint normalised features.
+
+        Each ``Q_t X_tᵀ`` is computed in the features' dtype and accumulated in float32, as the
+        official ``compute_less_similarity.py`` does (``inf_matrix += avg_lr * out``).
+        """
         if len(q_feats) != len(self.ckpts) or len(x_feats) != len(self.ckpts):
             raise ValueError(f"need one feature matrix per checkpoint ({len(self.ckpts)})")
-        S = sum(w * (q @ x.T) for w, q, x in zip(self.lr_weights, q_feats, x_feats))
-        return S.numpy().astype(np.float32)
+        S = torch.zeros(len(q_feats[0]), len(x_feats[0]), dtype=torch.float32)  # [M, N]
+        for w, q, x in zip(self.lr_weights, q_feats, x_feats):
+            S += torch.tensor(w, dtype=torch.float32) * (q @ x.T)
+        return S.numpy()
 
 
 def less_warmup(
@@ -372,7 +430,10 @@ def less_warmup(
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     eos = tokenizer.eos_token or ""
-    items = [_supervised_ids(_segments(r["messages"], eos), tokenizer, max_length) for r in rows]
+    prefix = special_prefix(tokenizer)  # official training data carries the tokenizer's BOS too
+    items = [
+        _supervised_ids(_segments(r["messages"], eos), tokenizer, max_length, prefix) for r in rows
+    ]
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     opt = torch.optim.AdamW([p for _, p in named], lr=lr, weight_decay=0.0)
     rng = np.random.default_rng(seed)

@@ -63,6 +63,7 @@ class InstructionSelectionConfig:
     selector_representation: str = "less"  # the paper compares selectors on LESS (§3.3)
     budgets: list[int] = field(default_factory=lambda: [500, 1000, 2500, 5000, 10000])
     random_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    tie_break: str = "official"  # DG / UOT exact ties: official (np.argsort) | stable
     uot_eps: float = 0.01
     uot_reg_m: list[float] = field(default_factory=lambda: [math.inf, 1e-4])
     knn_L: int = 5000
@@ -83,6 +84,9 @@ class InstructionSelectionConfig:
     warmup_ratio: float = 0.03  # repo
     proj_dim: int = 8192
     proj_seed: int = 0
+    less_grad_mode: str = "train"  # official collect_grads: train mode (LoRA dropout on) | eval
+    less_add_special_tokens: bool = True  # official: the tokenizer's BOS starts each example
+    less_feature_dtype: str | None = None  # None: the model dtype (official projector) | float32
     n_quantiles: int = 10
     per_quantile: int = 500
     max_length: int = 2048
@@ -114,6 +118,12 @@ class InstructionSelectionConfig:
         bad = set(self.selectors) - {"rr", "dg", "uot", "knn_uniform"}
         if bad:
             raise ValueError(f"selectors must be among rr, dg, uot, knn_uniform; got {sorted(bad)}")
+        if self.tie_break not in ("official", "stable"):
+            raise ValueError(f"tie_break must be 'official' or 'stable', got {self.tie_break!r}")
+        if self.less_grad_mode not in ("train", "eval"):
+            raise ValueError(
+                f"less_grad_mode must be 'train' or 'eval', got {self.less_grad_mode!r}"
+            )
         if not self.budgets or min(self.budgets) < 1:
             raise ValueError(f"budgets must be positive, got {self.budgets}")
 
@@ -122,8 +132,8 @@ def _selector_fns(cfg: InstructionSelectionConfig):
     reg_m = (float(cfg.uot_reg_m[0]), float(cfg.uot_reg_m[1]))
     return {
         "rr": round_robin,
-        "dg": doubly_greedy,
-        "uot": lambda S, B: uot(S, B, eps=cfg.uot_eps, reg_m=reg_m),
+        "dg": lambda S, B: doubly_greedy(S, B, tie_break=cfg.tie_break),
+        "uot": lambda S, B: uot(S, B, eps=cfg.uot_eps, reg_m=reg_m, tie_break=cfg.tie_break),
         "knn_uniform": lambda S, B: knn_uniform(
             S, B, L=cfg.knn_L, alpha=cfg.knn_alpha, C=cfg.knn_C, fill="max_sim"
         ),
@@ -198,7 +208,17 @@ def _similarities(
                     seed,
                     cfg.max_length,
                 )
-            less = LESSFeaturizer(model, tok, ckpts, cfg.proj_dim, cfg.proj_seed, cfg.max_length)
+            less = LESSFeaturizer(
+                model,
+                tok,
+                ckpts,
+                cfg.proj_dim,
+                cfg.proj_seed,
+                cfg.max_length,
+                grad_mode=cfg.less_grad_mode,
+                add_special_tokens=cfg.less_add_special_tokens,
+                feature_dtype=cfg.less_feature_dtype,
+            )
             out[rep] = less.similarity(less.encode_queries(queries), less.encode_pool(pool))
         logger.info("representation %s: S %s in %.1f s", rep, out[rep].shape, time.time() - t0)
     return out

@@ -1,4 +1,5 @@
-"""Subset selectors that turn a similarity matrix into an ordering of the pool (spec §3.3).
+"""Subset selectors that turn a similarity matrix into an ordering of the pool (paper §3; official
+``selection/*.py``).
 
 Every selector reads ``S`` of shape ``[M, N]`` (rows = queries, columns = candidates, cosine values)
 and returns the first ``B`` indices of a full ordering, so subsets are nested across budgets. The
@@ -22,6 +23,8 @@ from .similarity import _as_2d_float
 logger = logging.getLogger(__name__)
 
 FillPolicy = Literal["error", "max_sim"]
+TieBreak = Literal["official", "stable"]
+TIE_BREAKS: tuple[str, ...] = ("official", "stable")
 
 
 def _check_similarity(S: np.ndarray) -> np.ndarray:
@@ -39,13 +42,24 @@ def _check_budget(B: int, N: int) -> int:
     return int(B)
 
 
-def _descending(scores: np.ndarray) -> np.ndarray:
-    """Indices by descending score, ties broken by the smaller index (stable sort)."""
-    return np.argsort(-scores, kind="stable")
+def _descending(scores: np.ndarray, tie_break: TieBreak = "stable") -> np.ndarray:
+    """Indices by descending score.
+
+    ``tie_break="stable"``: exact ties go to the smaller index. ``"official"``: numpy's default
+    (unstable) ``np.argsort(-scores)``, as in the official ``selection/doubly_greedy.py`` and
+    ``selection/uot.py``; the order among exactly tied scores is then whatever the sort leaves.
+    """
+    if tie_break == "official":
+        return np.argsort(-scores)
+    if tie_break == "stable":
+        return np.argsort(-scores, kind="stable")
+    raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}")
 
 
 def round_robin(S: np.ndarray, B: int) -> list[int]:
-    """Greedy round-robin (RR): queries take turns picking their best unused candidate (§3.3).
+    """Greedy round-robin (RR): queries take turns picking their best unused candidate.
+
+    Official ``selection/round_robin.py``.
 
     Query ``i = 0, 1, …, M−1, 0, 1, …`` picks ``argmax_{j ∉ used} S[i, j]`` (ties → smallest ``j``)
     until ``B`` candidates are chosen. Each row is sorted once and a pointer skips used columns, so
@@ -79,21 +93,24 @@ def round_robin(S: np.ndarray, B: int) -> list[int]:
     return order
 
 
-def doubly_greedy(S: np.ndarray, B: int) -> list[int]:
-    """Doubly-greedy / LESS max aggregation (DG): rank candidates by ``max_i S[i, j]`` (§3.3).
+def doubly_greedy(S: np.ndarray, B: int, tie_break: TieBreak = "official") -> list[int]:
+    """Doubly-greedy / LESS max aggregation (DG): rank candidates by ``max_i S[i, j]``.
 
-    The prefix of size ``B`` minimises the candidate-side distance
-    ``(1/B) Σ_{j∈S} min_i (1 − S_ij)`` over all subsets of size ``B``.
+    Official ``selection/doubly_greedy.py``. The prefix of size ``B`` minimises the candidate-side
+    distance ``(1/B) Σ_{j∈S} min_i (1 − S_ij)`` over all subsets of size ``B``. ``tie_break``: see
+    :func:`_descending` (default: the official unstable argsort; ``"stable"``: smaller index first).
     """
     S = _check_similarity(S)
     B = _check_budget(B, S.shape[1])
-    return [int(j) for j in _descending(S.max(axis=0))[:B]]
+    return [int(j) for j in _descending(S.max(axis=0), tie_break)[:B]]
 
 
 def uot_plan(
     S: np.ndarray, eps: float = 0.01, reg_m: tuple[float, float] = (math.inf, 1e-4)
 ) -> np.ndarray:
-    """The entropic unbalanced-OT plan between queries and candidates (§3.3, UOT).
+    """The entropic unbalanced-OT plan between queries and candidates (UOT).
+
+    Official ``selection/uot.py``.
 
     ``T* = argmin_{T≥0} ⟨T, C⟩ + ε KL(T‖abᵀ) + τ₁ KL(T1‖a) + τ₂ KL(Tᵀ1‖b)`` with
     ``C = (1 − S)/2``, ``a = 1/M``, ``b = 1/N``; solved by POT's ``sinkhorn_unbalanced``.
@@ -130,16 +147,18 @@ def uot(
     B: int,
     eps: float = 0.01,
     reg_m: tuple[float, float] = (math.inf, 1e-4),
+    tie_break: TieBreak = "official",
 ) -> list[int]:
-    """Unbalanced-OT selector: rank candidates by received mass ``μ_j = Σ_i T*_ij`` (§3.3).
+    """Unbalanced-OT selector: rank candidates by received mass ``μ_j = Σ_i T*_ij``.
 
-    With ``τ₁ = ∞`` every query ships exactly ``1/M``; with ``τ₂ ≈ 0`` the candidate marginal is
-    almost free, so mass concentrates on the candidates closest to the queries.
+    Official ``selection/uot.py``. With ``τ₁ = ∞`` every query ships exactly ``1/M``; with
+    ``τ₂ ≈ 0`` the candidate marginal is almost free, so mass concentrates on the candidates closest
+    to the queries. ``tie_break``: see :func:`_descending` (default: the official unstable argsort).
     """
     S = _check_similarity(S)
     B = _check_budget(B, S.shape[1])
     mass = uot_plan(S, eps=eps, reg_m=reg_m).sum(axis=0)  # [N]
-    return [int(j) for j in _descending(mass)[:B]]
+    return [int(j) for j in _descending(mass, tie_break)[:B]]
 
 
 def knn_uniform_probs(
@@ -187,7 +206,8 @@ def _fill(p: np.ndarray, S: np.ndarray, B: int, fill: FillPolicy, name: str) -> 
         )
     if fill != "max_sim":
         raise ValueError(f"fill must be 'error' or 'max_sim', got {fill!r}")
-    # Deviation (spec §8): an explicit fill policy instead of the repo's abort.
+    # Deviation (docs/methods/instruction_selection.md): an explicit fill policy instead of the
+    # official abort below 10,000 non-zero candidates.
     head = [int(j) for j in order[:n_pos]]
     rest_scores = S.max(axis=0).copy()
     rest_scores[head] = -np.inf
@@ -206,7 +226,7 @@ def knn_uniform(
     """KNN-Uniform selector: rank by the KNN-Uniform probabilities (ties → smaller index).
 
     Unlike the official ``tsds_subset.py`` (whose ``knn_uniform`` name silently dispatched to the
-    KDE variant, spec §9.2) this always runs the uniform kernel.
+    KDE variant: its ``__main__`` tests for ``knn_uniform_cos``) this always runs the uniform kernel.
     """
     S = _check_similarity(S)
     B = _check_budget(B, S.shape[1])
@@ -221,13 +241,15 @@ def kde_density(
     sigma: float = 0.75,
     kde_k: int = 1000,
 ) -> np.ndarray:
-    """Kernel density of each candidate among ``candidates`` (TSDS, spec §3.3 KNN-KDE).
+    """Kernel density of each candidate among ``candidates`` (TSDS KDE; official
+    ``selection/tsds_subset.py::_knn_weighted_cosine_dist_topk_chunked``).
 
-    Similarity is the LR-weighted cosine across checkpoints; for each candidate the ``kde_k`` most
-    similar (itself included) contribute ``κ = max(0, 1 − 2 d / σ²)``, ``d = 1 − sim``.
+    Similarity is the LR-weighted cosine across checkpoints; for each candidate its ``kde_k`` most
+    similar candidates (itself included) contribute ``κ = max(0, 1 − 2 d / σ²)`` with
+    ``d = max(1 − sim, 0)``.
 
     Returns:
-        ``kde`` of shape ``[len(candidates)]``, each ``>= 1`` (the self term).
+        ``kde`` of shape ``[len(candidates)]`` (about 1 or more: the self term is 1).
     """
     feats = [pool_feats] if isinstance(pool_feats, np.ndarray) else list(pool_feats)
     w = np.ones(len(feats)) if lr_weights is None else np.asarray(lr_weights, dtype=np.float64)
@@ -239,10 +261,11 @@ def kde_density(
         F = _as_2d_float(np.asarray(F), "pool_feats")[candidates].astype(np.float64)
         F = F / np.linalg.norm(F, axis=1, keepdims=True)
         sim += wt * (F @ F.T)
-    k = min(kde_k, len(candidates))
+    k = min(max(kde_k, 1), len(candidates))
     top = -np.sort(-sim, axis=1)[:, :k]  # [n, k]
-    kappa = np.maximum(0.0, 1.0 - 2.0 * (1.0 - top) / sigma**2)
-    return np.maximum(kappa.sum(axis=1), 1.0)
+    dist = np.maximum(1.0 - top, 0.0)
+    kappa = np.maximum(0.0, 1.0 - 2.0 * dist / sigma**2)
+    return kappa.sum(axis=1)
 
 
 def knn_kde_probs(
@@ -254,59 +277,73 @@ def knn_kde_probs(
     max_k: int = 5000,
     alpha: float = 0.01,
     C: float = 5.0,
+    cap_by_pool: bool = True,
 ) -> np.ndarray:
     """TSDS KNN-KDE probabilities: KNN-Uniform with neighbours down-weighted by density.
 
-    A common level ``s`` of cumulative inverse density is raised greedily (a min-heap over queries
-    keyed by ``Σ_{k'≤k} 1/kde``); after each step the cost
-    ``cost_i = d_{i,k_i+1}·s − Σ_{k'≤k_i} d_{i,k'}/kde_{k'}`` is checked against
-    ``(α/C) Σ_i cost_i ≥ (1−α) M``. Mass ``1/(M s kde_j)`` goes to every accepted neighbour and the
-    remainder ``1/M − Σ`` of each query to its next neighbour. With ``kde ≡ 1`` the cost is the
-    KNN-Uniform one.
+    Follows the official ``selection/tsds_subset.py::run_tsds_kde`` (adapted there from TSDS):
+
+    1. ``K = min(max_k, max(1, N // 10))`` and ``kde_k ← min(kde_k, max(1, N // 10))`` when
+       ``cap_by_pool`` (the official caps); each query keeps its ``max(K, 2)`` nearest candidates
+       (``d = max(1 − S, 0)``, stable sort) and every kept candidate gets a density ``kde``
+       (:func:`kde_density`).
+    2. A min-heap over queries keyed by each query's own cumulative inverse density
+       ``c_i = Σ_{k'≤k} 1/kde_{i,k'}``: the popped query ``i`` (neighbours ``0..k`` so far) sets
+       ``s = c_i`` and its cost ``cost_i = d_{i,k+1}·c_i − Σ_{k'≤k} d_{i,k'}/kde_{i,k'}`` (the other
+       queries keep the cost of their last pop). Stop once ``(α/C) Σ_i cost_i ≥ (1−α) M``; the
+       popped step that triggers the stop is not accepted.
+    3. Mass ``1/(M s kde_{i,k})`` goes to each accepted neighbour ``k ≤ lastK_i`` of query ``i`` and
+       the remainder ``max(1/M − Σ, 0)`` to its next neighbour ``lastK_i + 1``.
 
     Returns:
         ``p`` of shape ``[N]``, non-negative, summing to 1.
+
+    Raises:
+        ValueError: on ``max_k < 2`` or a pool of fewer than 2 candidates.
     """
     S = _check_similarity(S)
     M, N = S.shape
     if max_k < 2:
         raise ValueError(f"max_k must be >= 2, got {max_k}")
-    Lk = min(max_k, N)
-    D = 1.0 - S
+    if N < 2:
+        raise ValueError(f"knn_kde needs at least 2 candidates, got N={N}")
+    if cap_by_pool:  # official caps
+        max_k = min(max_k, max(1, N // 10))
+        kde_k = min(kde_k, max(1, N // 10))
+    Lk = min(max(max_k, 2), N)
+    D = np.maximum(1.0 - S, 0.0)
     nn = np.argsort(D, axis=1, kind="stable")[:, :Lk]  # [M, Lk]
-    d = np.take_along_axis(D, nn, axis=1)  # [M, Lk]
+    d = np.take_along_axis(D, nn, axis=1)  # [M, Lk], ascending per row
     cand = np.unique(nn)
-    kde_c = kde_density(pool_feats, cand, lr_weights, sigma=sigma, kde_k=kde_k)
     kde = np.ones(N)
-    kde[cand] = kde_c
-    inv = 1.0 / kde[nn]  # [M, Lk]
-    k = np.zeros(M, dtype=np.int64)  # accepted neighbours per query
-    cum = np.zeros(M)  # Σ 1/kde over accepted
-    wsum = np.zeros(M)  # Σ d/kde over accepted
-    heap = [(inv[i, 0], i) for i in range(M)]
+    kde[cand] = kde_density(pool_feats, cand, lr_weights, sigma=sigma, kde_k=kde_k)
+    kde_nn = kde[nn]  # [M, Lk]
+    last_k = np.zeros(M, dtype=np.int64)  # accepted neighbours 0..last_k[i]
+    wsum = d[:, 0] / kde_nn[:, 0]  # [M] Σ d/kde over neighbours 0..k of the queued entry
+    cost = np.zeros(M)
+    total = 0.0
+    heap = [(1.0 / kde_nn[i, 0], 0, i) for i in range(M)]
     heapq.heapify(heap)
     s = 0.0
     target = (1 - alpha) * M
     while heap:
-        val, i = heapq.heappop(heap)
-        s = val
-        wsum[i] += d[i, k[i]] * inv[i, k[i]]
-        cum[i] = val
-        k[i] += 1
-        if k[i] < Lk:
-            heapq.heappush(heap, (cum[i] + inv[i, k[i]], i))
-        nxt = np.where(k < Lk, d[np.arange(M), np.minimum(k, Lk - 1)], d[:, -1])
-        cost = nxt * s - wsum
-        if (alpha / C) * cost.sum() >= target:
-            break
+        count, k, i = heapq.heappop(heap)
+        s = count
+        total -= cost[i]
+        cost[i] = d[i, k + 1] * count - wsum[i]
+        total += cost[i]
+        if (alpha / C) * total >= target:
+            break  # official: the popped step is not accepted
+        last_k[i] = k
+        if k < Lk - 2:
+            heapq.heappush(heap, (count + 1.0 / kde_nn[i, k + 1], k + 1, i))
+            wsum[i] += d[i, k + 1] / kde_nn[i, k + 1]
     p = np.zeros(N)
     for i in range(M):
-        acc = nn[i, : k[i]]
-        mass = 1.0 / (M * s * kde[acc])
+        acc = nn[i, : last_k[i] + 1]
+        mass = 1.0 / (M * s * kde_nn[i, : last_k[i] + 1])
         np.add.at(p, acc, mass)
-        rem = max(1.0 / M - mass.sum(), 0.0)
-        if rem > 0:
-            p[nn[i, min(k[i], Lk - 1)]] += rem
+        p[nn[i, last_k[i] + 1]] += max(1.0 / M - mass.sum(), 0.0)
     return p / p.sum()
 
 
@@ -321,11 +358,13 @@ def knn_kde(
     alpha: float = 0.01,
     C: float = 5.0,
     fill: FillPolicy = "error",
+    cap_by_pool: bool = True,
 ) -> list[int]:
-    """KNN-KDE selector: rank by the KNN-KDE probabilities (spec §3.3)."""
+    """KNN-KDE selector: rank by :func:`knn_kde_probs` (descending, ties → smaller index, as the
+    official ``np.lexsort``)."""
     S = _check_similarity(S)
     B = _check_budget(B, S.shape[1])
-    p = knn_kde_probs(S, pool_feats, lr_weights, sigma, kde_k, max_k, alpha, C)
+    p = knn_kde_probs(S, pool_feats, lr_weights, sigma, kde_k, max_k, alpha, C, cap_by_pool)
     return _fill(p, S, B, fill, "knn_kde")
 
 

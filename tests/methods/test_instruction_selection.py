@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -338,7 +340,7 @@ def test_less_features_equal_hand_projected_gradient(char_gpt):
         exp_avg_sq={n: torch.rand_like(p) * 1e-4 for n, p in named},
         lr=1.0,
     )
-    less = LESSFeaturizer(model, tok, [ck], proj_dim=16, seed=0)
+    less = LESSFeaturizer(model, tok, [ck], proj_dim=16, seed=0, grad_mode="eval")
     row = {
         "messages": [
             {"role": "user", "content": "Add 2 and 3."},
@@ -636,3 +638,131 @@ def test_trainer_warmup_checkpoints_match_optimizer_state(tmp_path, tiny_tok):
     assert ck[0].lr > ck[1].lr > ck[2].lr > 0  # linear decay, no warm-up
     assert not torch.equal(ck[0].params[next(iter(named))], ck[-1].params[next(iter(named))])
     LESSFeaturizer(model, tok, ck, proj_dim=8)  # names/shapes accepted by the featurizer
+
+
+# ---------------------------------------------------------------- fidelity vs the official code
+# Fixture values from https://github.com/dcml-lab/targeted-instruction-selection at commit
+# c1dc0286b06b9e2a857d925e516938f4c9619dc2, made by
+# methods/instruction_selection/fixtures/make_official_fixture.py (official doubly_greedy_selection,
+# uot_selection and run_tsds_kde on fixed random inputs; the KDE's 10,000-candidate abort disabled).
+_OFFICIAL = Path(__file__).parents[2] / "methods" / "instruction_selection" / "fixtures"
+
+
+def _official() -> dict:
+    return json.loads((_OFFICIAL / "official_selectors.json").read_text())
+
+
+def test_dg_and_uot_ties_follow_the_official_argsort():
+    cases = _official()["ties"]
+    n_stable_differs = 0
+    for c in cases:
+        S = np.array(c["S"], dtype=np.float32)  # duplicated columns: exact ties
+        N = S.shape[1]
+        assert doubly_greedy(S, N) == c["dg"]
+        assert uot(S, N) == c["uot"]
+        stable = doubly_greedy(S, N, tie_break="stable")
+        # the stable order puts the smaller index first among exactly tied scores
+        col = S.max(0)
+        assert all(
+            col[a] > col[b] or (col[a] == col[b] and a < b) for a, b in zip(stable, stable[1:])
+        )
+        n_stable_differs += stable != c["dg"]
+        assert set(uot(S, N, tie_break="stable")) == set(c["uot"])
+    assert n_stable_differs > 0  # the option matters on these inputs
+    with pytest.raises(ValueError, match="tie_break"):
+        doubly_greedy(np.ones((2, 3)), 2, tie_break="random")
+
+
+def test_knn_kde_matches_the_official_probabilities_and_order():
+    for c in _official()["kde"]:
+        S = np.array(c["S"], dtype=np.float32)
+        X = [np.array(x, dtype=np.float32) for x in c["X"]]
+        p_off = np.array(c["probs"])
+        p = knn_kde_probs(S, X, c["lrs"])
+        # official works in float32: agreement to float32 rounding
+        np.testing.assert_allclose(p, p_off, atol=1e-7, rtol=0)
+        # order: the same top-b sets at every rank b where the official probabilities drop by more
+        # than float32 rounding (within a group of near-equal masses the index order may differ)
+        order = np.array(c["order"])
+        ours = np.lexsort((np.arange(len(p)), -p))
+        drops = np.flatnonzero(-np.diff(p_off[order]) > 1e-6) + 1
+        assert len(drops) >= 2
+        for b in drops:
+            assert set(ours[:b].tolist()) == set(order[:b].tolist())
+        # without the official N // 10 caps the distribution is a different one
+        p_nocap = knn_kde_probs(S, X, c["lrs"], cap_by_pool=False)
+        assert np.abs(p_nocap - p_off).sum() > 0.3
+
+
+def test_knn_kde_stop_step_is_not_accepted():
+    # One query, kde ≡ 1 (sigma tiny), distances 0, 0.1, 0.2, ...: with alpha/C chosen so that the
+    # cost after the 2nd pop reaches the target, the official loop stops *before* accepting it:
+    # pop (1, k=0): cost = d1·1 − d0 = 0.1 -> (α/C)·0.1 < (1−α) -> accept k=0;
+    # pop (2, k=1): cost = d2·2 − (d0 + d1) = 0.3 -> stop; s = 2, lastK = 0.
+    # Mass: 1/(M s kde) = 1/2 on neighbour 0, the remainder 1/2 on neighbour 1.
+    d = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    S = (1.0 - d)[None, :]
+    X = np.eye(10)  # orthogonal features: kde ≡ 1 for sigma <= 1
+    alpha = 0.5
+    C = alpha * 0.3 / (1 - alpha)  # (α/C)·0.3 = 1 − α exactly; 0.1 stays below
+    p = knn_kde_probs(S, X, sigma=0.5, alpha=alpha, C=C * 0.999, cap_by_pool=False, max_k=10)
+    np.testing.assert_allclose(p[:3], [0.5, 0.5, 0.0], atol=1e-12)
+    with pytest.raises(ValueError, match="2 candidates"):
+        knn_kde_probs(np.ones((1, 1)), np.ones((1, 2)))
+
+
+def test_less_train_mode_dropout_bos_and_dtype(char_gpt):
+    from peft import LoraConfig, get_peft_model
+
+    from methods.instruction_selection.representations import _supervised_ids, special_prefix
+
+    base, tok = char_gpt
+    import copy
+
+    model = get_peft_model(
+        copy.deepcopy(base),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["c_attn"], lora_dropout=0.5),
+    )
+    for mod in model.modules():  # only the LoRA dropout stays stochastic
+        if isinstance(mod, torch.nn.Dropout) and mod.p != 0.5:
+            mod.p = 0.0
+    torch.manual_seed(0)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    ck = LESSCheckpoint(
+        params={n: torch.randn_like(p) * 0.1 for n, p in named},
+        exp_avg=None,
+        exp_avg_sq=None,
+        lr=1.0,
+    )
+    q = [{"prompts": "Add 2 and 3.\n", "labels": "5"}]
+    train = LESSFeaturizer(model, tok, [ck], proj_dim=16)  # official default: train mode
+    f1 = train.encode_queries(q)[0]
+    f2 = train.encode_queries(q)[0]
+    torch.testing.assert_close(f1, f2)  # seeded dropout masks: reproducible
+    ev = LESSFeaturizer(model, tok, [ck], proj_dim=16, grad_mode="eval").encode_queries(q)[0]
+    assert not torch.allclose(f1, ev)  # dropout 0.5 changes the gradient
+    model.eval()
+    LESSFeaturizer(model, tok, [ck], proj_dim=16).encode_queries(q)
+    assert not model.training  # the mode is restored
+    with pytest.raises(ValueError, match="grad_mode"):
+        LESSFeaturizer(model, tok, [ck], proj_dim=16, grad_mode="test")
+    with pytest.raises(ValueError, match="feature_dtype"):
+        LESSFeaturizer(model, tok, [ck], proj_dim=16, feature_dtype="int8")
+    # bf16 features: each checkpoint's cosine in bf16, the sum over checkpoints in float32
+    bf = LESSFeaturizer(model, tok, [ck, ck], proj_dim=16, feature_dtype="bfloat16")
+    qf = bf.encode_queries(q)
+    assert qf[0].dtype == torch.bfloat16
+    S = bf.similarity(qf, qf)
+    expect = sum(0.5 * (a @ a.T).float() for a in qf)
+    assert S.dtype == np.float32
+    np.testing.assert_allclose(S, expect.numpy(), rtol=1e-6)
+
+    class _BosTok:  # a Llama-like tokenizer: BOS id 1 before every text
+        def __call__(self, text, add_special_tokens=True):
+            ids = [ord(ch) for ch in text]
+            return {"input_ids": ([1] if add_special_tokens else []) + ids}
+
+    assert special_prefix(_BosTok()) == [1]
+    assert special_prefix(tok) == []  # the char tokenizer adds nothing
+    ids, labels = _supervised_ids([("ab", False), ("c", True)], _BosTok(), 10, [1])
+    assert ids == [1, 97, 98, 99] and labels == [-100, -100, -100, 99]
