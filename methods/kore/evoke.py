@@ -1,4 +1,4 @@
-"""EVOKE-style knowledge-adaptation evaluation (paper §4, App. B.3; spec §3.6, §7).
+"""EVOKE-style knowledge-adaptation evaluation (paper §4, App. B.3;).
 
 The official evaluation runs LLaVA's ``model_vqa_loader`` (greedy, ``vicuna_v1`` prompt) over an EVOKE
 question file and scores the answers with cover exact match (CEM) and word F1; K.A is their mean.

@@ -41,6 +41,8 @@ def apply_kore(
     freeze_A: bool = True,
     sigma_fuse: str = "UV",
     adapter_name: str = "default",
+    eigvecs: str = "smallest",
+    init: str = "kore",
 ):
     """Wraps ``model`` with KORE-initialised LoRA adapters (paper Eqs. 1-3, §3.2).
 
@@ -53,6 +55,9 @@ def apply_kore(
         freeze_A: freeze the down-projection (KORE); ``False`` is the paper's "w/o frozen A" ablation.
         sigma_fuse: see :func:`kore_decompose`.
         adapter_name: PEFT adapter name.
+        eigvecs, init: the initialisation (:func:`kore_decompose`): ``"smallest"``/``"kore"`` is
+            KORE; ``eigvecs="largest"`` the largest-eigenvector ablation; ``init="lora_null_v1"``
+            the official ``--singular_aware_2`` init (``A = Û^T``, ``B = 0``, base weight unchanged).
 
     Returns:
         The ``PeftModel``. It carries ``kore_init_B`` (``{module name: B at init}``, needed by
@@ -84,7 +89,9 @@ def apply_kore(
         check_rank(r, m.in_features, m.out_features)
         if n not in covs:
             raise ValueError(f"covs has no covariance for target module {n!r}")
-        factors[n] = kore_decompose(w, covs[n], r, sigma_fuse=sigma_fuse)
+        factors[n] = kore_decompose(
+            w, covs[n], r, sigma_fuse=sigma_fuse, eigvecs=eigvecs, init=init
+        )
     cfg = LoraConfig(
         r=r,
         lora_alpha=r,
@@ -125,7 +132,7 @@ def apply_kore(
 def export_standard_lora(
     peft_model, init_B: Mapping[str, torch.Tensor] | None = None, adapter_name: str = "default"
 ) -> dict[str, torch.Tensor]:
-    """Exports a trained frozen-A KORE adapter as a standard LoRA on the *untouched* base (spec §3.2.9).
+    """Exports a trained frozen-A KORE adapter as a standard LoRA on the *untouched* base.
 
     ``W* = W_res + B' A = W0 + (B' - B) A``, so ``lora_A = A`` and ``lora_B = B' - B`` with scaling 1
     (``lora_alpha = r``) reproduce the fine-tuned model on the original weights.

@@ -6,6 +6,11 @@ projection ``W0 U U^T`` of the weight onto them into ``B A`` (Eq. 2) and folds t
 residual ``W_res = W0 - B A`` (Eq. 3). With ``A`` frozen, any update of ``B`` changes the layer's
 output on old inputs by ``(B' - B) A X``, which is small because ``A X`` lives in the low-energy
 directions of ``C`` (App. C).
+
+Two ablation initialisations of the official code (KORE-LMM/KORE ``lora_null/adapterlib/decomposition.py``)
+are options of :func:`kore_decompose`: ``eigvecs="largest"`` (``--first_eigen``: the ``r`` largest
+eigenvectors instead of the smallest) and ``init="lora_null_v1"`` (``--singular_aware_2``: ``A = Û^T``,
+``B = 0``, ``W_res = W0``, i.e. LoRA-Null's null-space down-projection with a zero up-projection).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 NULL_ENERGY_WARN = 1e-2
+EIGVECS = ("smallest", "largest")
+INITS = ("kore", "lora_null_v1")
 
 
 @dataclass
@@ -29,9 +36,9 @@ class KoreFactors:
         W_res: ``[d_out, d_in]`` frozen residual weight ``W0 - B @ A`` (Eq. 3).
         A: ``[r, d_in]`` down-projection, rows in the span of the ``r`` smallest eigenvectors of C.
         B: ``[d_out, r]`` up-projection (the only trained factor in KORE).
-        null_energy: ``sum of the r smallest eigenvalues / trace(C)``; how far the chosen subspace
-            is from an exact null space (0 = exact).
-        null_eigvals: ``[r]`` the r smallest eigenvalues of C, ascending.
+        null_energy: ``sum of the r chosen eigenvalues / trace(C)``; how far the chosen subspace
+            is from an exact null space (0 = exact; near 1 for ``eigvecs="largest"``).
+        null_eigvals: ``[r]`` the r chosen eigenvalues of C, ascending.
     """
 
     W_res: torch.Tensor
@@ -113,10 +120,28 @@ def smallest_eigvecs(
     return evecs[:, :r], evals[:r].clamp_min(0.0)
 
 
+def largest_eigvecs(C: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``r`` eigenvectors of ``C`` with the largest eigenvalues (official ``--first_eigen``).
+
+    Returns ``(U [d, r], eigvals [r])`` with eigenvalues ascending, like :func:`smallest_eigvecs`.
+    """
+    C = check_covariance(C)
+    d = C.shape[0]
+    check_rank(r, d, d)
+    smallest_eigvecs(C, 1)  # PSD check
+    evals, evecs = torch.linalg.eigh(C)  # ascending
+    return evecs[:, d - r :], evals[d - r :].clamp_min(0.0)
+
+
 def kore_decompose(
-    W0: torch.Tensor, C: torch.Tensor, r: int, sigma_fuse: str = "UV"
+    W0: torch.Tensor,
+    C: torch.Tensor,
+    r: int,
+    sigma_fuse: str = "UV",
+    eigvecs: str = "smallest",
+    init: str = "kore",
 ) -> KoreFactors:
-    """KORE initialisation of one layer (paper Eqs. 1-3).
+    """KORE initialisation of one layer (paper Eqs. 1-3) and the official ablation inits.
 
     ``P = U_hat U_hat^T`` projects onto the r smallest-eigenvalue directions of C; the top-r SVD
     ``W0 P = U* S* V*^T`` (exact, since rank(W0 P) <= r) gives ``B = U* sqrt(S*)``,
@@ -128,6 +153,11 @@ def kore_decompose(
         C: ``[d_in, d_in]`` input covariance of the layer on old-knowledge data.
         r: adapter rank, ``1 <= r <= min(d_out, d_in)``.
         sigma_fuse: where the singular values go: ``"UV"`` (split, repo default), ``"U"`` or ``"V"``.
+        eigvecs: ``"smallest"`` (KORE, Eq. 1) or ``"largest"`` (the largest-eigenvector ablation,
+            official ``--first_eigen``).
+        init: ``"kore"`` (Eqs. 2-3, official ``--singular_aware``) or ``"lora_null_v1"`` (official
+            ``--singular_aware_2``: ``A = Û^T``, ``B = 0``, ``W_res = W0``; ``sigma_fuse`` is moot since
+            the official code sets the singular values to 1 and ``U`` to 0).
 
     Returns:
         :class:`KoreFactors` in float64.
@@ -144,11 +174,27 @@ def kore_decompose(
         raise ValueError("W0 is a meta tensor; materialise (gather) the weight first")
     if sigma_fuse not in ("UV", "U", "V"):
         raise ValueError(f"sigma_fuse must be 'UV', 'U' or 'V', got {sigma_fuse!r}")
+    if eigvecs not in EIGVECS:
+        raise ValueError(f"eigvecs must be one of {EIGVECS}, got {eigvecs!r}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     d_out, d_in = W0.shape
     check_rank(r, d_in, d_out)
     C = check_covariance(C, d_in)
-    U_hat, null_eigs = smallest_eigvecs(C, r)  # [d_in, r], [r]
+    pick = smallest_eigvecs if eigvecs == "smallest" else largest_eigvecs
+    U_hat, null_eigs = pick(C, r)  # [d_in, r], [r]
     W = W0.detach().to(torch.float64)
+    trace = torch.linalg.eigvalsh(C).clamp_min(0).sum().item()
+    null_energy = null_eigs.sum().item() / trace if trace > 0 else math.nan
+    if init == "lora_null_v1":
+        # official singular_aware_2: V = U_min_K, S = 1, U = 0 -> B = 0, A = U_min_K^T, W_res = W0
+        return KoreFactors(
+            W_res=W.clone(),
+            A=U_hat.T.contiguous(),
+            B=torch.zeros(d_out, r, dtype=torch.float64),
+            null_energy=null_energy,
+            null_eigvals=null_eigs,
+        )
     M = (W @ U_hat) @ U_hat.T  # [d_out, d_in], W0 P
     U, S, Vh = torch.linalg.svd(M, full_matrices=False)
     U, S, Vh = U[:, :r], S[:r], Vh[:r]
@@ -160,9 +206,7 @@ def kore_decompose(
     else:
         B, A = U, S[:, None] * Vh
     W_res = W - B @ A
-    trace = torch.linalg.eigvalsh(C).clamp_min(0).sum().item()
-    null_energy = null_eigs.sum().item() / trace if trace > 0 else math.nan
-    if null_energy > NULL_ENERGY_WARN:
+    if eigvecs == "smallest" and null_energy > NULL_ENERGY_WARN:
         logger.warning(
             "null_energy %.3g > %.0e: the r=%d smallest directions of C carry noticeable energy; "
             "retention will be weak",

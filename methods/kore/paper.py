@@ -1,4 +1,4 @@
-"""Paper-scale KORE knowledge injection into a LLaVA-style model (spec §5, §7) with the HF Trainer.
+"""Paper-scale KORE knowledge injection into a LLaVA-style model with the HF Trainer.
 
 ``train_paper`` loads the model and processor (hub id, local path, or ``"tiny-llava"`` for tests),
 collects the decoder-layer input covariances on calibration prompts (image + question, no answer),
@@ -39,8 +39,10 @@ class PaperConfig:
     n_calib: int = 256
     rank: int = 235
     target_modules: list[str] = field(default_factory=lambda: list(LLAVA_TARGETS))
-    freeze_A: bool = True
+    freeze_A: bool = True  # False: "w/o frozen A" ablation (official --lora_null_v1 training flag)
     sigma_fuse: str = "UV"
+    eigvecs: str = "smallest"  # "largest": largest-eigenvector ablation (official --first_eigen)
+    init: str = "kore"  # "lora_null_v1": official --singular_aware_2 (A = null basis, B = 0)
     normalize: str = "sample_max"
     denom: float = 256.0
     lr: float = 2e-4
@@ -197,7 +199,16 @@ def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
     covs = collect_input_covariances(
         model, calib_batches, lm_linear, normalize=cfg.normalize, denom=cfg.denom
     )
-    model = apply_kore(model, covs, cfg.rank, list(covs), cfg.freeze_A, cfg.sigma_fuse)
+    model = apply_kore(
+        model,
+        covs,
+        cfg.rank,
+        list(covs),
+        cfg.freeze_A,
+        cfg.sigma_fuse,
+        eigvecs=cfg.eigvecs,
+        init=cfg.init,
+    )
     projector = [p for n, p in model.named_parameters() if any(k in n for k in cfg.projector_keys)]
     for p in projector:
         p.requires_grad_(True)

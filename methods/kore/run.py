@@ -1,4 +1,4 @@
-"""KORE's toy for the CLI: ``icml26 experiment=kore_toy`` (spec §6)."""
+"""KORE's toy for the CLI: ``icml26 experiment=kore_toy``."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
 
 def _run_paper(cfg: DictConfig, fields: dict) -> dict[str, float]:
-    """Paper-scale path (spec §7): KORE init + Trainer on a LLaVA model (methods/kore/paper.py)."""
+    """Paper-scale path: KORE init + Trainer on a LLaVA model (methods/kore/paper.py)."""
     from pathlib import Path
 
     from methods.kore.paper import PaperConfig, train_paper

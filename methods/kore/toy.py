@@ -1,4 +1,4 @@
-"""CPU toy for KORE (spec §6): inject synthetic entity facts into a tiny Llama trained from scratch.
+"""CPU toy for KORE: inject synthetic entity facts into a tiny Llama trained from scratch.
 
 Old knowledge: ``(entity, relation) -> value`` facts for entities ``[0, n_old)``, pretrained in 8
 phrasings and in dialogue / caption / recognition formats. New knowledge: facts of unseen entities.
@@ -43,7 +43,7 @@ ARM_SPEC = {
 
 @dataclass
 class ToyConfig:
-    """Toy settings (spec §6); one learning rate and step budget shared by every injection arm."""
+    """Toy settings; one learning rate and step budget shared by every injection arm."""
 
     arms: list[str] = field(default_factory=lambda: list(ARMS))
     n_old: int = 48
@@ -210,7 +210,7 @@ def layer_inputs(model, names, ids) -> dict[str, torch.Tensor]:
 
 
 def drift(W0, Wstar, X) -> dict[str, float]:
-    """Per-layer ``||(W* - W0) X^T||_F / ||W0 X^T||_F`` (spec §6 rho)."""
+    """Per-layer ``||(W* - W0) X^T||_F / ||W0 X^T||_F``."""
     out = {}
     for n, x in X.items():
         w0, ws = W0[n].double(), Wstar[n].double()

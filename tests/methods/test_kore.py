@@ -1,4 +1,15 @@
+"""Tests for methods.kore.
+
+Official-code fixture: ``methods/kore/fixtures/official_inits.json`` holds the initialisations computed by
+KORE-LMM/KORE (commit 9f0c25672671f064fc261113fba8e3fc3ed8f25a, ``lora_null/adapterlib/decomposition.py``:
+``decompose_to_adapter3`` singular_aware with and without ``first_eigen``, ``decompose_to_adapter2``
+singular_aware_2, ``CorDA_adapter`` with ``sigma_fuse="UV"``) on a seeded 7x6 weight and a 6x6 covariance
+(how: docs/methods/kore.md).
+"""
+
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,6 +194,61 @@ def test_covariance_bad_input():
         collect_input_covariances(model, [], lambda n, m: n.endswith("input_layernorm"))
 
 
+OFFICIAL = json.loads(
+    (Path(__file__).resolve().parents[2] / "methods/kore/fixtures/official_inits.json").read_text()
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "kw"),
+    [
+        ("kore", {}),
+        ("largest_eig", {"eigvecs": "largest"}),
+        ("lora_null_v1", {"init": "lora_null_v1"}),
+    ],
+)
+def test_initialisations_match_official_code(case, kw):
+    W0 = torch.tensor(OFFICIAL["W0"], dtype=torch.float64)
+    C = torch.tensor(OFFICIAL["C"], dtype=torch.float64)
+    want = {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, list) else v
+            for k, v in OFFICIAL["cases"][case].items()}  # fmt: skip
+    f = kore_decompose(W0, C, OFFICIAL["r"], **kw)
+    assert torch.allclose(f.W_res, want["W_res"], atol=1e-4)
+    assert torch.allclose(f.B @ f.A, want["BA"], atol=1e-4)  # sign-invariant product
+    assert torch.allclose(f.A.T @ f.A, want["AtA"], atol=1e-4)  # row space (and scale) of A
+    assert float(f.B.norm()) == pytest.approx(want["B_norm"], abs=1e-4)
+    assert torch.allclose(f.W_res + f.B @ f.A, W0, atol=1e-10)  # every init keeps W0 at step 0
+
+
+def test_largest_eigvecs_ablation_lives_in_the_high_energy_directions():
+    C, _ = _psd(8, rank=32, seed=4)
+    W0 = torch.randn(5, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    small = kore_decompose(W0, C, 3)
+    large = kore_decompose(W0, C, 3, eigvecs="largest")
+    evals = torch.linalg.eigvalsh(C)
+    assert torch.allclose(large.null_eigvals, evals[-3:], atol=1e-8)
+    assert large.null_energy > 0.5 > small.null_energy
+    # A C A^T: tiny in the null space, large in the top directions
+    e_small = torch.trace(small.A @ C @ small.A.T) / torch.trace(small.A @ small.A.T)
+    e_large = torch.trace(large.A @ C @ large.A.T) / torch.trace(large.A @ large.A.T)
+    assert e_large > 2 * e_small
+    with pytest.raises(ValueError, match="eigvecs"):
+        kore_decompose(W0, C, 3, eigvecs="top")
+    with pytest.raises(ValueError, match="init"):
+        kore_decompose(W0, C, 3, init="pissa")
+
+
+def test_lora_null_v1_init_is_zero_B_over_the_null_basis():
+    C, _ = _psd(8, rank=32, seed=6)
+    W0 = torch.randn(5, 8, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    f = kore_decompose(W0, C, 3, init="lora_null_v1")
+    U_hat, _ = smallest_eigvecs(C, 3)
+    assert torch.equal(f.B, torch.zeros(5, 3, dtype=torch.float64))
+    assert torch.equal(f.W_res, W0)
+    assert torch.allclose(f.A @ f.A.T, torch.eye(3, dtype=torch.float64), atol=1e-10)
+    assert torch.allclose(f.A.T @ f.A, U_hat @ U_hat.T, atol=1e-8)
+
+
 # ---------------------------------------------------------------- PEFT wrapping
 
 
@@ -252,11 +318,31 @@ def test_apply_kore_unfrozen_A_and_bad_input(kore_setup):
         apply_kore(model, covs, r=2, target_modules=["nope_proj"])
     with pytest.raises(ValueError, match="nn.Linear"):
         apply_kore(model, covs, r=2, target_modules=["input_layernorm"])
+    with pytest.raises(ValueError, match="init"):
+        apply_kore(model, covs, r=2, target_modules=["q_proj"], init="x")
     pm = apply_kore(model, covs, r=2, target_modules=["q_proj"], freeze_A=False)
     trainable = {n for n, p in pm.named_parameters() if p.requires_grad}
     assert any("lora_A" in n for n in trainable)
     with pytest.raises(ValueError, match="trainable"):
         export_standard_lora(pm)
+
+
+@pytest.mark.parametrize("kw", [{"init": "lora_null_v1"}, {"eigvecs": "largest"}])
+def test_apply_kore_ablation_inits_keep_the_model(kore_setup, kw):
+    _, tok, covs, probe, _, _, _ = kore_setup
+    model, _ = _lm(seed=2)
+    with torch.no_grad():
+        ref = model(**probe).logits
+    w_q = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    pm = apply_kore(model, covs, r=4, target_modules=["q_proj", "v_proj"], **kw)
+    with torch.no_grad():
+        assert torch.allclose(pm(**probe).logits, ref, atol=1e-4)
+    layer = pm.base_model.model.model.layers[0].self_attn.q_proj
+    if kw.get("init") == "lora_null_v1":  # base weight untouched, B starts at zero
+        assert torch.equal(layer.get_base_layer().weight, w_q)
+        assert torch.count_nonzero(layer.lora_B["default"].weight) == 0
+    else:
+        assert not torch.allclose(layer.get_base_layer().weight, w_q)
 
 
 # ---------------------------------------------------------------- metrics
