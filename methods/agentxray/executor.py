@@ -3,9 +3,8 @@
 ``c_0 = ""`` and ``c_l = exec(s_l, τ, c_{l−1})``. An agent step is one chat call whose prompt
 holds the role profile, the task and the previous content; a tool step is a deterministic
 function of the previous content. ``None`` stands for FAILURE and ends the chain. Model-generated
-code is only ever run by ``compiler_tool``: in a temporary directory, in a subprocess with
-``stdin=DEVNULL``, a timeout, memory/CPU/file-size limits, a scrubbed environment and, where the
-kernel allows it, no network (``common.sandbox``).
+code is only ever run by ``compiler_tool``, through ``common.sandbox.run_isolated`` (bubblewrap
+namespaces, no network, an empty environment, a timeout and memory/CPU/file-size limits).
 """
 
 from __future__ import annotations
@@ -13,14 +12,13 @@ from __future__ import annotations
 import ast
 import logging
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.sandbox import child_limits, network_isolation_prefix, scrubbed_env
+from common.sandbox import run_isolated
 
 from .primitives import CostMeter, Primitive, charge_llm_call
 from .similarity import codes_to_content, parse_project
@@ -196,20 +194,36 @@ def empty_detect(content: str) -> str:
     return content if report is None else _with_report(content, "Empty detect", report)
 
 
-def compiler_tool(timeout: float = 30.0, mem_mb: int = 1024) -> Tool:
-    """Return a tool that runs ``main.py`` in a temp dir (subprocess, ``stdin=DEVNULL``, timeout).
+def compiler_tool(timeout: float = 30.0, mem_mb: int = 1024, isolation: str = "bwrap") -> Tool:
+    """Return a tool that runs ``main.py`` of the project in the sandbox (official ``tools/compiler.py``).
 
-    The child gets ``mem_mb`` of address space, CPU time just above ``timeout``, a scrubbed
-    environment (no API keys) and a network namespace when ``unshare -rn`` works
-    (:mod:`common.sandbox`).
+    The project is written to a temporary folder and run by :func:`common.sandbox.run_isolated`:
+    bubblewrap namespaces (no network, read-only root, only the folder writable), an empty
+    environment, ``mem_mb`` of address space, a ``timeout`` after which every process is killed.
 
-    Passes the content through when it runs cleanly; otherwise appends the error and a request
-    to fix it, so the next agent can react (spec §3.1 tool step).
+    Passes the content through when it runs cleanly (or has no ``main.py``); otherwise appends the
+    error and a request to fix it, so the next agent can react (official ``ToolAgent.query``).
+
+    Args:
+        timeout: seconds per run (official: 30).
+        mem_mb: address-space limit of the child, in MiB.
+        isolation: ``"bwrap"`` (refuses here, at construction, when bubblewrap cannot run) or
+            ``common.sandbox.UNSAFE`` (limits and a clean environment only), named explicitly.
     """
+    from common.sandbox import UNSAFE, SandboxUnavailableError, sandbox_available
+
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0, got {timeout}")
+    if isolation not in ("bwrap", UNSAFE):
+        raise ValueError(f"isolation must be 'bwrap' or {UNSAFE!r}, got {isolation!r}")
+    if isolation == "bwrap" and not sandbox_available():
+        raise SandboxUnavailableError(
+            "compiler_tool needs bubblewrap (apt-get install bubblewrap) to run model-generated "
+            f"code; pass isolation={UNSAFE!r} to run it without namespaces at your own risk"
+        )
 
     def _compile(content: str) -> str | None:
+
         files = parse_project(content)
         if "main.py" not in files:
             return content
@@ -220,24 +234,18 @@ def compiler_tool(timeout: float = 30.0, mem_mb: int = 1024) -> Tool:
                     raise ValueError(f"unsafe file name {name!r}")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(code)
-            try:
-                proc = subprocess.run(
-                    [*network_isolation_prefix("auto"), sys.executable, "main.py"],
-                    cwd=tmp,
-                    env=scrubbed_env(tmp),
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    preexec_fn=child_limits(mem_mb, int(timeout) + 2),
-                )
-            except subprocess.TimeoutExpired:
-                return (
-                    content + f"\n\nCompiler report: timeout after {timeout}s. Please fix the code."
-                )
-        if proc.returncode == 0:
+            res = run_isolated(
+                [sys.executable, "main.py"],
+                tmp,
+                timeout_s=timeout,
+                mem_mb=mem_mb,
+                isolation=isolation,  # type: ignore[arg-type]
+            )
+        if res.timed_out:
+            return content + f"\n\nCompiler report: timeout after {timeout}s. Please fix the code."
+        if res.returncode == 0:
             return content
-        err = proc.stderr.strip().splitlines()[-5:]
+        err = (res.stderr.strip() or res.stdout.strip()).splitlines()[-5:]
         return content + "\n\nCompiler report:\n" + "\n".join(err) + "\nPlease fix the code."
 
     return _compile

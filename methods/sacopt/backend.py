@@ -15,20 +15,16 @@ that refuses sockets), no subprocesses, and no writes outside the working direct
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.sandbox import child_limits, network_isolation_prefix, scrubbed_env
+from common.sandbox import run_isolated
 from methods.sacopt.schema import ProblemState
 
 logger = logging.getLogger(__name__)
@@ -247,21 +243,28 @@ def run_sandboxed(
     mem_mb: int = 4096,
     workdir: str | Path | None = None,
     fsize_mb: int = 64,
-    isolate_network: bool | str = "auto",
+    isolation: str = "bwrap",
 ) -> ExecResult:
-    """Run a generated program in an isolated child process (spec §4 ``run_sandboxed``).
+    """Run a generated program in the sandbox of :func:`common.sandbox.run_isolated`.
+
+    The program runs under bubblewrap (no network, read-only root, only its temporary folder
+    writable, an empty environment, every process killed at the timeout), behind an audit hook
+    that also refuses writes, sockets and subprocesses at the Python level.
 
     Args:
         code: The full program (from :func:`assemble_program` or a debug answer).
-        timeout_s: Wall-clock limit; on expiry the process group is killed, status ``error``.
+        timeout_s: Wall-clock limit; on expiry every process of the run is killed, status ``error``.
         mem_mb: Address-space limit (``RLIMIT_AS``) in MiB.
         workdir: Parent for the temporary working directory (default: system temp).
         fsize_mb: Largest file the program may write.
-        isolate_network: ``True`` requires a network namespace (``unshare -rn``), ``"auto"`` uses
-            one when available; sockets are refused by the audit hook in every case.
+        isolation: ``"bwrap"`` (refuses where bubblewrap cannot run) or
+            ``common.sandbox.UNSAFE``, named explicitly, to run without namespaces.
 
     Returns:
         An :class:`ExecResult`; never raises for anything the program does.
+
+    Raises:
+        common.sandbox.SandboxUnavailableError: no isolation here and the unsafe mode not named.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, got {type(code).__name__}")
@@ -269,48 +272,33 @@ def run_sandboxed(
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
     if not isinstance(mem_mb, int) or mem_mb < 64:
         raise ValueError(f"mem_mb must be an int >= 64, got {mem_mb!r}")
-    prefix = network_isolation_prefix(isolate_network)
     with tempfile.TemporaryDirectory(prefix="sacopt_", dir=workdir) as tmp:
         tmp = os.path.realpath(tmp)
         Path(tmp, "program.py").write_text(code)
         Path(tmp, "_boot.py").write_text(textwrap.dedent(_BOOT))
-        cmd = [*prefix, sys.executable, "-I", "-B", os.path.join(tmp, "_boot.py"), tmp]
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=tmp,
-            env=scrubbed_env(tmp),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            preexec_fn=child_limits(mem_mb, int(timeout_s) + 2, fsize_mb),
+        res = run_isolated(
+            [sys.executable, "-I", "-B", os.path.join(tmp, "_boot.py"), tmp],
+            tmp,
+            timeout_s=timeout_s,
+            mem_mb=mem_mb,
+            fsize_mb=fsize_mb,
+            isolation=isolation,
         )
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-        runtime = time.monotonic() - t0
-    out, err = out[-20000:], err[-20000:]
-    if timed_out:
+    out, err, runtime = res.stdout, res.stderr, res.wall_s
+    if res.timed_out:
         return ExecResult(
             "error",
             None,
             out,
             err + f"\nTimeoutError: killed after {timeout_s}s",
-            proc.returncode,
+            res.returncode,
             runtime,
             timed_out=True,
         )
-    parsed = _parse_result(out) if proc.returncode == 0 else None
+    parsed = _parse_result(out) if res.returncode == 0 else None
     if parsed is None:
-        if proc.returncode == 0:
+        if res.returncode == 0:
             err += f"\nno '{RESULT_TAG}' line was printed"
-        return ExecResult("error", None, out, err, proc.returncode, runtime)
+        return ExecResult("error", None, out, err, res.returncode, runtime)
     status, obj = parsed
     return ExecResult(status, obj if status == "optimal" else None, out, err, 0, runtime)
