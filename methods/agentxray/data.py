@@ -20,7 +20,15 @@ from pathlib import Path
 
 from .similarity import codes_to_content
 
-__all__ = ["DATASETS", "HUB_ID", "item_to_pair", "load_dataset", "load_split", "resolve_data_root"]
+__all__ = [
+    "DATASETS",
+    "HUB_ID",
+    "item_to_pair",
+    "load_dataset",
+    "load_set_folder",
+    "load_split",
+    "resolve_data_root",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +54,22 @@ def item_to_pair(item: dict, index: int) -> tuple[str, str]:
 
 
 def load_split(data_root: str, dataset: str, split: str) -> list[tuple[str, str]]:
-    """Load one split as ``(task, output)`` pairs; rejects ``..`` and absolute names."""
+    """Load one split of ``<data_root>/<dataset>`` as ``(task, output)`` pairs.
+
+    Rejects ``..`` and absolute names.
+    """
     for arg, val in (("dataset", dataset), ("split", split)):
         if ".." in Path(val).parts or Path(val).is_absolute():
             raise ValueError(f"{arg} must be a relative name without '..', got {val!r}")
-    base = Path(data_root) / dataset
+    return load_set_folder(Path(data_root) / dataset, dataset, split)
+
+
+def load_set_folder(folder: str | Path, dataset: str, split: str) -> list[tuple[str, str]]:
+    """Load one split from a subset's own folder (``train.json`` / ``test.json``; ``maps``:
+    ``*_alpaca.json``), as a benchmark set's local ``path`` gives it."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    base = Path(folder)
     paths = [base / n for n in _split_files(dataset, split)]
     path = next((p for p in paths if p.is_file()), None)
     if path is None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import MCTSConfig
 from .executor import WorkflowExecutor
 from .primitives import Primitive, PrimitiveSpace
 
@@ -30,57 +31,6 @@ logger = logging.getLogger(__name__)
 
 Pair = tuple[str, str]  # (task τ, black-box output o*)
 RED, BLACK = "red", "black"
-
-
-@dataclass
-class MCTSConfig:
-    """Search settings (defaults: official code, spec §3.9)."""
-
-    iterations: int = 20  # repo CLI default
-    max_children: int = 16  # M, repo configs
-    max_depth: int = 6  # L_max, repo
-    beta: float = 0.5  # quantile β, repo
-    c_ucb: float = 1.4  # C_p, repo hard-coded
-    coloring: bool = True  # False = unpruned MCTS ablation (all black)
-    min_agent_ratio: float = 0.4  # repo
-    max_tools_per_node: int = 10  # repo
-    sim_agent_bias: float = 0.55  # repo rollout tool/agent bias
-    early_stop: float = 0.8  # repo hard-coded
-    min_workflow_len: int = 2  # repo
-    pure_random: bool = False  # random tree policy ablation
-    potential_bonus: bool = False  # Deviation: repo's always-on enhanced UCB is off (spec §9.2)
-    full_profile_quota: bool = True  # repo: each expansion generates A − #agents profiles
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.iterations < 0:
-            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
-        if self.max_children < 1:
-            raise ValueError(f"max_children must be >= 1, got {self.max_children}")
-        if self.max_depth < 2:
-            raise ValueError(
-                f"max_depth must be >= 2 (a workflow needs 2 steps), got {self.max_depth}"
-            )
-        if not 0.0 < self.beta <= 1.0:
-            raise ValueError(f"beta must be in (0, 1], got {self.beta}")
-        if self.c_ucb < 0:
-            raise ValueError(f"c_ucb must be >= 0, got {self.c_ucb}")
-        if not 0.0 <= self.min_agent_ratio <= 1.0:
-            raise ValueError(f"min_agent_ratio must be in [0, 1], got {self.min_agent_ratio}")
-        if self.potential_bonus:
-            raise ValueError(
-                "potential_bonus=True (repo enhanced UCB) is not implemented; use False"
-            )
-
-    @property
-    def agent_quota(self) -> int:
-        """A = max(1, ⌊M·min_agent_ratio⌋)."""
-        return max(1, math.floor(self.max_children * self.min_agent_ratio))
-
-    @property
-    def tool_quota(self) -> int:
-        """Tq = min(M − A, max_tools_per_node)."""
-        return max(0, min(self.max_children - self.agent_quota, self.max_tools_per_node))
 
 
 @dataclass

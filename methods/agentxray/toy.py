@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .config import HIDDEN_CHAIN, HIDDEN_CHAIN_LONG  # noqa: F401  (re-exported)
 from .primitives import Primitive
 from .similarity import codes_to_content, parse_project
 
@@ -44,23 +45,6 @@ _RENAME = {
     "count": "tally",
     "filter": "select",
 }
-HIDDEN_CHAIN: tuple[str, ...] = (
-    "Coder",
-    "LoopImplementer",
-    "ErrorHandler",
-    "ClassWrapper",
-    "Tester",
-)
-# A longer, harder black box for the "is the toy too easy?" check: six steps, two of them
-# (Docstringer, Serializer) with near-miss distractors available (TypeHinter, ConfigWriter).
-HIDDEN_CHAIN_LONG: tuple[str, ...] = (
-    "Coder",
-    "LoopImplementer",
-    "ErrorHandler",
-    "Docstringer",
-    "ClassWrapper",
-    "Serializer",
-)
 
 
 def make_tasks(n: int, seed: int) -> list[str]:

@@ -490,27 +490,32 @@ def test_bad_inputs(tmp_path):
     assert ok and prim.model == "m1" and prim.tools == ("compiler",)
 
 
-def test_run_config_strict(tmp_path):
-    from omegaconf.errors import ConfigKeyError
-
+def test_run_config_checked_at_compose(tmp_path):
+    from common.config import ConfigError
     from common.registry import compose
-    from methods.agentxray.run import run
 
-    cfg = compose(["experiment=agentxray_toy", "+method.bogus=1"], run_dir=str(tmp_path))
-    with pytest.raises((ConfigKeyError, ValueError)):
-        run(cfg)
+    with pytest.raises(ConfigError, match="bogus"):
+        compose(["experiment=agentxray_toy", "method.bogus=1"])
+    with pytest.raises(ConfigError, match="n_train"):
+        compose(["experiment=agentxray_toy", "method.n_train=abc"])  # wrong type
+    with pytest.raises(ConfigError, match="not a stage of agentxray"):
+        compose(["experiment=agentxray_toy", "method.stage=papr"])
+    with pytest.raises(ConfigError, match="similarity"):
+        compose(["experiment=agentxray_paper", "method.similarity=bleu"])
+    with pytest.raises(ConfigError, match="tools"):
+        compose(["experiment=agentxray_paper", "method.tools=[pyflakes]"])
 
 
 def test_paper_path_needs_key_before_search(tmp_path, monkeypatch):
-    from common.registry import compose
-    from methods.agentxray.run import run
+    from common.registry import compose, run_method
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = compose(
-        ["experiment=agentxray_paper", f"method.data_root={tmp_path}"], run_dir=str(tmp_path)
+        ["experiment=agentxray_paper", *(f"benchmark.sets.{n}.path={tmp_path}" for n in SETS)],
+        run_dir=str(tmp_path),
     )
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
-        run(cfg)
+        run_method(cfg)
 
 
 @pytest.mark.slow
@@ -598,27 +603,28 @@ def test_datasets_load_by_hub_id_in_the_published_format(tmp_path):
         resolve_data_root(str(tmp_path / "no" / "such" / "dir"))
 
 
-def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatch):
-    """experiment=agentxray_paper end to end: hub-id loading (offline cache), UsageOpenAIChat
-    against a local chat-completions server for the generator and every agent, both arms, test
-    SFE, token counts taken from the usage field with generator tokens reported apart."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from common.registry import compose
-    from methods.agentxray.run import run
-
-    cache, _ = _hub_cache(tmp_path)
-    seen = []
+def _scripted_reply(seen: list[str]):
+    """Replies of the fake chat server: generator prompts get profiles, agents get code."""
 
     def reply(messages):
         first = messages[0]["content"]
         if first.startswith("Design one new software agent"):
             k = sum(m.startswith("Design") for m in seen)
-            return f"Name: Dev{k}\nRole: Coder\nProfile: Writes code.\nModel: gpt-4o-mini\nReasoning: planning"
+            return (
+                f"Name: Dev{k}\nRole: Coder\nProfile: Writes code.\nModel: gpt-4o-mini\n"
+                "Reasoning: planning"
+            )
         name = re.match(r"You are (\w+),", first).group(1)
         body = "return sum(x)" if int(name[3:] or 0) % 2 else "return x"
         return f"File: main.py\n```python\ndef compute_sum(x):\n    {body}\n```"
+
+    return reply
+
+
+def _fake_openai_server(reply, seen: list[str]):
+    """A local OpenAI-compatible ``/v1/chat/completions`` server (usage: 100 + 10 tokens)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
@@ -641,14 +647,26 @@ def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatc
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+
+
+def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatch):
+    """experiment=agentxray_paper end to end: hub-id loading (offline cache) of two benchmark sets,
+    UsageOpenAIChat against a local chat-completions server for the generator and every agent,
+    both arms, test SFE, token counts taken from the usage field, generator tokens apart."""
+    from common.registry import compose, run_method
+
+    cache, _ = _hub_cache(tmp_path)
+    seen: list[str] = []
+    httpd, url = _fake_openai_server(_scripted_reply(seen), seen)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local server needs no key
     try:
         cfg = compose(
             [
                 "experiment=agentxray_paper",
                 f"method.hub_cache_dir={cache}",
-                f"method.base_url=http://127.0.0.1:{httpd.server_address[1]}/v1",
-                "method.datasets=[metagpt,maps]",
+                f"method.base_url={url}",
+                "method.sets=[metagpt,maps]",
                 "method.seeds=[0]",
                 "method.tools=[syntax_error_checker,empty_detect]",
                 "method.search.iterations=3",
@@ -657,7 +675,7 @@ def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatc
             ],
             run_dir=str(tmp_path / "run"),
         )
-        out = run(cfg)
+        out = run_method(cfg)
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -674,10 +692,19 @@ def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatc
     extra = json.loads((tmp_path / "run" / "results.json").read_text())
     wf = load_workflow(extra["workflows"]["metagpt/red_black"])
     assert wf and wf[0].kind == "agent"
+    with pytest.raises(ValueError, match="method.sets"):
+        run_method(
+            compose(
+                ["experiment=agentxray_paper", "method.sets=[nowhere]", f"method.base_url={url}"],
+                run_dir=str(tmp_path / "r2"),
+            )
+        )
 
 
 def test_toy_variants_distractors_long_chain_and_random_budget():
-    from methods.agentxray.run import AgentXRayRunConfig, _toy_search
+    from common.config import Run
+    from methods.agentxray.config import AgentXRayRunConfig
+    from methods.agentxray.experiments import _toy_search, run_toy
     from methods.agentxray.toy import DISTRACTOR_AGENTS, HIDDEN_CHAIN_LONG
 
     pool = toy_agent_pool(12)
@@ -693,7 +720,7 @@ def test_toy_variants_distractors_long_chain_and_random_budget():
     with pytest.raises(ValueError, match="n_distractors"):
         toy_agent_pool(13)
     with pytest.raises(ValueError, match="hidden_chain"):
-        AgentXRayRunConfig(hidden_chain=["Nobody"])
+        run_toy(Run(AgentXRayRunConfig(hidden_chain=["Nobody"]), None, None, 0, Path("."), None))
     with pytest.raises(ValueError, match="random_budget"):
         AgentXRayRunConfig(random_budget="chains")
     cfg = AgentXRayRunConfig(hidden_chain=list(HIDDEN_CHAIN_LONG), random_budget="iterations")
@@ -780,3 +807,34 @@ def test_expansion_without_profiles_adds_tools_like_the_official(schedule):
         c.N = 1
         kinds.append(c.primitive.kind)
     assert kinds == OFFICIAL["expansion_kinds"][schedule]
+
+
+# ----------------------------------------------------------------------------- paper smoke
+SETS = ("chatdev", "metagpt", "eduagent", "gpt", "gemini")
+_SMOKE_SERVERS: list = []
+
+
+def paper_smoke_setup(tmp_path: Path) -> dict[str, str]:
+    """Fixture sets in the published layout and a local OpenAI-compatible server."""
+    import os
+
+    os.environ.pop("OPENAI_API_KEY", None)  # the local server needs no key
+    seen: list[str] = []
+    httpd, url = _fake_openai_server(_scripted_reply(seen), seen)
+    _SMOKE_SERVERS.append(httpd)  # daemon thread; lives until the test process ends
+    return {
+        "axr_data": str(Path(__file__).parents[1] / "fixtures" / "agentxray" / "data"),
+        "axr_url": url,
+    }
+
+
+PAPER_SMOKE: dict[str, list[str]] = {
+    "paper": [
+        *(f"benchmark.sets.{n}.path={{axr_data}}/{n}" for n in SETS),
+        "method.base_url={axr_url}",
+        "method.search.iterations=2",
+        "method.seeds=[0]",
+        "method.train_samples=1",
+        "method.test_samples=1",
+    ],
+}
