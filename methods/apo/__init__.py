@@ -9,9 +9,11 @@ KL penalty; positive-advantage tokens keep the plain GRPO update.
 
 from methods.apo.loss import (
     ANCHOR_FORMS,
+    ANCHOR_RATIO_TO,
     CLIP_MODES,
     aggregate_tokens,
     anchor_set_mask,
+    apo_per_token_loss,
     apo_policy_loss,
     gather_policy_logps,
     grpo_clipped_loss,
@@ -24,11 +26,13 @@ from methods.apo.trainer import APOConfig, APOTrainer
 
 __all__ = [
     "ANCHOR_FORMS",
+    "ANCHOR_RATIO_TO",
     "CLIP_MODES",
     "APOConfig",
     "APOTrainer",
     "aggregate_tokens",
     "anchor_set_mask",
+    "apo_per_token_loss",
     "apo_policy_loss",
     "gather_policy_logps",
     "grpo_clipped_loss",

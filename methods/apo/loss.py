@@ -1,11 +1,18 @@
 """APO policy loss: the virtual anchor ratio and the rectified ratio on negative samples.
 
-Implements §3.4-3.5 of "Anchored Policy Optimization" (arXiv 2602.05717) as restated in the
-spec ``shared/specs/apo.md``: for tokens of responses with a negative advantage the PPO ratio
+Implements §3.4-3.5 of "Anchored Policy Optimization" (arXiv 2602.05717), read from a
+second-hand restatement of the paper (the PDF and the official code, github.com/1BIMU/APO_OFFICAL,
+were not readable): for tokens of responses with a negative advantage the PPO ratio
 ``r_t`` is replaced by the rectified ratio ``r̃_t = λ·r_t − β·r_anchor,t``, where the virtual anchor
 ratio ``r_anchor,t = Σ_{k∈S_t} π_θ(k|s_t) / Σ_{k∈S_t} π_ref(k|s_t)`` measures the policy's mass on
 the reference model's Top-K set minus the sampled token (the "safe manifold", exclusive anchoring).
 Tokens with a non-negative advantage keep the plain clipped GRPO surrogate.
+
+The restatement leaves open which policy the anchor ratio is taken against. ``anchor_ratio_to``
+offers both readings: ``"ref"`` (the formula above, ratio to π_ref) and ``"old"``
+(``r_anchor,t = Σ_{k∈S_t} ω̂_k · π_θ(k)/π_old(k)``, ω̂ from π_ref: the PPO convention that a ratio
+is to the behaviour policy). They agree at π_θ = π_old = π_ref and differ afterwards: on-policy the
+``"old"`` ratio is 1 at every step and its gradient is Σ ω̂_k ∇log π_θ(k).
 
 Shape letters: B sequences (prompt × sample), T completion tokens, V vocabulary, K Top-K size.
 All functions are pure tensor code and can be tested without a trainer.
@@ -19,13 +26,17 @@ from typing import Literal
 
 import torch
 
+from common.rl import reduce_token_loss
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ANCHOR_FORMS",
+    "ANCHOR_RATIO_TO",
     "CLIP_MODES",
     "aggregate_tokens",
     "anchor_set_mask",
+    "apo_per_token_loss",
     "apo_policy_loss",
     "gather_policy_logps",
     "grpo_clipped_loss",
@@ -38,9 +49,10 @@ AnchorForm = Literal["paper_linear", "log", "ref_xent"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean"]
 
 CLIP_MODES: tuple[str, ...] = ("rectified", "token_only", "none")
-_AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean")
+ANCHOR_RATIO_TO: tuple[str, ...] = ("ref", "old")
+_AGGREGATIONS: dict[str, str] = {"token_mean": "bnpo", "seq_mean_token_mean": "grpo"}
 # A pull term larger than this means Z_ref underflowed (the sampled token held almost all the
-# reference mass) and the anchor ratio is numerically unbounded (spec §8).
+# reference mass) and the anchor ratio is numerically unbounded (a numerical guard of ours).
 _R_ANCHOR_WARN = 1e3
 _MAX_LOG_RATIO = 20.0
 _WARNED: set[tuple[float, float]] = set()
@@ -121,7 +133,7 @@ def gather_policy_logps(
 
 
 def anchor_set_mask(sampled: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-    """Membership mask of the exclusive anchor set S_t = TopK(π_ref) \\ {y_t} (spec §3.4).
+    """Membership mask of the exclusive anchor set S_t = TopK(π_ref) \\ {y_t} (paper §3.4).
 
     Args:
         sampled: sampled token ids, [B, T].
@@ -142,7 +154,7 @@ def virtual_anchor_ratio(
     *,
     gathered: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Virtual anchor ratio r_anchor,t and the anchor reference mass Z_ref,t (spec §3.4).
+    """Virtual anchor ratio r_anchor,t and the anchor reference mass Z_ref,t (paper §3.4).
 
     r_anchor,t = Σ_{k∈S_t} ω̂_k · π_θ(k)/π_ref(k) = Σ_{k∈S_t} π_θ(k) / Z_ref,t,
     with Z_ref,t = Σ_{k∈S_t} π_ref(k) and S_t = TopK(π_ref(·|s_t)) \\ {y_t}. It equals 1 when π_θ
@@ -192,7 +204,7 @@ def virtual_anchor_ratio(
 
 
 # --------------------------------------------------------------------------------------------
-# anchor forms (one paper form, two clearly labelled diagnostic variants, spec §9.7)
+# anchor forms (one paper form, two clearly labelled diagnostic variants of ours)
 # --------------------------------------------------------------------------------------------
 def _anchor_paper_linear(
     r_anchor: torch.Tensor,
@@ -209,7 +221,7 @@ def _anchor_log(
     w_hat: torch.Tensor,
     topk_logp_ref: torch.Tensor,
 ) -> torch.Tensor:
-    # Non-paper diagnostic. 1 + log r_anchor equals r_anchor to first order at r_anchor = 1, so the
+    # Diagnostic form (not in the restatement). 1 + log r_anchor equals r_anchor to first order at r_anchor = 1, so the
     # value (and therefore PPO clipping) matches the paper form at init; the gradient is ∝ 1/r_anchor.
     return 1.0 + torch.log(r_anchor.clamp_min(1e-30))
 
@@ -220,7 +232,8 @@ def _anchor_ref_xent(
     w_hat: torch.Tensor,
     topk_logp_ref: torch.Tensor,
 ) -> torch.Tensor:
-    # Non-paper diagnostic: 1 + Σ_k ω̂_k (log π_θ(k) − log π_ref(k)); the gradient is that of the
+    # Diagnostic form: 1 + Σ_k ω̂_k (log π_θ(k) − log π_ref(k)); on-policy its gradient equals that of
+    # the anchor_ratio_to='old' ratio (Σ ω̂_k ∇log π_θ(k)); the gradient is that of the
     # reference-weighted log-likelihood of the anchor tokens (not ∝ π_θ(k)), and the value is 1 at
     # π_θ = π_ref so that clipping behaves as for the paper form.
     diff = torch.where(w_hat > 0, logp_topk - topk_logp_ref, 0.0)  # [B, T, K]
@@ -235,12 +248,15 @@ ANCHOR_FORMS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
-    """Reduce a per-token loss [B, T] to a scalar: ``token_mean`` or ``seq_mean_token_mean``."""
-    if agg == "token_mean":
-        return (per_token * mask).sum() / mask.sum().clamp_min(1.0)
-    # seq_mean_token_mean: mean over tokens of each sequence, then over sequences
-    seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)  # [B]
-    return seq.mean()
+    """Reduce a per-token loss [B, T] to a scalar: ``token_mean`` or ``seq_mean_token_mean``.
+
+    Both go through :func:`common.rl.reduce_token_loss` (``token_mean`` is TRL's ``bnpo``,
+    ``seq_mean_token_mean`` TRL's ``grpo``), without gradient accumulation. The trainer reduces
+    with TRL's ``loss_type`` instead (:meth:`common.rl.GroupAdvantageGRPOTrainer.reduce_loss`).
+    """
+    if agg not in _AGGREGATIONS:
+        raise ValueError(f"agg must be one of {list(_AGGREGATIONS)}, got {agg!r}")
+    return reduce_token_loss(per_token, mask, _AGGREGATIONS[agg], mode="eval")
 
 
 def grpo_clipped_loss(
@@ -252,7 +268,7 @@ def grpo_clipped_loss(
     eps_high: float = 0.2,
     agg: Aggregation = "token_mean",
 ) -> torch.Tensor:
-    """The plain clipped GRPO/PPO surrogate, −min(A·r, A·clip(r, 1−ε_low, 1+ε_high)) (spec §3.1).
+    """The plain clipped GRPO/PPO surrogate, −min(A·r, A·clip(r, 1−ε_low, 1+ε_high)) (GRPO, Shao et al. 2024).
 
     The reference the APO loss must reduce to at λ = 1, β = 0 (no dual clip).
 
@@ -276,7 +292,7 @@ def grpo_clipped_loss(
     return aggregate_tokens(per_token, mask.to(per_token.dtype), agg)
 
 
-def apo_policy_loss(
+def apo_per_token_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     sampled: torch.Tensor,
@@ -290,24 +306,29 @@ def apo_policy_loss(
     eps_high: float = 0.2,
     dual_clip: float | None = 3.0,
     clip_mode: ClipMode = "rectified",
-    agg: Aggregation = "token_mean",
     anchor_form: AnchorForm = "paper_linear",
     z_floor: float = 1e-8,
     *,
     gathered: bool = False,
     logp_sampled: torch.Tensor | None = None,
+    anchor_ratio_to: str = "ref",
+    topk_logp_old: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The APO loss: clipped surrogate with the rectified ratio on negative-advantage tokens.
+    """The per-token APO loss ``[B, T]`` (zero on masked tokens); reduce it with
+    :func:`common.rl.reduce_token_loss` (:func:`apo_policy_loss` does, for a scalar).
 
-    Implements spec §3.5 / pseudocode P2 (paper Eq. "ratio rectification"):
+    Implements the paper's ratio rectification (§3.5, as restated second-hand):
 
     * r_t = π_θ(y_t)/π_old(y_t) (log-difference clamped to ±20);
     * ρ_t = λ·r_t − β·r_anchor,t if A < 0, else ρ_t = r_t;
     * ℓ_t = −min(A·ρ_t, A·clip(ρ_t, 1−ε_low, 1+ε_high)); for A < 0 also the dual clip
-      ℓ_t = min(ℓ_t, −A·c);
-    * L = token-mean of ℓ_t over the completion mask.
+      ℓ_t = min(ℓ_t, −A·c).
 
-    ``clip_mode="rectified"`` clips ρ as a whole (default, spec §9.1); ``"token_only"`` clips only
+    ``anchor_ratio_to`` chooses the denominator of the anchor ratio (the restatement is
+    ambiguous): ``"ref"`` gives Σ_{k∈S} π_θ(k)/Z_ref; ``"old"`` gives Σ_{k∈S} ω̂_k π_θ(k)/π_old(k)
+    with ``topk_logp_old`` = log π_old at ``topk_ids`` (default: ``logp`` detached, i.e. on-policy).
+
+    ``clip_mode="rectified"`` clips ρ as a whole (default; the paper does not say which); ``"token_only"`` clips only
     r_t inside ρ (λ·clip(r) − β·r_anchor); ``"none"`` uses −A·ρ unclipped. Positive-advantage
     tokens never see λ, β or the anchor term.
 
@@ -326,14 +347,17 @@ def apo_policy_loss(
         eps_high: PPO upper clip ε_high.
         dual_clip: dual-clip constant c > 1 for A < 0, or None to disable.
         clip_mode: one of :data:`CLIP_MODES`.
-        agg: ``"token_mean"`` (verl default) or ``"seq_mean_token_mean"`` (TRL ``grpo``).
-        anchor_form: ``"paper_linear"`` (paper); ``"log"``/``"ref_xent"`` are non-paper diagnostics.
+        anchor_form: ``"paper_linear"`` (the paper's linear ratio) or the diagnostics ``"log"``
+            (1 + log r_anchor) and ``"ref_xent"`` (1 + Σ ω̂ (log π_θ − log π_ref); with
+            ``anchor_ratio_to="ref"`` only).
         z_floor: floor on Z_ref.
         gathered: ``logp`` is already gathered at ``topk_ids``.
         logp_sampled: policy log-probs of the sampled tokens [B, T] (required with ``gathered``).
+        anchor_ratio_to: one of :data:`ANCHOR_RATIO_TO` (see above).
+        topk_logp_old: π_old log-probs at ``topk_ids`` [B, T, K], for ``anchor_ratio_to="old"``.
 
     Returns:
-        ``(loss, stats)``; ``stats`` holds floats: ``r_anchor_neg`` (mean r_anchor on negative
+        ``(per_token_loss [B, T], stats)``; ``stats`` holds floats: ``r_anchor_neg`` (mean r_anchor on negative
         tokens), ``safe_manifold_mass`` (mean Σ_{TopK} π_θ), ``frac_sampled_in_topk``,
         ``clip_low_frac``, ``clip_high_frac``, ``dual_clip_frac``, ``frac_neg_tokens``,
         ``z_underflow_tokens``.
@@ -346,8 +370,14 @@ def apo_policy_loss(
         raise ValueError(f"clip_mode must be one of {list(CLIP_MODES)}, got {clip_mode!r}")
     if anchor_form not in ANCHOR_FORMS:
         raise ValueError(f"anchor_form must be one of {list(ANCHOR_FORMS)}, got {anchor_form!r}")
-    if agg not in _AGGREGATIONS:
-        raise ValueError(f"agg must be one of {list(_AGGREGATIONS)}, got {agg!r}")
+    if anchor_ratio_to not in ANCHOR_RATIO_TO:
+        raise ValueError(
+            f"anchor_ratio_to must be one of {list(ANCHOR_RATIO_TO)}, got {anchor_ratio_to!r}"
+        )
+    if anchor_ratio_to == "old" and anchor_form == "ref_xent":
+        raise ValueError(
+            "anchor_form='ref_xent' is a reference-ratio form; use anchor_ratio_to='ref' with it"
+        )
     if lam < 0:
         raise ValueError(f"lam (push coefficient λ) must be >= 0, got {lam}")
     if beta < 0:
@@ -392,7 +422,7 @@ def apo_policy_loss(
     if beta > lam and (lam, beta) not in _WARNED:
         _WARNED.add((lam, beta))  # once per setting, not once per step
         logger.warning(
-            "beta=%s > lam=%s: the pull term outweighs the push on wrong tokens (spec §8)",
+            "beta=%s > lam=%s: the pull term outweighs the push on wrong tokens",
             beta,
             lam,
         )
@@ -407,6 +437,18 @@ def apo_policy_loss(
     in_s = anchor_set_mask(sampled, topk_ids)  # [B, T, K]
     ref_lp = topk_logp_ref.to(logp_topk.dtype)
     w_hat = torch.where(in_s, ref_lp.exp(), 0.0) / z_ref.clamp_min(z_floor)[..., None]  # [B, T, K]
+    if anchor_ratio_to == "old":
+        if topk_logp_old is None:
+            topk_logp_old = logp_topk.detach()  # on-policy: π_old = π_θ before the update
+        elif tuple(topk_logp_old.shape) != tuple(topk_ids.shape):
+            raise ValueError(
+                f"topk_logp_old must be [B, T, K]={list(topk_ids.shape)}, got "
+                f"{tuple(topk_logp_old.shape)}"
+            )
+        log_r = (logp_topk - topk_logp_old.to(logp_topk.dtype)).clamp(
+            -_MAX_LOG_RATIO, _MAX_LOG_RATIO
+        )
+        r_anchor = (w_hat * torch.where(in_s, log_r.exp(), 0.0)).sum(-1)  # [B, T]
     anchor = ANCHOR_FORMS[anchor_form](r_anchor, logp_topk, w_hat, ref_lp)  # [B, T]
 
     rectified = lam * ratio - beta * anchor  # [B, T]
@@ -429,7 +471,6 @@ def apo_policy_loss(
         dual_hit = torch.zeros_like(neg)
     # padded positions may hold garbage (±inf log-probs); never let NaN leak through the mask
     per_token = torch.where(valid, per_token, 0.0)
-    loss = aggregate_tokens(per_token, maskf, agg)
 
     with torch.no_grad():
         n_valid = valid.sum().clamp_min(1).float()
@@ -460,7 +501,51 @@ def apo_policy_loss(
             "frac_neg_tokens": float(n_neg / n_valid),
             "z_underflow_tokens": float(n_under),
         }
-    return loss, stats
+    return per_token, stats
+
+
+def apo_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    sampled: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_logp_ref: torch.Tensor,
+    lam: float = 1.05,
+    beta: float = 0.1,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = 3.0,
+    clip_mode: ClipMode = "rectified",
+    agg: Aggregation = "token_mean",
+    anchor_form: AnchorForm = "paper_linear",
+    z_floor: float = 1e-8,
+    *,
+    gathered: bool = False,
+    logp_sampled: torch.Tensor | None = None,
+    anchor_ratio_to: str = "ref",
+    topk_logp_old: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The scalar APO loss: :func:`apo_per_token_loss` reduced by ``agg``.
+
+    ``agg="token_mean"`` (verl's default, TRL ``bnpo`` on one batch) or ``"seq_mean_token_mean"``
+    (TRL ``grpo``), both through :func:`common.rl.reduce_token_loss`; every other argument is that
+    of :func:`apo_per_token_loss`.
+
+    Returns:
+        ``(loss, stats)`` with the stats of :func:`apo_per_token_loss`.
+    """
+    if agg not in _AGGREGATIONS:
+        raise ValueError(f"agg must be one of {list(_AGGREGATIONS)}, got {agg!r}")
+    per_token, stats = apo_per_token_loss(
+        logp, old_logp, sampled, advantages, mask, topk_ids, topk_logp_ref, lam=lam, beta=beta,
+        eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, clip_mode=clip_mode,
+        anchor_form=anchor_form, z_floor=z_floor, gathered=gathered, logp_sampled=logp_sampled,
+        anchor_ratio_to=anchor_ratio_to, topk_logp_old=topk_logp_old,
+    )  # fmt: skip
+    maskf = mask.to(per_token.dtype) if mask.shape == per_token.shape else mask
+    return aggregate_tokens(per_token, maskf, agg), stats
 
 
 def kl_on_wrong_penalty(
@@ -472,7 +557,7 @@ def kl_on_wrong_penalty(
 ) -> torch.Tensor:
     """Per-token "KL-on-Wrong" penalty: the k3 KL estimator on negative-advantage tokens only.
 
-    Baseline of the paper (spec §3.5): coef · (exp(q − p) − (q − p) − 1) with p = log π_θ(y_t),
+    Baseline of the paper (§4, form not given; k3 as TRL): coef · (exp(q − p) − (q − p) − 1) with p = log π_θ(y_t),
     q = log π_ref(y_t), applied where A < 0 and the mask is on, zero elsewhere. Add it to the
     per-token policy loss before aggregation (as TRL does for its β·KL term).
 

@@ -49,14 +49,15 @@ class APORunConfig:
         lam: push coefficient λ (paper: 1.05).
         beta: pull coefficient β (paper: 0.1).
         clip_mode: how the rectified ratio is clipped (spec §9.1).
-        anchor_form: ``paper_linear`` (paper) or a non-paper diagnostic.
+        anchor_form: ``paper_linear`` (the paper's linear ratio) or a diagnostic form.
+        anchor_ratio_to: ``ref`` (ratio to π_ref) or ``old`` (to π_old) for the ``apo`` arm.
         eps_low: PPO clip ε_low.
         eps_high: PPO clip ε_high.
         dual_clip: verl dual-clip constant c.
         seeds: seeds of the toy (one bandit instance and sampling stream per seed).
         toy: :class:`methods.apo.toy.BanditConfig` fields.
         extra_arms: additional labelled arms (``BanditArm`` fields), e.g. β sweeps or the
-            non-paper anchor forms; the four main arms are always run.
+            other anchor forms / anchor_ratio_to; the four main arms are always run.
         threads: torch CPU threads for the toy (1 is fastest for these tiny tensors).
         train: ``mode=train`` settings (:class:`methods.apo.train.TrainSettings` fields).
     """
@@ -68,6 +69,7 @@ class APORunConfig:
     beta: float = 0.1
     clip_mode: str = "rectified"
     anchor_form: str = "paper_linear"
+    anchor_ratio_to: str = "ref"
     eps_low: float = 0.2
     eps_high: float = 0.2
     dual_clip: float | None = 3.0
@@ -97,6 +99,7 @@ def main_arms(mc: APORunConfig) -> list[BanditArm]:
             k=mc.k,
             clip_mode=mc.clip_mode,
             anchor_form=mc.anchor_form,
+            anchor_ratio_to=mc.anchor_ratio_to,
         ),
     ]
 
@@ -183,7 +186,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
     notes = (
         "Exact metrics of the trained policy (no sampling noise); mean over seeds, `_std` across "
         "seeds. `base` is the reference policy. Arms whose name contains `ref_xent` or `log` use a "
-        "non-paper anchor form (spec §9.7). With clip_mode=rectified and β > λ − (1 − ε_low) every "
+        "diagnostic anchor form; `apo_anchor_old` takes the anchor ratio against π_old instead of "
+        "π_ref (the source leaves this open). With clip_mode=rectified and β > λ − (1 − ε_low) every "
         "negative token is clipped at initialisation (λ − β < 0.8), so such arms train on positive "
         "samples only."
     )

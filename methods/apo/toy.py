@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from methods.apo.loss import ANCHOR_FORMS, CLIP_MODES, apo_policy_loss
+from methods.apo.loss import ANCHOR_FORMS, ANCHOR_RATIO_TO, CLIP_MODES, apo_policy_loss
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,9 @@ class BanditArm:
         k: safe-manifold size K.
         kl: ``"none"``, ``"all"`` (GRPO+KL) or ``"wrong"`` (KL-on-Wrong).
         clip_mode: see :data:`methods.apo.CLIP_MODES`.
-        anchor_form: see :data:`methods.apo.ANCHOR_FORMS` (only ``paper_linear`` is the paper).
+        anchor_form: see :data:`methods.apo.ANCHOR_FORMS` (``paper_linear`` is the paper's).
+        anchor_ratio_to: ``ref`` or ``old`` (:data:`methods.apo.ANCHOR_RATIO_TO`): the policy the
+            virtual anchor ratio is taken against (the source is ambiguous; both are offered).
     """
 
     name: str
@@ -108,8 +110,14 @@ class BanditArm:
     kl: str = "none"
     clip_mode: str = "rectified"
     anchor_form: str = "paper_linear"
+    anchor_ratio_to: str = "ref"
 
     def __post_init__(self) -> None:
+        if self.anchor_ratio_to not in ANCHOR_RATIO_TO:
+            raise ValueError(
+                f"anchor_ratio_to must be one of {list(ANCHOR_RATIO_TO)}, got "
+                f"{self.anchor_ratio_to!r}"
+            )
         if self.kl not in ("none", "all", "wrong"):
             raise ValueError(f"kl must be 'none', 'all' or 'wrong', got {self.kl!r}")
         if self.clip_mode not in CLIP_MODES:
@@ -225,6 +233,7 @@ def run_bandit_arm(
             beta=arm.beta,
             clip_mode=arm.clip_mode,
             anchor_form=arm.anchor_form,
+            anchor_ratio_to=arm.anchor_ratio_to,
         )
         if arm.kl != "none":
             kl = (logp.exp() * (logp - ref_logp[xs])).sum(-1)  # [B], exact KL(π‖π_ref)

@@ -205,6 +205,7 @@ def run_training(cfg: DictConfig, mc: Any) -> dict[str, float]:
             apo_k=mc.k,
             apo_clip_mode=mc.clip_mode,
             apo_anchor_form=mc.anchor_form,
+            apo_anchor_ratio_to=mc.anchor_ratio_to,
             apo_dual_clip=mc.dual_clip,
             epsilon=mc.eps_low,
             epsilon_high=mc.eps_high,

@@ -1,4 +1,4 @@
-"""``APOTrainer``: GRPO with APO's rectified ratio on negative-advantage tokens (spec §3.5, P3).
+"""``APOTrainer``: GRPO with APO's rectified ratio on negative-advantage tokens (paper §3.5).
 
 What changes compared with GRPO (``common.rl.GroupAdvantageGRPOTrainer``, TRL 1.16):
 
@@ -6,7 +6,9 @@ What changes compared with GRPO (``common.rl.GroupAdvantageGRPOTrainer``, TRL 1.
    then). With PEFT the reference is the model with its adapter disabled, with no second copy.
 2. The policy-loss hook runs one extra teacher-forced reference pass per batch and keeps its Top-K
    per completion position (:func:`methods.apo.reference_topk`), then calls
-   :func:`methods.apo.apo_policy_loss` on the policy's full-vocabulary log-probs.
+   :func:`methods.apo.apo_per_token_loss` on the policy's full-vocabulary log-probs and reduces
+   the per-token loss with TRL's ``loss_type`` (:meth:`common.rl.GroupAdvantageGRPOTrainer.
+   reduce_loss`: TRL's normalisation, eval branch and vLLM importance-sampling correction).
 3. Optional baselines in the same trainer: ``apo_lambda=1, apo_beta=0`` is GRPO (with APO's
    clipping/aggregation), ``apo_kl_coef > 0`` (or TRL's ``beta``) adds TRL-style k3 KL on all
    tokens (GRPO+KL), and
@@ -29,9 +31,9 @@ from trl import GRPOConfig
 from common.rl import GroupAdvantageGRPOTrainer
 from methods.apo.loss import (
     ANCHOR_FORMS,
+    ANCHOR_RATIO_TO,
     CLIP_MODES,
-    aggregate_tokens,
-    apo_policy_loss,
+    apo_per_token_loss,
     kl_on_wrong_penalty,
 )
 from methods.apo.topk import reference_topk
@@ -50,9 +52,14 @@ class APOConfig(GRPOConfig):
         apo_lambda: push coefficient λ on negative tokens (paper: 1.05).
         apo_beta: pull coefficient β towards the anchor set (paper: 0.1).
         apo_clip_mode: ``rectified`` (clip λr − βr_anchor as a whole), ``token_only`` or ``none``.
-        apo_anchor_form: ``paper_linear`` (paper) or the non-paper diagnostics ``log``/``ref_xent``.
+        apo_anchor_form: ``paper_linear`` (the paper's linear ratio) or the diagnostics
+            ``log``/``ref_xent``.
+        apo_anchor_ratio_to: ``ref`` (anchor ratio to π_ref, as the restated formula writes it) or
+            ``old`` (to the behaviour policy π_old, the PPO convention); the source is ambiguous.
         apo_dual_clip: dual-clip constant c for negative tokens (verl: 3.0); None disables.
-        apo_agg: ``token_mean`` (verl default) or ``seq_mean_token_mean`` (TRL ``grpo``).
+
+    The token aggregation is TRL's ``loss_type`` (default ``dapo``, the global token mean closest to
+    verl's ``token-mean``; ``grpo`` is the per-sequence mean, ``bnpo`` the micro-batch token mean).
         apo_kl_coef: coefficient of the GRPO+KL baseline penalty on all tokens (0: off). A
             non-zero TRL ``beta`` is moved here: APO's own reference serves the KL too, so TRL
             does not load a second reference (which it cannot for in-memory models).
@@ -64,15 +71,17 @@ class APOConfig(GRPOConfig):
     apo_lambda: float = field(default=1.05, metadata={"help": "Push coefficient λ (negatives)."})
     apo_beta: float = field(default=0.1, metadata={"help": "Pull coefficient β (anchor set)."})
     apo_clip_mode: str = field(
-        default="rectified", metadata={"help": "rectified | token_only | none (spec §9.1)."}
+        default="rectified",
+        metadata={"help": "rectified | token_only | none (the paper does not say which)."},
     )
     apo_anchor_form: str = field(
         default="paper_linear", metadata={"help": "paper_linear (paper) | log | ref_xent."}
     )
-    apo_dual_clip: float | None = field(default=3.0, metadata={"help": "Dual-clip c; None: off."})
-    apo_agg: str = field(
-        default="token_mean", metadata={"help": "token_mean | seq_mean_token_mean"}
+    apo_anchor_ratio_to: str = field(
+        default="ref",
+        metadata={"help": "Anchor ratio against ref (π_ref) or old (π_old); source ambiguous."},
     )
+    apo_dual_clip: float | None = field(default=3.0, metadata={"help": "Dual-clip c; None: off."})
     apo_kl_coef: float = field(
         default=0.0, metadata={"help": "GRPO+KL baseline coefficient (k3 on all tokens)."}
     )
@@ -104,15 +113,23 @@ class APOConfig(GRPOConfig):
             raise ValueError(
                 f"apo_anchor_form must be one of {list(ANCHOR_FORMS)}, got {self.apo_anchor_form!r}"
             )
-        if self.apo_agg not in ("token_mean", "seq_mean_token_mean"):
+        if self.apo_anchor_ratio_to not in ANCHOR_RATIO_TO:
             raise ValueError(
-                f"apo_agg must be token_mean or seq_mean_token_mean, got {self.apo_agg!r}"
+                f"apo_anchor_ratio_to must be one of {list(ANCHOR_RATIO_TO)}, got "
+                f"{self.apo_anchor_ratio_to!r}"
+            )
+        if self.apo_anchor_ratio_to == "old" and self.apo_anchor_form == "ref_xent":
+            raise ValueError("apo_anchor_form='ref_xent' needs apo_anchor_ratio_to='ref'")
+        if self.apo_anchor_ratio_to == "old" and self.num_iterations > 1:
+            raise ValueError(
+                "apo_anchor_ratio_to='old' needs π_old at the reference Top-K ids, which TRL does "
+                "not keep when num_iterations > 1; use num_iterations=1 (on-policy) or 'ref'"
             )
         if self.apo_kl_on_wrong < 0:
             raise ValueError(f"apo_kl_on_wrong must be >= 0, got {self.apo_kl_on_wrong}")
         if self.apo_beta > self.apo_lambda:
             logger.warning(
-                "apo_beta=%s > apo_lambda=%s: the pull outweighs the push (spec §8)",
+                "apo_beta=%s > apo_lambda=%s: the pull outweighs the push",
                 self.apo_beta,
                 self.apo_lambda,
             )
@@ -146,6 +163,13 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
     """
 
     _tag_names = ["trl", "grpo", "apo"]
+    # The per-token APO loss is a clipped ratio loss, reduced by reduce_loss: every TRL loss_type
+    # whose per-token form is the clipped ratio (cispo/sapo/vespo change that form), and TRL's vLLM
+    # correction. TRL's ``beta`` is moved to ``apo_kl_coef`` by APOConfig.
+    POLICY_LOSS_SUPPORT = {
+        "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"),
+        "vllm_importance_sampling_correction": (True, False),
+    }
 
     def __init__(
         self,
@@ -230,7 +254,8 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
 
     # ----- the loss hook ---------------------------------------------------------------------
     def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
-        """APO loss (spec P2) on one local batch; KL terms for the GRPO+KL / KL-on-Wrong baselines."""
+        """APO loss on one local batch, reduced as TRL's ``loss_type``; KL terms for the GRPO+KL /
+        KL-on-Wrong baselines are added after the vLLM correction, as TRL adds its ``beta`` term."""
         args = self.args
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -252,7 +277,7 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logp_sampled.detach() if old is None else old
         advantages = inputs["advantages"]
-        loss, stats = apo_policy_loss(
+        per_token, stats = apo_per_token_loss(
             logp,
             old,
             completion_ids,
@@ -266,28 +291,30 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
             eps_high=self.epsilon_high,
             dual_clip=args.apo_dual_clip,
             clip_mode=args.apo_clip_mode,
-            agg=args.apo_agg,
             anchor_form=args.apo_anchor_form,
+            anchor_ratio_to=args.apo_anchor_ratio_to,
         )
         maskf = mask.to(logp.dtype)
+        kl = None
         if args.apo_kl_coef > 0:  # GRPO+KL baseline: k3 on every token, as TRL's beta term
-            kl_all = kl_on_wrong_penalty(
+            kl = kl_on_wrong_penalty(
                 logp_sampled, ref_lp_sampled, -torch.ones_like(advantages), mask, args.apo_kl_coef
             )
-            loss = loss + aggregate_tokens(kl_all, maskf, args.apo_agg)
-            stats["kl"] = float(aggregate_tokens(kl_all.detach(), maskf, args.apo_agg))
+            stats["kl"] = float((kl.detach() * maskf).sum() / maskf.sum().clamp_min(1.0))
         if args.apo_kl_on_wrong > 0:
             kl_wrong = kl_on_wrong_penalty(
                 logp_sampled, ref_lp_sampled, advantages, mask, args.apo_kl_on_wrong
             )
-            loss = loss + aggregate_tokens(kl_wrong, maskf, args.apo_agg)
-            stats["kl_on_wrong"] = float(aggregate_tokens(kl_wrong.detach(), maskf, args.apo_agg))
+            stats["kl_on_wrong"] = float(
+                (kl_wrong.detach() * maskf).sum() / maskf.sum().clamp_min(1)
+            )
+            kl = kl_wrong if kl is None else kl + kl_wrong
+        # the coefficients are inside kl, hence beta=1
+        loss = self.reduce_loss(per_token, inputs, per_token_kl=kl, beta=1.0)
         mode = "train" if self.model.training else "eval"
         with torch.no_grad():
             ent = -(logp.exp() * logp).sum(-1)  # [b, T]
             stats["entropy"] = float((ent * maskf).sum() / maskf.sum().clamp_min(1.0))
         for key, value in stats.items():
             self.log_metric(f"apo/{key}", value, mode)
-        if mode == "train":
-            loss = loss / self.current_gradient_accumulation_steps
         return loss

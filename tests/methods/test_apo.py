@@ -6,6 +6,7 @@ vocabulary, finite differences and first-order SGD steps on small fp64 cases.
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -430,19 +431,20 @@ def test_apo_trainer_smoke_logs_anchor_ratio_and_safe_mass(tiny_lm, tmp_path):
     assert all(torch.equal(p, before[n]) for n, p in ref.named_parameters() if n in before)
 
 
-def test_apo_trainer_identity_matches_trl_grpo(tiny_lm, tmp_path):
-    # λ = 1, β = 0, TRL's aggregation and no dual clip: one step equals TRL's own GRPO step.
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_apo_trainer_identity_matches_trl_grpo(tiny_lm, tmp_path, loss_type):
+    # λ = 1, β = 0, no dual clip: one step equals TRL's own GRPO step for TRL's loss_type
+    # (the per-token APO loss is reduced by common.rl.reduce_token_loss).
     # Plain SGD, so that fp32 noise in near-zero gradients is not amplified to ±lr as by Adam.
     from trl import GRPOTrainer
 
     params = []
     for cls, extra in [
-        (None, {"apo_lambda": 1.0, "apo_beta": 0.0, "apo_dual_clip": None,
-                "apo_agg": "seq_mean_token_mean"}),
+        (None, {"apo_lambda": 1.0, "apo_beta": 0.0, "apo_dual_clip": None}),
         (GRPOTrainer, {}),
     ]:  # fmt: skip
         torch.manual_seed(0)
-        extra = {**extra, "optim": "sgd", "learning_rate": 0.1}
+        extra = {**extra, "optim": "sgd", "learning_rate": 0.1, "loss_type": loss_type}
         tr = _apo_trainer(tiny_lm, tmp_path / str(cls), steps=1, trainer_cls=cls, **extra)
         tr.train()
         params.append({k: v.detach().clone() for k, v in tr.model.named_parameters()})
@@ -528,3 +530,139 @@ def test_apo_trainer_peft_uses_disabled_adapter_as_reference(tiny_lm, tmp_path):
     logs = [h for h in trainer.state.log_history if "apo/r_anchor_neg" in h]
     # LoRA B starts at zero, so step 0 is on-reference: r_anchor = 1
     assert logs[0]["apo/r_anchor_neg"] == pytest.approx(1.0, abs=1e-4)
+
+
+# ---------------------------------------------------------------- issue 27: anchor ratio to π_old
+def test_anchor_ratio_to_old_is_one_on_policy_with_the_ref_xent_gradient():
+    """On-policy the 'old' ratio is 1 and its gradient is Σ ω̂ ∇log π_θ (= ref_xent's); the
+    'ref' ratio has a different value and gradient once π_θ ≠ π_ref."""
+    logits, _, sampled, _, ids, lp, adv, mask = _case(off_policy=False)
+    grads, r_neg = {}, {}
+    for name, kw in {
+        "ref": {"anchor_ratio_to": "ref"},
+        "old": {"anchor_ratio_to": "old"},
+        "ref_xent": {"anchor_form": "ref_xent"},
+    }.items():
+        z = logits.clone().requires_grad_(True)
+        logp = torch.log_softmax(z, -1)
+        old = logp.detach().gather(-1, sampled[..., None]).squeeze(-1)
+        loss, stats = apo_policy_loss(
+            logp, old, sampled, adv, mask, ids, lp, lam=1.05, beta=0.5, clip_mode="none",
+            dual_clip=None, **kw,
+        )  # fmt: skip
+        loss.backward()
+        grads[name], r_neg[name] = z.grad, stats["r_anchor_neg"]
+    assert r_neg["old"] == pytest.approx(1.0, abs=1e-12)
+    assert abs(r_neg["ref"] - 1.0) > 1e-3  # π_θ ≠ π_ref in this case
+    assert_close(grads["old"], grads["ref_xent"])
+    assert not torch.allclose(grads["old"], grads["ref"], atol=1e-4)
+
+
+def test_anchor_ratio_to_old_uses_given_old_topk_logps():
+    logits, _, sampled, old_logp, ids, lp, adv, mask = _case()
+    logp = torch.log_softmax(logits, -1)
+    old_topk = logp.gather(-1, ids) + 0.2  # π_old differs from π_θ at the Top-K ids
+    _, stats = apo_policy_loss(
+        logp, old_logp, sampled, adv, mask, ids, lp, anchor_ratio_to="old", topk_logp_old=old_topk
+    )
+    # r = Σ ω̂ exp(logπ_θ − logπ_old) = exp(−0.2) exactly, for every token
+    assert stats["r_anchor_neg"] == pytest.approx(math.exp(-0.2), rel=1e-9)
+    with pytest.raises(ValueError, match="anchor_ratio_to"):
+        apo_policy_loss(logp, old_logp, sampled, adv, mask, ids, lp, anchor_ratio_to="pi_old")
+    with pytest.raises(ValueError, match="ref_xent"):
+        apo_policy_loss(
+            logp, old_logp, sampled, adv, mask, ids, lp, anchor_ratio_to="old",
+            anchor_form="ref_xent",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="topk_logp_old"):
+        apo_policy_loss(
+            logp, old_logp, sampled, adv, mask, ids, lp, anchor_ratio_to="old",
+            topk_logp_old=old_topk[..., :2],
+        )  # fmt: skip
+
+
+def test_apo_config_anchor_ratio_to_validation(tmp_path):
+    from common.rl import cpu_grpo_kwargs
+    from methods.apo import APOConfig
+
+    kw = cpu_grpo_kwargs(output_dir=str(tmp_path))
+    assert APOConfig(**kw).apo_anchor_ratio_to == "ref"
+    for bad, match in [
+        ({"apo_anchor_ratio_to": "behaviour"}, "apo_anchor_ratio_to"),
+        ({"apo_anchor_ratio_to": "old", "apo_anchor_form": "ref_xent"}, "ref_xent"),
+        ({"apo_anchor_ratio_to": "old", "num_iterations": 2}, "num_iterations"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            APOConfig(**{**kw, **bad})
+
+
+# ---------------------------------------------------------------- issue 26: TRL's loss reduction
+def _loss_batch(tiny_lm, b=8, p=3, t=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    vocab = tiny_lm[0].config.vocab_size
+    lengths = torch.tensor([5, 2, 4, 1, 5, 3, 5, 2])[:b]
+    return {
+        "prompt_ids": torch.randint(3, vocab, (b, p), generator=g),
+        "prompt_mask": torch.ones(b, p, dtype=torch.long),
+        "completion_ids": torch.randint(3, vocab, (b, t), generator=g),
+        "completion_mask": (torch.arange(t)[None] < lengths[:, None]).long(),
+        "advantages": torch.randn(b, generator=g),
+        "num_items_in_batch": lengths.sum() * 2,
+    }
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
+def test_apo_trainer_reduces_like_trl_loss_type_with_vllm_correction(tiny_lm, tmp_path, loss_type):
+    """APOTrainer.policy_loss == reduce_token_loss(apo_per_token_loss) in train and eval mode; the
+    vLLM importance-sampling ratio multiplies the per-token loss (the old loss dropped it)."""
+    from common.rl import reduce_token_loss
+    from methods.apo import apo_per_token_loss
+
+    tr = _apo_trainer(
+        tiny_lm, tmp_path, loss_type=loss_type, gradient_accumulation_steps=2,
+        per_device_train_batch_size=4, apo_kl_on_wrong=0.05,
+    )  # fmt: skip
+    tr.current_gradient_accumulation_steps = 2
+    batch = _loss_batch(tiny_lm)
+    ratio = 0.5 + torch.rand(8, 5, generator=torch.Generator().manual_seed(1))
+    for mode in ("train", "eval"):
+        tr.model.train(mode == "train")
+        tr.use_vllm = False
+        plain = tr.policy_loss(tr.model, dict(batch))
+        tr.use_vllm, tr.vllm_importance_sampling_correction = True, True
+        corrected = tr.policy_loss(tr.model, {**batch, "importance_sampling_ratio": ratio})
+        # expected, from the pieces
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        with torch.no_grad():
+            topk_ids, topk_lp, ref_lp = tr.apo_reference(ids, am, batch["completion_ids"])
+            logits = tr.model(input_ids=ids, attention_mask=am, logits_to_keep=6).logits[:, :-1]
+            logp = torch.log_softmax(logits.float(), -1)
+            lp_s = logp.gather(-1, batch["completion_ids"][..., None]).squeeze(-1)
+            per_token, _ = apo_per_token_loss(
+                logp, lp_s, batch["completion_ids"], batch["advantages"],
+                batch["completion_mask"], topk_ids, topk_lp,
+            )  # fmt: skip
+            from methods.apo import kl_on_wrong_penalty
+
+            kl = kl_on_wrong_penalty(
+                lp_s, ref_lp, batch["advantages"], batch["completion_mask"], 0.05
+            )
+        kw = dict(
+            mode=mode, max_completion_length=tr.max_completion_length,
+            num_items_in_batch=batch["num_items_in_batch"],
+            gradient_accumulation_steps=2 if mode == "train" else 1,
+            steps_per_generation=tr.args.steps_per_generation, per_token_kl=kl, beta=1.0,
+        )  # fmt: skip
+        expected = reduce_token_loss(per_token, batch["completion_mask"], loss_type, **kw)
+        expected_is = reduce_token_loss(
+            per_token, batch["completion_mask"], loss_type, importance_sampling_ratio=ratio, **kw
+        )
+        assert_close(plain.detach(), expected, rtol=1e-5, atol=1e-7)
+        assert_close(corrected.detach(), expected_is, rtol=1e-5, atol=1e-7)
+        assert not torch.allclose(expected, expected_is)
+
+
+def test_apo_trainer_rejects_loss_types_it_does_not_implement(tiny_lm, tmp_path):
+    with pytest.raises(ValueError, match="loss_type='sapo'"):
+        _apo_trainer(tiny_lm, tmp_path, loss_type="sapo")
