@@ -470,6 +470,7 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
         inputs: dict[str, Any],
         per_token_kl: Tensor | None = None,
         loss_type: str | None = None,
+        beta: float | None = None,
     ) -> Tensor:
         """:func:`reduce_token_loss` with this trainer's settings, for a :meth:`policy_loss`.
 
@@ -483,6 +484,7 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             inputs: the batch passed to :meth:`policy_loss`.
             per_token_kl: ``[b', T]`` KL term, added with coefficient ``beta``.
             loss_type: overrides ``args.loss_type`` (e.g. ``"grpo"`` for a per-sequence mean).
+            beta: overrides TRL's ``beta`` (e.g. 1.0 when ``per_token_kl`` carries its coefficient).
 
         Returns:
             The loss to back-propagate.
@@ -508,7 +510,7 @@ class GroupAdvantageGRPOTrainer(trl.GRPOTrainer):
             num_processes=self.accelerator.num_processes,
             importance_sampling_ratio=ratio,
             per_token_kl=per_token_kl,
-            beta=self.beta,
+            beta=self.beta if beta is None else beta,
         )
 
     def completion_extras(self, rewards: Tensor, inputs: dict[str, Any]) -> dict[str, Tensor]:
