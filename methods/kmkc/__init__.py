@@ -12,7 +12,12 @@ from .augment import (
     augment_structural_disambiguation,
     build_cgke_dataset,
 )
-from .cdkc import CalibrationWeights, cdkc_entropy_loss, correctness_reward
+from .cdkc import (
+    CalibrationWeights,
+    cdkc_entropy_loss,
+    cdkc_rollout_weights,
+    correctness_reward,
+)
 from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
 from .metrics import (
     expected_calibration_error,
@@ -49,6 +54,7 @@ __all__ = [
     "build_cgke_dataset",
     "build_profile",
     "cdkc_entropy_loss",
+    "cdkc_rollout_weights",
     "correctness_reward",
     "expected_calibration_error",
     "fit_structural_decay",

@@ -1,6 +1,7 @@
-"""Cognition-Driven Knowledge Calibration (CDKC) pieces (spec §3.4: the spec's proposal).
+"""Cognition-Driven Knowledge Calibration (CDKC) pieces (our proposal: the paper's objective is
+not public; its method figure names a bidirectional, entropy-based calibration).
 
-The paper's calibration objective is not public. The spec proposes GRPO plus a signed,
+The paper's calibration objective is not public. We use GRPO plus a signed,
 region-weighted entropy term: minimising λ[g, s]·s·H̄ lowers the entropy of correct rollouts
 (s = +1) and raises it on wrong ones (s = −1); confused questions only move rollouts that lie
 outside a band [h_lo, h_hi] ("stabilise"). Shapes: b rollouts.
@@ -45,25 +46,25 @@ class CalibrationWeights:
     shared: tuple[float, float] = field(default=(3e-3, 3e-3))  # used when region_adaptive=False
 
 
-def cdkc_entropy_loss(
+def cdkc_rollout_weights(
     entropy: torch.Tensor,
     correct: torch.Tensor,
     regions: Sequence[str],
     weights: CalibrationWeights | None = None,
 ) -> torch.Tensor:
-    """L_ent = (1/b) Σ_i λ[g_i, s_i]·s_i·H̄_i with s = +1 (correct) / −1 (wrong) (spec Eq. E7).
+    """The per-rollout factors λ[g_i, s_i]·s_i of (E7), ``[b]``, with the confused-region gate.
 
-    For the confused region with a band (h_lo, h_hi): a correct rollout contributes only if
-    H̄ > h_hi and a wrong one only if H̄ < h_lo.
+    s = +1 (correct) / −1 (wrong). For the confused region with a band (h_lo, h_hi): a correct
+    rollout gets a factor only if H̄ > h_hi and a wrong one only if H̄ < h_lo, else 0.
 
     Args:
-        entropy: ``[b]`` mean token entropies H̄ (differentiable).
+        entropy: ``[b]`` mean token signals H̄ (read, detached, for the band gate only).
         correct: ``[b]`` bool.
         regions: b region labels.
         weights: λ table and band.
 
     Returns:
-        Scalar loss to add to the GRPO loss (Eq. E8).
+        ``[b]`` factors on ``entropy``'s device and dtype (no gradient).
     """
     w = weights or CalibrationWeights()
     if entropy.dim() != 1 or correct.shape != entropy.shape or len(regions) != entropy.numel():
@@ -75,8 +76,7 @@ def cdkc_entropy_loss(
     if bad and w.region_adaptive:
         raise ValueError(f"regions: unknown labels {bad}; valid: {REGIONS}")
     correct = correct.bool()
-    sign = torch.where(correct, 1.0, -1.0).to(entropy.dtype)  # [b]
-    lam = []
+    factors = []
     for r, c, h in zip(regions, correct.tolist(), entropy.detach().tolist(), strict=True):
         pair = getattr(w, r) if w.region_adaptive else w.shared
         lam_i = pair[0] if c else pair[1]
@@ -84,6 +84,31 @@ def cdkc_entropy_loss(
             lo, hi = w.band
             if (c and h <= hi) or (not c and h >= lo):
                 lam_i = 0.0
-        lam.append(lam_i)
-    lam_t = torch.tensor(lam, dtype=entropy.dtype)  # [b]
-    return (lam_t * sign * entropy).mean()
+        factors.append(lam_i if c else -lam_i)
+    # device/dtype from the input (issue 29: built on the CPU before, failing on GPU batches)
+    return torch.tensor(factors, dtype=entropy.dtype, device=entropy.device)  # [b]
+
+
+def cdkc_entropy_loss(
+    entropy: torch.Tensor,
+    correct: torch.Tensor,
+    regions: Sequence[str],
+    weights: CalibrationWeights | None = None,
+) -> torch.Tensor:
+    """L_ent = (1/b) Σ_i λ[g_i, s_i]·s_i·H̄_i with s = +1 (correct) / −1 (wrong) (Eq. E7).
+
+    The sequence-level form; :class:`methods.kmkc.trainer.CDKCTrainer` builds the per-token form
+    ``λ_i s_i H_{i,t}`` and reduces it with :func:`common.rl.reduce_token_loss` (``grpo`` rule),
+    which equals this. See :func:`cdkc_rollout_weights` for λ and the confused-region band gate.
+
+    Args:
+        entropy: ``[b]`` mean token entropies H̄ (differentiable).
+        correct: ``[b]`` bool.
+        regions: b region labels.
+        weights: λ table and band.
+
+    Returns:
+        Scalar loss to add to the GRPO loss (Eq. E8).
+    """
+    factors = cdkc_rollout_weights(entropy, correct, regions, weights)
+    return (factors * entropy).mean()

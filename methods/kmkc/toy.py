@@ -73,7 +73,7 @@ class ToyConfig:
     grpo_prompts_per_step: int = 8
     grpo_beta: float = 0.0
     cdkc_mode: str = "loss"  # loss | reward (spec §9.1)
-    cdkc_signal: str = "nll"  # nll | entropy (spec §9.2)
+    cdkc_signal: str = "entropy"  # entropy (paper method figure) | nll (paper Eq. 24)
     cdkc_scale: float = 1.0  # multiplies every λ of the spec's table (1.0 = spec defaults)
     seeds: list[int] = field(default_factory=lambda: [0])
 

@@ -1,4 +1,5 @@
-"""The CDKC trainer: GRPO + the calibration term of spec §3.4 (Eqs. E5-E8) on common.rl's hooks.
+"""The CDKC trainer: GRPO + the signed calibration term (Eqs. E5-E8 of our restatement) on
+common.rl's hooks.
 
 Kept apart from :mod:`methods.kmkc.cdkc` so that importing the package does not import TRL.
 """
@@ -11,9 +12,9 @@ from typing import Any
 import torch
 from trl import GRPOConfig
 
-from common.rl import GroupAdvantageGRPOTrainer
+from common.rl import ALL, LOSS_TYPES, GroupAdvantageGRPOTrainer, reduce_token_loss
 
-from .cdkc import CalibrationWeights, cdkc_entropy_loss
+from .cdkc import CalibrationWeights, cdkc_rollout_weights
 from .regions import REGIONS
 
 CALIBRATION_MODES = ("loss", "reward")
@@ -22,14 +23,19 @@ SIGNALS = ("nll", "entropy")
 
 @dataclass
 class CDKCConfig(GRPOConfig):
-    """``trl.GRPOConfig`` plus the calibration knobs of CDKC (spec §3.4, all [inferred]).
+    """``trl.GRPOConfig`` plus the calibration knobs of CDKC (all inferred: the paper's objective
+    is not public).
 
     Attributes:
         calibration_mode: ``"loss"`` adds the signed region-weighted term (E7) to the GRPO loss
             (E8); ``"reward"`` shapes the reward ``r_i + α_g·s_i·c(y_i|q)`` instead.
-        signal: the sequence uncertainty H̄ in (E7): ``"nll"`` (mean token NLL, E1; the spec's
-            default, consistent with the ECE confidence exp(−U)) or ``"entropy"`` (mean entropy of
-            the next-token distribution, E3).
+        signal: the uncertainty H in (E7) and in the reward mode's confidence exp(−U):
+            ``"entropy"`` (default: entropy of the next-token distribution, E3, as the paper's
+            method figure says "confidence estimated via entropy over the token distribution") or
+            ``"nll"`` (NLL of the sampled token, E1, the paper's Eq. 24 for profiling).
+        calibration_loss_type: the TRL ``loss_type`` rule that reduces the per-token calibration
+            term λ_i s_i H_{i,t} (:func:`common.rl.reduce_token_loss`); ``"grpo"`` (default) is
+            (1/b) Σ_i λ_i s_i H̄_i of (E7).
         region_weights: λ[g] = [λ_correct, λ_wrong] per region; None keeps the spec defaults.
         reward_alpha: α_g per region for the reward mode; None keeps the spec defaults.
         region_adaptive: False uses ``shared_weights`` / ``shared_alpha`` for every region (ablation).
@@ -41,8 +47,17 @@ class CDKCConfig(GRPOConfig):
         correct_reward_index: which reward function is the 0/1 correctness reward (E5).
     """
 
-    calibration_mode: str = "loss"
-    signal: str = "nll"
+    calibration_mode: str = field(
+        default="loss", metadata={"help": "loss (add the E7 term) | reward (shape the reward)."}
+    )
+    signal: str = field(
+        default="entropy",
+        metadata={"help": "entropy (paper's method figure) | nll (Eq. 24) for H in E7 / U."},
+    )
+    calibration_loss_type: str = field(
+        default="grpo",
+        metadata={"help": "TRL loss_type rule reducing the per-token E7 term (grpo: (1/b)ΣH̄)."},
+    )
     region_weights: dict | None = None
     reward_alpha: dict | None = None
     region_adaptive: bool = True
@@ -60,6 +75,11 @@ class CDKCConfig(GRPOConfig):
             )
         if self.signal not in SIGNALS:
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
+        if self.calibration_loss_type not in LOSS_TYPES:
+            raise ValueError(
+                f"calibration_loss_type must be one of {list(LOSS_TYPES)}, got "
+                f"{self.calibration_loss_type!r}"
+            )
         for name, table in (
             ("region_weights", self.region_weights),
             ("reward_alpha", self.reward_alpha),
@@ -98,22 +118,43 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class CDKCTrainer(GroupAdvantageGRPOTrainer):
-    """GRPO with the bidirectional, region-adaptive calibration of CDKC (spec §3.4).
+    """GRPO with the bidirectional, region-adaptive calibration of CDKC.
 
     The dataset needs a ``region`` column (mastered / confused / missing, from CGKE profiling)
     unless ``args.region_adaptive`` is False; the first reward function must be the 0/1
     correctness reward (E5; ``args.correct_reward_index`` selects another).
 
-    * ``calibration_mode="loss"``: loss = TRL's GRPO loss (E6, E8) + (1/b)Σ λ[g_i, s_i]·s_i·H̄_i
-      (E7), with H̄ the mean NLL (or entropy) of the rollout under the current policy, s_i = +1
-      for a correct and −1 for a wrong rollout. With every λ = 0 the loss is TRL's, bit for bit.
-    * ``calibration_mode="reward"``: the GRPO advantage of ``1[correct] + α_g·s_i·exp(−U_i)``.
+    * ``calibration_mode="loss"``: loss = TRL's GRPO loss (E6, E8) + the per-token term
+      λ[g_i, s_i]·s_i·H_{i,t} reduced by :func:`common.rl.reduce_token_loss` with
+      ``calibration_loss_type`` (``grpo``: (1/b)Σ λ s H̄_i, E7) and TRL's gradient-accumulation /
+      eval handling; H is the token entropy (default) or NLL under the current policy, s_i = +1
+      for a correct and −1 for a wrong rollout. The vLLM importance-sampling ratio is not applied
+      to this term (it is not a policy-gradient term; TRL does not apply it to its entropy bonus
+      either). With every λ = 0 the loss is TRL's, bit for bit.
+    * ``calibration_mode="reward"``: the GRPO advantage of ``1[correct] + α_g·s_i·exp(−U_i)``,
+      U the mean token entropy or NLL (``signal``).
 
     Correctness and region travel from generation to the loss through
     :meth:`common.rl.GroupAdvantageGRPOTrainer.completion_extras`.
     """
 
+    # policy_loss adds a term to TRL's own loss (every TRL loss option is TRL's); compute_advantages
+    # delegates to the default hook (every scale_rewards); normalize_then_sum only in loss mode.
+    POLICY_LOSS_SUPPORT = ALL
+    ADVANTAGE_SUPPORT = {"scale_rewards": ALL, "multi_objective_aggregation": ALL}
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
+        if (
+            isinstance(config, CDKCConfig)
+            and config.calibration_mode == "reward"
+            and config.multi_objective_aggregation != "sum_then_normalize"
+        ):
+            raise ValueError(
+                "CDKCTrainer: calibration_mode='reward' shapes the summed reward and does not "
+                "implement multi_objective_aggregation="
+                f"{config.multi_objective_aggregation!r}; use 'sum_then_normalize'"
+            )
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, CDKCConfig):
             raise TypeError(f"args must be a CDKCConfig, got {type(self.args).__name__}")
@@ -155,9 +196,11 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
         regions = self._local_regions(inputs)
         correct = self._local_correct(inputs)
         with torch.no_grad():
-            logps = self.per_token_logps(self.model, inputs)  # [b·N, T]
-            # c = exp(-U) (E1, E2); a fully masked (truncated) rollout gets U = 0.
-            conf = torch.exp(-masked_mean(-logps, inputs["completion_mask"]))  # [b·N]
+            # c = exp(-U) (E2), U the mean token entropy (E3) or NLL (E1); a fully masked
+            # (truncated) rollout gets U = 0.
+            conf = torch.exp(
+                -masked_mean(self._token_signal(self.model, inputs), inputs["completion_mask"])
+            )
         sign = torch.where(correct, 1.0, -1.0).to(conf.device)
         alpha = torch.tensor([self.args.alpha(r) for r in regions], device=conf.device)
         bonus = self.accelerator.gather(alpha * sign * conf)  # [B·N], all processes
@@ -173,6 +216,12 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
             "cdkc_region": torch.tensor([index.get(r, 0) for r in regions], dtype=torch.long),
         }
 
+    def _token_signal(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+        """Per-token uncertainty ``[b, T]``: entropy of the next-token distribution or NLL."""
+        if self.args.signal == "entropy":
+            return self.per_token_logps(model, inputs, with_entropy=True)[1]
+        return -self.per_token_logps(model, inputs)
+
     # ----- the loss ------------------------------------------------------------------------
     def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
         """(E8): GRPO loss + the signed calibration term (loss mode)."""
@@ -183,12 +232,9 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
         pairs = [w.shared] if not w.region_adaptive else [w.mastered, w.confused, w.missing]
         if all(v == 0.0 for p in pairs for v in p):
             return loss  # every λ = 0: exactly TRL's GRPO loss
-        mask = inputs["completion_mask"].bool()
-        if self.args.signal == "entropy":
-            _, ent = self.per_token_logps(model, inputs, with_entropy=True)
-            h = masked_mean(ent, mask)  # [b] (E3)
-        else:
-            h = masked_mean(-self.per_token_logps(model, inputs), mask)  # [b] (E1)
+        mask = inputs["completion_mask"]
+        token_h = self._token_signal(model, inputs)  # [b, T] (E3 or E1)
+        h = masked_mean(token_h, mask)  # [b] H̄
         regions = [REGIONS[i] for i in inputs["cdkc_region"].tolist()]
         if self.band is None:
             self._band_values.extend(h.detach().float().tolist())
@@ -203,12 +249,24 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
             # Before the band is frozen the confused region is held still (spec: stabilise).
             w = self.args.calibration_weights(None)
             w.confused = (0.0, 0.0)
-        term = cdkc_entropy_loss(h, inputs["cdkc_correct"].to(h.device), regions, w)
+        factors = cdkc_rollout_weights(h, inputs["cdkc_correct"].to(h.device), regions, w)  # [b]
         mode = "train" if self.model.training else "eval"
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        term = reduce_token_loss(
+            factors[:, None] * token_h,  # [b, T] per-token calibration loss
+            mask,
+            self.args.calibration_loss_type,
+            mode=mode,
+            max_completion_length=self.max_completion_length,
+            num_items_in_batch=inputs.get("num_items_in_batch"),
+            gradient_accumulation_steps=(
+                self.current_gradient_accumulation_steps if mode == "train" else 1
+            ),
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+        )
         correct = inputs["cdkc_correct"].bool()
         if correct.any():
             self.log_metric("cdkc/h_correct", float(h.detach()[correct.to(h.device)].mean()))
         if (~correct).any():
             self.log_metric("cdkc/h_wrong", float(h.detach()[~correct.to(h.device)].mean()))
-        return loss + term / normalizer
+        return loss + term

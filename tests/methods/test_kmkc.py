@@ -479,16 +479,22 @@ def test_cdkc_with_zero_weights_is_grpo_bit_for_bit(tmp_path):
     assert any(not torch.equal(rew[k], ref[k]) for k in ref), "α > 0 must change the update"
 
 
-def test_cdkc_policy_loss_adds_the_signed_term(tmp_path):
-    """On a fixed batch with zero advantages the loss is exactly (1/b) Σ λ[g, s]·s·H̄ (E7)."""
+@pytest.mark.parametrize("signal", ["nll", "entropy"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_cdkc_policy_loss_adds_the_signed_term(tmp_path, signal, mode):
+    """On a fixed batch with zero advantages the loss is exactly (1/b) Σ λ[g, s]·s·H̄ (E7), the
+    per-token term reduced by common.rl.reduce_token_loss: divided by the accumulation steps in
+    training, not in evaluation (TRL's eval branch)."""
     from methods.kmkc import CDKCTrainer
 
     torch.set_num_threads(1)
-    model, tok, reward, args, ds = _cdkc_setup(tmp_path, stabilize_batches=1, beta=0.0)
+    model, tok, reward, args, ds = _cdkc_setup(
+        tmp_path, stabilize_batches=1, beta=0.0, signal=signal
+    )
     trainer = CDKCTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok
     )
-    trainer.current_gradient_accumulation_steps = 1
+    trainer.current_gradient_accumulation_steps = 2
     g = torch.Generator().manual_seed(0)
     b, p, t = 4, 3, 5
     batch = {
@@ -501,22 +507,66 @@ def test_cdkc_policy_loss_adds_the_signed_term(tmp_path):
         "cdkc_correct": torch.tensor([True, False, True, False]),
         "cdkc_region": torch.tensor([0, 0, 2, 2]),  # mastered, mastered, missing, missing
     }
-    model.train()
+    model.train(mode == "train")
     loss = trainer.policy_loss(model, batch)
     with torch.no_grad():
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
         logits = model(input_ids=ids).logits[:, p - 1 : -1] / trainer.temperature
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, batch["completion_ids"][..., None])
+        logp = torch.log_softmax(logits.float(), -1)
+        if signal == "nll":
+            tok_h = -logp.gather(-1, batch["completion_ids"][..., None])[..., 0]
+        else:
+            tok_h = -(logp.exp() * logp).sum(-1)
         m = batch["completion_mask"].float()
-        nll = -(lp[..., 0] * m).sum(1) / m.sum(1)
-    lam_sign = torch.tensor([1e-2, -1e-3, 1e-3, -1e-2])  # λ[g, s]·s, spec defaults
-    assert loss.item() == pytest.approx(float((lam_sign * nll).mean()), rel=1e-4, abs=1e-7)
+        h = (tok_h * m).sum(1) / m.sum(1)
+    lam_sign = torch.tensor([1e-2, -1e-3, 1e-3, -1e-2])  # λ[g, s]·s, the default table
+    accum = 2 if mode == "train" else 1
+    expected = float((lam_sign * h).mean()) / accum
+    assert loss.item() == pytest.approx(expected, rel=1e-4, abs=1e-8)
     assert trainer.band is not None  # frozen after stabilize_batches=1
+
+
+def test_signal_default_follows_the_paper_figure(tmp_path):
+    """The paper's method figure: confidence via entropy over the token distribution (issue 27)."""
+    from methods.kmkc import CDKCConfig
+    from methods.kmkc.toy import ToyConfig
+
+    assert CDKCConfig(output_dir=str(tmp_path), use_cpu=True).signal == "entropy"
+    assert ToyConfig().cdkc_signal == "entropy"
+
+
+def test_cdkc_rollout_weights_follow_the_input_dtype_and_device():
+    """Issue 29: the per-rollout factors are built on the signal's device, in its dtype."""
+    from methods.kmkc import CalibrationWeights, cdkc_entropy_loss, cdkc_rollout_weights
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for dev in devices:
+        h = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, device=dev, requires_grad=True)
+        corr = torch.tensor([True, False, True], device=dev)
+        f = cdkc_rollout_weights(h, corr, ["mastered", "missing", "missing"], CalibrationWeights())
+        assert f.dtype == torch.float64 and f.device == h.device
+        assert f.tolist() == pytest.approx([1e-2, -1e-2, 1e-3])
+        loss = cdkc_entropy_loss(h, corr, ["mastered", "missing", "missing"])
+        loss.backward()
+        assert h.grad.device == h.device
+
+
+def test_cdkc_reward_mode_rejects_normalize_then_sum(tmp_path):
+    from methods.kmkc import CDKCTrainer
+
+    model, tok, reward, args, ds = _cdkc_setup(
+        tmp_path, calibration_mode="reward", multi_objective_aggregation="normalize_then_sum"
+    )
+    with pytest.raises(ValueError, match="multi_objective_aggregation"):
+        CDKCTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                    processing_class=tok)  # fmt: skip
 
 
 def test_cdkc_trainer_bad_input(tmp_path):
     from methods.kmkc import CDKCConfig
 
+    with pytest.raises(ValueError, match="calibration_loss_type"):
+        CDKCConfig(output_dir=str(tmp_path), calibration_loss_type="token_mean", use_cpu=True)
     with pytest.raises(ValueError, match="calibration_mode"):
         CDKCConfig(output_dir=str(tmp_path), calibration_mode="both", use_cpu=True)
     with pytest.raises(ValueError, match="region_weights"):
