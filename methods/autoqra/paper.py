@@ -1,4 +1,4 @@
-"""Paper-scale evaluator and driver (spec §5, §7): quantised LoRA fine-tuning on Alpaca, WinoGrande accuracy.
+"""Paper-scale evaluator and the ``paper`` stage: quantised LoRA fine-tuning on Alpaca, WinoGrande accuracy.
 
 A candidate ``(q, r)`` is scored as in the official real-task mode: quantise every block of the base model
 to ``q_ℓ`` bits (HQQ on GPU, or the fake RTN backend on CPU), attach LoRA of rank ``r_ℓ`` (α = 2r, dropout
@@ -10,13 +10,12 @@ Data come from local files in the benchmarks' own formats (no download at run ti
 (or JSON lines) of ``{"instruction", "input", "output"}``; WinoGrande is JSON lines of ``{"sentence"`` with
 one ``_``, ``"option1", "option2", "answer": "1" | "2"}``.
 
-Command line (GPU): ``python -m methods.autoqra.paper --model Qwen/Qwen3-4B --alpaca alpaca_data.json
---winogrande winogrande_dev.jsonl --backend hqq --out outputs/autoqra_paper``.
+Command (GPU): ``icml26 experiment=autoqra_paper model=qwen3_4b`` (the ``paper`` stage; a local file
+through ``method.paper.sft_data.path`` / ``benchmark.sets.winogrande.path``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -64,11 +63,14 @@ def load_alpaca(path: str | Path, n: int | None = None) -> list[dict[str, str]]:
     Raises:
         ValueError: naming the record index when ``instruction`` or ``output`` is missing.
     """
-    records = _read_records(path)[:n]
+    return _alpaca_rows(_read_records(path)[:n], str(path))
+
+
+def _alpaca_rows(records: list[dict], where: str) -> list[dict[str, str]]:
     for i, r in enumerate(records):
         for key in ("instruction", "output"):
             if not isinstance(r.get(key), str):
-                raise ValueError(f"{path}: record {i} has no string field {key!r} (Alpaca format)")
+                raise ValueError(f"{where}: record {i} has no string field {key!r} (Alpaca format)")
     return [
         {"instruction": r["instruction"], "input": r.get("input") or "", "output": r["output"]}
         for r in records
@@ -156,16 +158,19 @@ def load_winogrande(path: str | Path, n: int | None = None) -> list[dict]:
         ValueError: naming the item index on a missing field, a blank count other than one, or an
             answer outside {1, 2}.
     """
-    items = _read_records(path)[:n]
+    return _winogrande_rows(_read_records(path)[:n], str(path))
+
+
+def _winogrande_rows(items: list[dict], where: str = "benchmark") -> list[dict]:
     out = []
     for i, it in enumerate(items):
         for key in ("sentence", "option1", "option2", "answer"):
             if key not in it:
-                raise ValueError(f"{path}: item {i} has no field {key!r} (WinoGrande format)")
+                raise ValueError(f"{where}: item {i} has no field {key!r} (WinoGrande format)")
         if it["sentence"].count("_") != 1:
-            raise ValueError(f"{path}: item {i} sentence must contain exactly one '_' blank")
+            raise ValueError(f"{where}: item {i} sentence must contain exactly one '_' blank")
         if str(it["answer"]) not in ("1", "2"):
-            raise ValueError(f"{path}: item {i} answer must be '1' or '2', got {it['answer']!r}")
+            raise ValueError(f"{where}: item {i} answer must be '1' or '2', got {it['answer']!r}")
         out.append({**it, "answer": int(it["answer"])})
     return out
 
@@ -331,74 +336,94 @@ def paper_importance(
     return Importance(raw_q, raw_r)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the AutoQRA search on a real model with the real-task evaluator; returns the selection."""
+def _dataset_records(spec: Any, what: str, n: int | None) -> list[dict]:
+    """The records of a :class:`common.config.DatasetSpec`: its local file (JSON list / JSON lines),
+    else ``datasets.load_dataset(hub_id, config, split)`` (cached beforehand when offline)."""
+    if spec.path:
+        return _read_records(spec.path)[:n]
+    if not spec.hub_id:
+        raise ValueError(f"{what} needs a hub_id or a local path")
+    from datasets import load_dataset
+
+    ds = load_dataset(spec.hub_id, spec.config, split=spec.split)
+    rows = [dict(r) for r in (ds.select(range(min(n, len(ds)))) if n else ds)]
+    return [{spec.columns.get(k, k): v for k, v in r.items()} for r in rows]
+
+
+def paper_stage(run: Any) -> dict[str, float]:
+    """The ``paper`` stage: the AutoQRA search on ``run.model`` with the real-task evaluator (the
+    official real-task mode), WinoGrande from ``run.benchmark``; writes the Pareto set, the selection
+    and results.json into ``run.run_dir``."""
+    from common.config import model_id
+    from common.models import load_model, load_tokenizer
+    from common.tracking import write_results
+
     from .search import AutoQRA, EvolutionConfig
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", required=True, help="hub id or local path (Llama/Qwen layout)")
-    p.add_argument("--alpaca", required=True, help="Alpaca-format JSON / JSONL file")
-    p.add_argument("--winogrande", required=True, help="WinoGrande-format JSONL file")
-    p.add_argument("--backend", choices=["hqq", "fake"], default="hqq")
-    p.add_argument("--out", default="outputs/autoqra_paper")
-    p.add_argument("--Q", type=int, nargs="+", default=[2, 3, 4, 8])
-    p.add_argument("--R", type=int, nargs="+", default=[4, 8, 16])
-    p.add_argument("--budget_bits", type=int, default=4)
-    p.add_argument("--budget_rank", type=int, default=8)
-    p.add_argument("--group_size", type=int, default=128)
-    p.add_argument("--pop", type=int, default=20)
-    p.add_argument("--gens", type=int, default=6)
-    p.add_argument("--promote_k", type=int, default=3)
-    p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--max_len", type=int, default=512)
-    p.add_argument("--n_train", type=int, default=None)
-    p.add_argument("--n_eval", type=int, default=None)
-    p.add_argument("--lr", type=float, default=2e-4)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--grad_accum", type=int, default=4)
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--importance", default=None, help="JSON from a previous run (else computed)")
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
-
-    from common.models import load_model, load_tokenizer
-
+    c, p = run.method, run.method.paper
+    if run.model is None or run.benchmark is None:
+        raise ValueError(
+            "the paper stage needs a `model` and a `benchmark` (experiment=autoqra_paper)"
+        )
+    if len(run.benchmark.sets) != 1:
+        raise ValueError(
+            f"benchmark must hold one WinoGrande set, got {sorted(run.benchmark.sets)}"
+        )
+    spec = model_id(run.model)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = a.dtype if device == "cuda" else "float32"
-    model = load_model(a.model, dtype=dtype, device=device)
-    tok = load_tokenizer(a.model)
-    feats = alpaca_features(load_alpaca(a.alpaca, a.n_train), tok, a.max_len)
-    items = load_winogrande(a.winogrande, a.n_eval)
-    space = SearchSpace(Q=tuple(a.Q), R=tuple(a.R), num_layers=model.config.num_hidden_layers)
-    memory = MemoryModel.from_hf_config(model.config, group_size=a.group_size)
-    budget = memory.budget_from_reference(bits=a.budget_bits, rank=a.budget_rank)
-    if a.importance:
-        imp = Importance.from_json(a.importance, model.config.num_hidden_layers)
+    dtype = run.model.dtype if device == "cuda" else "float32"
+    model = load_model(spec, dtype=dtype, device=device)
+    tok = load_tokenizer(spec)
+    alpaca = _dataset_records(p.sft_data, "method.paper.sft_data", p.n_train)
+    feats = alpaca_features(_alpaca_rows(alpaca, "method.paper.sft_data"), tok, p.max_len)
+    (wspec,) = run.benchmark.sets.values()
+    items = _winogrande_rows(_dataset_records(wspec, "benchmark", p.n_eval))
+    layers = model.config.num_hidden_layers
+    space = SearchSpace(Q=tuple(c.Q), R=tuple(c.R), num_layers=layers)
+    memory = MemoryModel.from_hf_config(
+        model.config, group_size=c.group_size, lora_bits=c.lora_bits, meta_bits=c.meta_bits
+    )
+    budget = memory.budget_from_reference(c.budget_bits, c.budget_rank, c.budget_slack)
+    if p.importance:
+        imp = Importance.from_json(p.importance, layers)
     else:
-        imp = paper_importance(model, feats, min(a.Q), a.group_size)
+        imp = paper_importance(model, feats, min(c.Q), c.group_size)
+    fids = {
+        "low": PaperFidelity(p.lf_ratio, p.lf_epochs),
+        "high": PaperFidelity(p.hf_ratio, p.hf_epochs),
+        "full": PaperFidelity(1.0, 1.0),
+    }
     evaluator = PaperEvaluator(
-        model,
-        tok,
-        memory,
-        feats,
-        items,
-        backend=a.backend,
-        group_size=a.group_size,
-        lr=a.lr,
-        batch=a.batch,
-        grad_accum=a.grad_accum,
-        seed=a.seed,
-    )
-    evo = EvolutionConfig(pop=a.pop, gens=a.gens, promote_k=min(a.promote_k, a.pop))
-    _, sel = AutoQRA(space, memory, imp, evaluator, budget, evo, alpha=a.alpha, seed=a.seed).run(
-        a.out
-    )
-    out = {"q": list(sel.q), "r": list(sel.r), "budget": budget, "calls": evaluator.calls}
-    Path(a.out, "paper_run.json").write_text(json.dumps(out, indent=1))
+        model, tok, memory, feats, items, fids, backend=p.quant_engine, group_size=c.group_size,
+        lr=p.lr, batch=p.batch, grad_accum=p.grad_accumulation, lora_dropout=p.lora_dropout, seed=run.seed,
+    )  # fmt: skip
+    evo = EvolutionConfig(
+        pop=c.pop, gens=c.gens, promote_k=min(c.promote_k, c.pop), k_neighbors=c.k_neighbors,
+        gamma=c.gamma, hv_eps=c.hv_eps, hv_window=c.hv_window,
+        max_lowbit_fraction=c.max_lowbit_fraction, offspring_ops=tuple(c.offspring_ops),
+        surrogate_training=c.surrogate_training, jitter_mode=c.jitter_mode,
+        init_promotion=c.init_promotion, hv_include_init=c.hv_include_init,
+    )  # fmt: skip
+    out_dir = Path(run.run_dir)
+    stage1, sel = AutoQRA(
+        space, memory, imp, evaluator, budget, evo, c.alpha, c.bo_iters, c.k_bo, run.seed
+    ).run(out_dir / "search")
+    sel_cfg = QRConfig(tuple(sel.q), tuple(sel.r))
+    metrics = {
+        "selected": {
+            "phigh": float(sel.phigh),
+            "mem_gb": memory.total_bytes(sel_cfg) / 1e9,
+            "mem_over_budget": memory.total_bytes(sel_cfg) / budget,
+            "avg_bits": float(np.mean(sel.q)),
+            "avg_rank": float(np.mean(sel.r)),
+        },
+        "search": {
+            "n_lf": float(evaluator.calls.get("low", 0)),
+            "n_hf": float(evaluator.calls.get("high", 0)),
+            "pareto_size": float(len(stage1.pareto)),
+            "budget_gb": budget / 1e9,
+        },
+    }
+    extra = {"q": list(sel.q), "r": list(sel.r), "calls": evaluator.calls}
     logger.info("selected q=%s r=%s", sel.q, sel.r)
-    return out
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    main()
+    return write_results(out_dir, "autoqra", metrics, cfg=run.cfg, extra=extra)

@@ -418,7 +418,7 @@ def test_outlier_injection_preserves_function_and_hurts_low_bit_quantisation(tin
 
 
 def test_sequential_allocation_feasible_and_prefers_sensitive_blocks():
-    from methods.autoqra.run import sequential_allocation
+    from methods.autoqra.experiment import sequential_allocation
 
     space, mem, _ = _setup(L=4, seed=3)
     mem = MemoryModel(np.full(4, 128 * 100), np.full(4, 10), group_size=128)
@@ -477,21 +477,27 @@ def test_importance_from_json_both_schemas(tmp_path):
 
 
 def test_paper_and_toy_configs_compose_strictly():
+    from common.config import ConfigError
     from common.registry import compose
-    from methods.autoqra.run import DEMO_OVERRIDES, _to_config
+    from methods.autoqra.run import DEMO_OVERRIDES
 
-    paper = _to_config(compose(["experiment=autoqra_paper"]).method)
-    assert (paper.Q, paper.R, paper.pop, paper.gens, paper.promote_k) == (
-        [2, 3, 4, 8],
-        [4, 8, 16],
-        20,
-        6,
-        3,
+    cfg = compose(["experiment=autoqra_paper"])
+    paper = cfg.method
+    assert (paper.stage, paper["pop"], paper.gens, paper.promote_k) == ("paper", 20, 6, 3)
+    assert list(paper.Q) == [2, 3, 4, 8] and list(paper.R) == [4, 8, 16]
+    assert cfg.model.name == "Qwen/Qwen3-4B" and cfg.benchmark.format == "winogrande"
+    assert paper.paper.sft_data.hub_id == "tatsu-lab/alpaca" and paper.paper.quant_engine == "hqq"
+    assert compose(["experiment=autoqra_paper", "model=llama3_1_8b"]).model.name == (
+        "meta-llama/Llama-3.1-8B"
     )
-    toy = _to_config(compose(["experiment=autoqra_toy", *DEMO_OVERRIDES]).method)
-    assert toy.R == [2, 4, 8] and toy.group_size == 32
-    with pytest.raises(Exception, match="not_a_field"):
-        _to_config(compose(["experiment=autoqra_toy", "+method.not_a_field=1"]).method)
+    toy = compose(["experiment=autoqra_toy", *DEMO_OVERRIDES]).method
+    assert list(toy.R) == [2, 4, 8] and toy.group_size == 32 and toy.stage == "toy"
+    with pytest.raises(ConfigError, match="not_a_field"):
+        compose(["experiment=autoqra_toy", "method.not_a_field=1"])
+    with pytest.raises(ConfigError, match="pop"):
+        compose(["experiment=autoqra_toy", "method.pop=many"])
+    with pytest.raises(ConfigError, match="quant_engine"):
+        compose(["experiment=autoqra_paper", "method.paper.quant_engine=gptq"])
 
 
 # ----------------------------------------------------------------------------- paper-scale evaluator
@@ -608,7 +614,6 @@ def test_paper_evaluator_on_tiny_local_model(paper_files, tiny_qwen, tmp_path):
         alpaca_features,
         load_alpaca,
         load_winogrande,
-        main,
     )
 
     model, tok = tiny_qwen
@@ -650,49 +655,7 @@ def test_paper_evaluator_on_tiny_local_model(paper_files, tiny_qwen, tmp_path):
             PaperEvaluator(model, tok, memory, feats, items, fids, backend="hqq").evaluate(
                 cfg, "low"
             )
-    # the command-line driver end to end on a local checkpoint (fake backend, a 2 x 1 search)
-    from common.tiny import save_tiny
-
-    path = save_tiny(model, tok, tmp_path / "tiny-llama")
-    out = main(
-        [
-            "--model",
-            str(path),
-            "--alpaca",
-            str(paper_files / "alpaca.json"),
-            "--winogrande",
-            str(paper_files / "wino.jsonl"),
-            "--backend",
-            "fake",
-            "--out",
-            str(tmp_path / "run"),
-            "--group_size",
-            "32",
-            "--pop",
-            "2",
-            "--gens",
-            "1",
-            "--promote_k",
-            "1",
-            "--max_len",
-            "64",
-            "--batch",
-            "2",
-            "--grad_accum",
-            "1",
-            "--Q",
-            "2",
-            "4",
-            "8",
-            "--R",
-            "4",
-            "8",
-        ]
-    )
-    budget = MemoryModel.from_hf_config(model.config, group_size=32).budget_from_reference(4, 8)
-    assert memory.total_bytes(QRConfig(tuple(out["q"]), tuple(out["r"]))) <= budget
-    for f in ("phase2_pareto.json", "phase3_selected.json", "paper_run.json"):
-        assert (tmp_path / "run" / f).is_file()
+    # the paper stage end to end on a local checkpoint: PAPER_SMOKE (tests/test_paper_presets.py)
 
 
 def test_input_channel_outliers_preserve_function_and_break_4bit_blocks(tiny_llama):
@@ -829,3 +792,20 @@ def test_initial_promotion_takes_the_first_k_and_hv_history_starts_at_generation
     assert len(MultiFidelityEvolution(space, mem, imp, ev, B, evo2, seed=0).run().hv_history) == 3
     with pytest.raises(ValueError, match="init_promotion"):
         EvolutionConfig(init_promotion="best")
+
+
+# ----------------------------------------------------------------------------- paper smoke
+_FIX = "{repo}/tests/fixtures/autoqra"
+PAPER_SMOKE = {
+    "paper": [
+        "model.path={tiny_llama}",
+        f"method.paper.sft_data.path={_FIX}/alpaca.json",  # Alpaca's JSON-list format
+        f"benchmark.sets.winogrande.path={_FIX}/winogrande.jsonl",  # WinoGrande's JSONL format
+        "method.paper.quant_engine=fake",  # HQQ needs a GPU: round-to-nearest on the CPU
+        "method.paper.max_len=64",
+        "method.paper.batch=2",
+        "method.paper.grad_accumulation=1",
+        "method.pop=2",
+        "method.gens=1",
+    ]
+}
