@@ -92,6 +92,9 @@ def main() -> None:
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     register_schemas()
+    run_dir = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("run_dir=")), None)
+    if run_dir and not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
+        sys.argv.append(f"hydra.run.dir={run_dir}")  # Hydra's own files go there too, not ./outputs
     _hydra_main()
 
 

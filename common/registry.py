@@ -28,7 +28,9 @@ from common.tracking import reset_models_loaded
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+# The Hydra configs: ``configs/`` of the checkout, reached through the ``common/configs`` link, which
+# the wheel ships as real files, so ``icml26`` works from an installed package too.
+CONFIG_DIR = Path(__file__).parent / "configs"
 
 
 def discover_methods() -> list[str]:
@@ -119,7 +121,7 @@ def run_method(cfg: DictConfig) -> dict[str, float]:
     module = get_method(name)
     if cfg.get("run_dir") is None:
         with open_dict(cfg):
-            cfg.run_dir = str(REPO_ROOT / "outputs" / name / time.strftime("%Y%m%d-%H%M%S"))
+            cfg.run_dir = str(Path.cwd() / "outputs" / name / time.strftime("%Y%m%d-%H%M%S"))
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     set_seed(int(cfg.seed))
     reset_models_loaded()
