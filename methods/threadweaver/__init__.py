@@ -6,7 +6,7 @@ fork into concurrent ordinary completion requests, training packs every request 
 one trie with an ancestor-only mask and depth positions, and P-GRPO rewards a shorter critical path.
 """
 
-from .config import ThreadWeaverConfig
+from .config import ThreadWeaverConfig, ThreadWeaverRunConfig
 from .data_pipeline import PipelineReport, convert_trace
 from .format import (
     CONCLUSION_TAGS,
@@ -33,8 +33,8 @@ from .orchestrator import (
     tag_ids,
 )
 from .pgrpo import extract_last_boxed, group_advantages, is_correct, pgrpo_loss, pgrpo_reward
-from .pgrpo_trainer import OrchestratedRollout, PGRPOReward, PGRPOTrainer
-from .sft import TrieSFTTrainer, packed_dataset, trie_sft_config
+from .pgrpo_trainer import OrchestratedRollout, PGRPOConfig, PGRPOReward, PGRPOTrainer
+from .sft import TrieSFTConfig, TrieSFTTrainer, packed_dataset, trie_sft_config
 from .special_tokens import add_threadweaver_tokens
 from .trie import (
     Packed,
@@ -50,9 +50,9 @@ from .trie import (
 )
 
 __all__ = [
+    "CONCLUSION_TAGS",
     "JOIN_SUFFIX",
     "TAGS",
-    "CONCLUSION_TAGS",
     "CompletionEngine",
     "EngineCompletion",
     "FormatError",
@@ -60,6 +60,7 @@ __all__ = [
     "HFGenerateEngine",
     "OrchestratedRollout",
     "OrchestratorConfig",
+    "PGRPOConfig",
     "PGRPOReward",
     "PGRPOTrainer",
     "Packed",
@@ -69,8 +70,10 @@ __all__ = [
     "Rollout",
     "Stats",
     "ThreadWeaverConfig",
+    "ThreadWeaverRunConfig",
     "Trajectory",
     "TrieCollator",
+    "TrieSFTConfig",
     "TrieSFTTrainer",
     "Unit",
     "VLLMEngine",

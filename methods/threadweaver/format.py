@@ -123,7 +123,7 @@ def thread_header(num: str, first: bool) -> str:
 
     The orchestrator's request for every thread ends with the *first* form
     ``"\\n<Thread>\\n{num}:"``; when joining, threads after the first follow ``</Thread>`` directly,
-    so their joined header drops the leading newline (§3.2, spec §3.1).
+    so their joined header drops the leading newline (§3.2; official ``single_turn_agent_loop.py``).
     """
     return ("\n" if first else "") + f"<Thread>\n{num}:"
 
@@ -203,7 +203,9 @@ def _parse_block(text: str, pos: int, join_suffix: str) -> tuple[ParallelBlock, 
         start = pos + len(CONCLUSION_OPEN)
         end = text.find(CONCLUSION_CLOSE, start)
         if end < 0:
-            raise FormatError(f"<Conclusion> at offset {pos} is never closed by {CONCLUSION_CLOSE!r}")
+            raise FormatError(
+                f"<Conclusion> at offset {pos} is never closed by {CONCLUSION_CLOSE!r}"
+            )
         concl = text[start:end]
         if _TAG_RE.search(concl):
             raise FormatError(f"conclusion at offset {start} contains a control tag")

@@ -1,35 +1,43 @@
-"""Paper-scale drivers (spec §7): trie SFT -> P-GRPO -> six-benchmark evaluation with token latency.
+"""Paper-scale stages (§6, App. B): trie SFT -> P-GRPO -> six-benchmark evaluation with token latency.
 
-Stages (``python -m methods.threadweaver.paper <stage> [--flags] [hydra overrides]``; the overrides,
-e.g. ``experiment=threadweaver_paper``, select the method settings and ``model.name``):
+Each stage is ``icml26 experiment=threadweaver_paper method.stage=<stage>`` (or the same after
+``accelerate launch --config_file configs/accelerate/<x>.yaml -m common.cli``):
 
-* ``sft``  - Qwen3-8B (or ``--init`` checkpoint) + tags as single tokens, trained with
-  :class:`~methods.threadweaver.sft.TrieSFTTrainer` on rewritten parallel traces (jsonl rows with
-  ``problem`` and ``response``; App. B: 8 epochs for the 959 stage-1 traces, 1 for self-training).
-* ``rl``   - :class:`~methods.threadweaver.pgrpo_trainer.PGRPOTrainer` from the SFT checkpoint on a
-  prompt set (``problem``/``answer``), fork/join rollouts on HF ``generate`` or, with
-  ``--engine vllm``, on TRL's colocated vLLM (weights synced every step). ``--sequential`` gives
-  the sequential-GRPO baseline (no orchestrator, same advantages and loss).
-* ``eval`` - orchestrated sampling on AIME24/25, AMC23, MATH500, Minerva, OlympiadBench with
-  Avg@k (k = 32, 32, 8, 1, 4, 8; §6.1), writing accuracy, token latency (critical path, §3.3),
-  total tokens, η and activation ratio per benchmark plus per-problem records; ``--baseline`` reads
-  the sequential model's records and adds the speedups of Table 1.
+* ``sft``  - ``model`` (Qwen3-8B) + the tags as single tokens, trained with
+  :class:`~methods.threadweaver.sft.TrieSFTTrainer` on ``method.sft_data`` (rows with ``problem`` and
+  ``response``; App. B: 8 epochs for the 959 stage-1 traces, 1 for self-training). The knobs are
+  :class:`~methods.threadweaver.sft.TrieSFTConfig` fields (``method.sft_trainer``);
+  ``sft_mode=ar`` is the plain autoregressive baseline. Saves model + tokenizer to
+  ``<run_dir>/model``.
+* ``rl``   - :class:`~methods.threadweaver.pgrpo_trainer.PGRPOTrainer` from ``model`` (the SFT
+  checkpoint through ``model.path``) on ``method.rl_data`` (``problem``/``answer``), fork/join
+  rollouts on HF ``generate`` or, with ``rl_trainer.use_vllm``, on TRL's colocated vLLM.
+  ``rl_trainer.parallel_rollouts=false`` is the sequential-GRPO baseline.
+* ``eval`` - orchestrated sampling on every set of ``benchmark`` (AIME24/25, AMC23, MATH500,
+  Minerva, OlympiadBench) with Avg@k (k = 32, 32, 8, 1, 4, 8; §6.1), writing accuracy, token
+  latency (critical path, §3.3), total tokens, η and activation ratio per set plus per-problem
+  records; ``method.eval.baseline_records`` adds the speedups of Table 1.
 
-Benchmarks are read from local files (json/jsonl/parquet or ``save_to_disk`` folders) in their hub
-layouts (:func:`load_problems`); nothing is downloaded at run time.
+The model is loaded with the attention implementation that serves ``method.mask_impl``
+(``dense`` -> SDPA, ``flex`` -> FlexAttention). Sets are read from local files (json/jsonl/parquet or
+``save_to_disk`` folders, ``benchmark.sets.<set>.path``) in their hub layouts (:func:`load_problems`)
+or from the hub cache; nothing is downloaded at run time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import ThreadWeaverConfig
+from common.config import DatasetSpec, ModelConfig, Run, model_id, trainer_config
+from common.tracking import write_results
+
+from .config import ThreadWeaverRunConfig
 from .format import FormatError, parse
 from .metrics import speedup_report
 from .orchestrator import HFGenerateEngine, OrchestratorConfig, ParallelOrchestrator, VLLMEngine
@@ -41,16 +49,17 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BENCHMARKS",
     "PROMPT_SUFFIX",
+    "compare",
+    "eval_stage",
     "evaluate",
     "load_problems",
-    "main",
     "prompt_ids",
-    "run_rl",
-    "run_sft",
+    "rl_stage",
     "sft_packs",
+    "sft_stage",
 ]
 
-#: name -> (hub id the files come from, k of Avg@k) [paper §6.1; hub ids: spec §5, inferred].
+#: name -> (hub id the files come from, k of Avg@k) [paper §6.1; hub ids inferred].
 BENCHMARKS: dict[str, tuple[str, int]] = {
     "aime24": ("math-ai/aime24", 32),
     "aime25": ("math-ai/aime25", 32),
@@ -60,7 +69,7 @@ BENCHMARKS: dict[str, tuple[str, int]] = {
     "olympiadbench": ("math-ai/olympiadbench", 8),
 }
 
-#: Appended to every problem (official data-generation prompt; spec §3.1).
+#: Appended to every problem (official ``generated_data_to_training_data_polaris.py`` prompt).
 PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 
 
@@ -75,6 +84,18 @@ def _answer_of(row: dict) -> str:
     if boxed:
         return boxed
     raise ValueError(f"row has no answer/final_answer or boxed solution (columns {sorted(row)})")
+
+
+def _problem_rows(ds, limit: int | None) -> list[dict]:
+    rows = []
+    for row in ds:
+        stmt = next((row[k] for k in ("problem", "question", "Problem") if row.get(k)), None)
+        if stmt is None:
+            raise ValueError(f"row has no problem/question column (columns {sorted(row)})")
+        rows.append({"problem": str(stmt), "answer": _answer_of(row)})
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
 
 
 def load_problems(path: str | Path, split: str = "test", limit: int | None = None) -> list[dict]:
@@ -101,15 +122,23 @@ def load_problems(path: str | Path, split: str = "test", limit: int | None = Non
         if p.suffix not in kinds:
             raise ValueError(f"path must end in {sorted(kinds)}, got {p.name!r}")
         ds = load_dataset(kinds[p.suffix], data_files=str(p), split="train")
-    rows = []
-    for row in ds:
-        stmt = next((row[k] for k in ("problem", "question", "Problem") if row.get(k)), None)
-        if stmt is None:
-            raise ValueError(f"row has no problem/question column (columns {sorted(row)})")
-        rows.append({"problem": str(stmt), "answer": _answer_of(row)})
-        if limit is not None and len(rows) >= limit:
-            break
-    return rows
+    return _problem_rows(ds, limit)
+
+
+def load_set(spec: DatasetSpec) -> list[dict]:
+    """A benchmark/RL set by :class:`~common.config.DatasetSpec`: the local ``path`` (read by
+    :func:`load_problems`) or the hub id from the local cache (``spec.columns`` renames first)."""
+    if spec.path:
+        return load_problems(spec.path, split=spec.split, limit=spec.limit)
+    if not spec.hub_id:
+        raise ValueError("a set needs `path` (local file) or `hub_id`")
+    from datasets import load_dataset
+
+    ds = load_dataset(spec.hub_id, spec.config, split=spec.split)
+    renames = {col: name for name, col in spec.columns.items() if col != name}
+    if renames:
+        ds = ds.rename_columns(renames)
+    return _problem_rows(ds, spec.limit)
 
 
 def prompt_ids(tokenizer, problem: str) -> list[int]:
@@ -119,13 +148,27 @@ def prompt_ids(tokenizer, problem: str) -> list[int]:
     return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
-def sft_packs(tokenizer, rows: Sequence[dict], cfg: ThreadWeaverConfig) -> tuple[list[Packed], int]:
+def sft_packs(
+    tokenizer,
+    rows: Sequence[dict],
+    max_length: int | None,
+    join_suffix: str = "\n</Parallel>",
+    mode: str = "trie",
+) -> tuple[list[Packed], int]:
     """Trie-packed SFT examples from ``{"problem", "response"}`` rows (§3.3).
+
+    Args:
+        max_length: packed length limit; rows whose full trajectory is longer are dropped.
+        join_suffix: the orchestrator's join suffix the traces were written with.
+        mode: ``"trie"`` (every orchestrator request, §3.3) or ``"ar"`` (the full trajectory only:
+            a plain causal sequence, the official autoregressive baseline).
 
     Returns:
         ``(packs, n_dropped)``: rows whose response fails :func:`parse` or whose full trajectory is
-        longer than ``cfg.sft_max_len`` are dropped and counted (never cut mid-unit).
+        longer than ``max_length`` are dropped and counted (never cut mid-unit).
     """
+    if mode not in ("trie", "ar"):
+        raise ValueError(f"mode must be 'trie' or 'ar', got {mode!r}")
 
     def enc(s: str) -> list[int]:
         return tokenizer(s, add_special_tokens=False)["input_ids"]
@@ -133,27 +176,47 @@ def sft_packs(tokenizer, rows: Sequence[dict], cfg: ThreadWeaverConfig) -> tuple
     packs, dropped = [], 0
     for row in rows:
         try:
-            traj = parse(row["response"], cfg.join_suffix)
+            traj = parse(row["response"], join_suffix)
         except FormatError as e:
             logger.debug("sft_packs: dropped a malformed trace (%s)", e)
             dropped += 1
             continue
         prompt = prompt_ids(tokenizer, row["problem"])
-        _, units = extract_units(prompt, traj, enc, tokenizer.eos_token_id, cfg.join_suffix)
-        if len(units[0].ids) > cfg.sft_max_len:
+        _, units = extract_units(prompt, traj, enc, tokenizer.eos_token_id, join_suffix)
+        if max_length is not None and len(units[0].ids) > max_length:
             dropped += 1
             continue
-        packs.append(build_packed(units, cfg.sft_max_len))
+        packs.append(build_packed(units if mode == "trie" else units[:1], max_length))
     return packs, dropped
 
 
-def _load(model_name: str, dtype: str = "auto"):
+def _model_spec(run: Run) -> ModelConfig:
+    if run.model is None:
+        raise ValueError(
+            f"method.stage={run.method.stage} needs a model (model=<name>, configs/model/)"
+        )
+    return run.model
+
+
+def _load(run: Run, training: bool, conclusion: bool = False):
+    """Model + tokenizer of ``run.model`` with the tags registered (and the attention
+    implementation serving ``method.mask_impl`` when ``training``)."""
     from common.models import load_model, load_tokenizer
 
+    from .format import CONCLUSION_TAGS, TAGS
     from .special_tokens import add_threadweaver_tokens
 
-    model, tok = load_model(model_name, dtype=dtype), load_tokenizer(model_name)
-    add_threadweaver_tokens(model, tok)  # no-op for tags that are already single tokens
+    spec = _model_spec(run)
+    attn = run.method.attn_implementation(spec.attn_implementation) if training else (
+        spec.attn_implementation)  # fmt: skip
+    path = model_id(spec)
+    tiny = path.startswith("tiny-")
+    kw = {"attn_implementation": attn} if attn and not tiny else {}
+    model, tok = load_model(path, dtype=spec.dtype, **kw), load_tokenizer(path)
+    if attn and tiny:
+        model.set_attn_implementation(attn)
+    tags = TAGS + CONCLUSION_TAGS if conclusion else TAGS
+    add_threadweaver_tokens(model, tok, tags)  # no-op for tags that are already single tokens
     return model, tok
 
 
@@ -161,163 +224,133 @@ def _device_kwargs() -> dict[str, Any]:
     import torch
 
     if torch.cuda.is_available():
-        return {"bf16": True}
-    return {"bf16": False, "use_cpu": True, "dataloader_pin_memory": False}
+        return {}
+    return {"use_cpu": True, "bf16": False, "dataloader_pin_memory": False}
 
 
-def _read_jsonl(path: str | Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def _read_rows(spec: DatasetSpec) -> list[dict]:
+    """``{problem, response}`` rows of the SFT traces (jsonl/json/parquet or a hub id)."""
+    from datasets import load_dataset
+
+    if spec.path:
+        p = Path(spec.path)
+        if not p.exists():
+            raise FileNotFoundError(f"method.sft_data.path {str(p)!r} not found")
+        kinds = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+        if p.suffix not in kinds:
+            raise ValueError(f"method.sft_data.path must end in {sorted(kinds)}, got {p.name!r}")
+        ds = load_dataset(kinds[p.suffix], data_files=str(p), split="train")
+    elif spec.hub_id:
+        ds = load_dataset(spec.hub_id, spec.config, split=spec.split)
+    else:
+        raise ValueError(
+            "method.stage=sft needs method.sft_data.path (a jsonl of {problem, response} parallel "
+            "traces, e.g. from methods.threadweaver.data_pipeline) or method.sft_data.hub_id"
+        )
+    rows = [dict(r) for r in ds]
+    if rows and not {"problem", "response"} <= set(rows[0]):
+        raise ValueError(f"SFT rows need problem and response columns, got {sorted(rows[0])}")
+    return rows[: spec.limit] if spec.limit is not None else rows
 
 
-def run_sft(
-    cfg: ThreadWeaverConfig,
-    model_name: str,
-    data: str | Path,
-    out: str | Path,
-    dtype: str = "auto",
-    **train_kwargs: Any,
-) -> Path:
-    """Trie SFT (App. B) on a jsonl of parallel traces; saves model + tokenizer to ``out``."""
-    from .sft import TrieSFTTrainer, packed_dataset, trie_sft_config
+def _save(trainer, tok, out: Path) -> None:
+    trainer.save_model(str(out))
+    tok.save_pretrained(str(out))
 
-    model, tok = _load(model_name, dtype)
-    packs, dropped = sft_packs(tok, _read_jsonl(data), cfg)
+
+def sft_stage(run: Run) -> dict[str, float]:
+    """``stage=sft``: trie SFT (App. B) of ``model`` on ``method.sft_data``; saves ``run_dir/model``."""
+    from .sft import TrieSFTConfig, TrieSFTTrainer, packed_dataset
+
+    start, m = time.perf_counter(), run.method
+    out = Path(run.run_dir) / "model"
+    args = trainer_config(
+        TrieSFTConfig, m.sft_trainer, output_dir=str(out), mask_impl=m.mask_impl,
+        logging_steps=1, save_strategy="no", **_device_kwargs(),
+    )  # fmt: skip
+    model, tok = _load(run, training=True, conclusion=m.rollout.conclusion)
+    packs, dropped = sft_packs(tok, _read_rows(m.sft_data), args.max_length,
+                               m.rollout.join_suffix, args.sft_mode)  # fmt: skip
     if not packs:
-        raise ValueError(f"no usable traces in {data} ({dropped} dropped)")
+        raise ValueError(f"no usable traces in method.sft_data ({dropped} dropped)")
     logger.info("threadweaver sft: %d tries (%d traces dropped)", len(packs), dropped)
-    kw: dict[str, Any] = {
-        "output_dir": str(out),
-        "learning_rate": cfg.sft_lr,
-        "lr_scheduler_type": "cosine",
-        "warmup_steps": cfg.sft_warmup_ratio,  # a float < 1 is a ratio (transformers 5)
-        "weight_decay": cfg.sft_weight_decay,
-        "adam_beta2": 0.95,
-        "num_train_epochs": cfg.sft_epochs,
-        "per_device_train_batch_size": 1,
-        "logging_steps": 1,
-        **_device_kwargs(),
-    }
-    if cfg.sft_steps:
-        kw["max_steps"] = cfg.sft_steps
-    kw.update(train_kwargs)
-    trainer = TrieSFTTrainer(
-        model=model,
-        args=trie_sft_config(**kw),
-        train_dataset=packed_dataset(packs),
-        processing_class=tok,
-        mask_impl=cfg.mask_impl,
-    )
-    trainer.train()
-    trainer.save_model(str(out))
-    tok.save_pretrained(str(out))
-    return Path(out)
+    trainer = TrieSFTTrainer(model=model, args=args, train_dataset=packed_dataset(packs),
+                             processing_class=tok)  # fmt: skip
+    res = trainer.train()
+    _save(trainer, tok, out)
+    metrics = {"sft": {"train_loss": float(res.training_loss), "n_traces": float(len(packs)),
+                       "n_dropped": float(dropped), "steps": float(res.global_step)}}  # fmt: skip
+    return write_results(run.run_dir, "threadweaver", metrics, cfg=run.cfg,
+                         wall_time_s=time.perf_counter() - start,
+                         notes=f"{args.sft_mode} SFT checkpoint: {out}")  # fmt: skip
 
 
-def _orch_cfg(cfg: ThreadWeaverConfig, parallel: bool = True) -> OrchestratorConfig:
+def _orch_cfg(m: ThreadWeaverRunConfig, temperature: float, top_p: float,
+              parallel: bool) -> OrchestratorConfig:  # fmt: skip
+    r = m.rollout
     return OrchestratorConfig(
-        budget_total=cfg.budget_total,
-        max_model_len=cfg.max_model_len,
-        max_iters=cfg.max_iters,
-        join_suffix=cfg.join_suffix,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        parallel=parallel,
-    )
+        budget_total=r.budget_tokens, max_model_len=r.max_model_len, max_iters=r.max_iters,
+        join_suffix=r.join_suffix, temperature=temperature, top_p=top_p, parallel=parallel,
+        conclusion=r.conclusion,
+    )  # fmt: skip
 
 
-def run_rl(
-    cfg: ThreadWeaverConfig,
-    init: str,
-    prompts: str | Path,
-    out: str | Path,
-    sequential: bool = False,
-    engine: str = "hf",
-    dtype: str = "auto",
-    **grpo_kwargs: Any,
-) -> Path:
-    """P-GRPO (§5, App. B) from ``init`` on a prompt set; ``sequential=True`` = the GRPO baseline."""
+def rl_stage(run: Run) -> dict[str, float]:
+    """``stage=rl``: P-GRPO (§5, App. B) from ``model`` on ``method.rl_data``; saves ``run_dir/model``."""
     from datasets import Dataset
-    from trl import GRPOConfig
 
-    from .pgrpo_trainer import PGRPOTrainer
+    from .pgrpo_trainer import PGRPOConfig, PGRPOTrainer
 
-    model, tok = _load(init, dtype)
-    rows = load_problems(prompts)
-    ds = Dataset.from_list([{"prompt": r["problem"], "answer": r["answer"]} for r in rows])
-    kw: dict[str, Any] = {
-        "output_dir": str(out),
-        "learning_rate": cfg.rl_lr,
-        "weight_decay": 0.0,
-        "max_grad_norm": 1.0,
-        "beta": 0.0,
-        "num_iterations": 1,
-        "loss_type": "dapo",
-        "scale_rewards": "none",
-        "num_generations": cfg.rl_k,
-        "per_device_train_batch_size": cfg.rl_k * cfg.rl_prompts_per_step,
-        "max_steps": cfg.rl_steps,
-        "temperature": cfg.temperature,
-        "top_p": cfg.top_p,
-        "logging_steps": 1,
-        "report_to": "none",
-        "save_strategy": "no",
-        **_device_kwargs(),
-    }
-    engine_factory = None
-    if engine == "vllm":
-        kw.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False)
-        engine_factory = VLLMEngine.from_trainer
-    elif engine != "hf":
-        raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
-    kw.update(grpo_kwargs)
+    start, m = time.perf_counter(), run.method
+    out = Path(run.run_dir) / "model"
+    r = m.rollout
+    args = trainer_config(
+        PGRPOConfig, m.rl_trainer, output_dir=str(out), mask_impl=m.mask_impl,
+        rollout_budget_tokens=r.budget_tokens, rollout_max_model_len=r.max_model_len,
+        rollout_max_iters=r.max_iters, join_suffix=r.join_suffix, conclusion=r.conclusion,
+        logging_steps=1, report_to="none", save_strategy="no", **_device_kwargs(),
+    )  # fmt: skip
+    model, tok = _load(run, training=True, conclusion=r.conclusion)
+    rows = load_set(m.rl_data)
+    ds = Dataset.from_list([{"prompt": x["problem"], "answer": x["answer"]} for x in rows])
     trainer = PGRPOTrainer(
-        model=model,
-        args=GRPOConfig(**kw),
-        train_dataset=ds,
-        processing_class=tok,
-        orchestrator=_orch_cfg(cfg, parallel=not sequential),
-        engine_factory=engine_factory,
+        model=model, args=args, train_dataset=ds, processing_class=tok,
+        engine_factory=VLLMEngine.from_trainer if args.use_vllm else None,
         encode_prompt=lambda p: prompt_ids(tok, p),
-        adv_norm=cfg.adv_norm,
-        mask_impl=cfg.mask_impl,
-        rho=cfg.rho,
-        rho_clip=cfg.rho_clip,
-        reward_variant=cfg.reward_variant,
-    )
-    trainer.train()
-    trainer.save_model(str(out))
-    tok.save_pretrained(str(out))
-    return Path(out)
+    )  # fmt: skip
+    res = trainer.train()
+    _save(trainer, tok, out)
+    rew = trainer.last_rewards
+    metrics = {"rl": {"train_loss": float(res.training_loss), "steps": float(res.global_step),
+                      "last_mean_reward": float(rew.mean()) if rew is not None else math.nan}}  # fmt: skip
+    return write_results(run.run_dir, "threadweaver", metrics, cfg=run.cfg,
+                         wall_time_s=time.perf_counter() - start,
+                         notes=f"P-GRPO checkpoint: {out}")  # fmt: skip
 
 
 def evaluate(
-    cfg: ThreadWeaverConfig,
-    model,
+    orch_cfg: OrchestratorConfig,
     tok,
-    benchmarks: dict[str, str | Path],
-    engine=None,
+    sets: dict[str, list[dict]],
+    engine,
     avg_at_k: dict[str, int] | None = None,
-    limit: int | None = None,
-    parallel: bool = True,
 ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
-    """Avg@k accuracy and token latency on each benchmark through the orchestrator (§6.1, Tab. 1).
+    """Avg@k accuracy and token latency on each set through the orchestrator (§6.1, Tab. 1).
 
     Args:
-        benchmarks: name -> local file; ``avg_at_k`` overrides :data:`BENCHMARKS`' k.
-        engine: a :class:`CompletionEngine` (default HF ``generate`` on ``model``).
+        orch_cfg: orchestrator settings (``parallel=False``: hybrid AR mode).
+        sets: name -> ``[{"problem", "answer"}]``; ``avg_at_k`` overrides :data:`BENCHMARKS`' k.
+        engine: a :class:`CompletionEngine` (HF ``generate`` or vLLM).
 
     Returns:
         ``(metrics, records)``: ``metrics[name]`` with ``accuracy``, ``token_latency``,
         ``total_tokens``, ``eta``, ``activation_ratio``, ``self_speedup`` (mean L_total/L_longest)
         and ``n``; ``records[name]`` one dict per problem with per-sample ``longest``/``correct``.
     """
-    engine = engine or HFGenerateEngine(model, tok.pad_token_id)
-    orch = ParallelOrchestrator(engine, tok, _orch_cfg(cfg, parallel))
+    orch = ParallelOrchestrator(engine, tok, orch_cfg)
     metrics, records = {}, {}
-    for name, path in benchmarks.items():
+    for name, probs in sets.items():
         k = (avg_at_k or {}).get(name, BENCHMARKS.get(name, ("", 1))[1])
-        probs = load_problems(path, limit=limit)
         prompts = [prompt_ids(tok, p["problem"]) for p in probs for _ in range(k)]
         rolls = orch.run_many(prompts)
         recs = []
@@ -364,63 +397,33 @@ def compare(seq_records: dict[str, list[dict]], records: dict[str, list[dict]]) 
     return out
 
 
-def _config(overrides: Sequence[str]) -> tuple[ThreadWeaverConfig, str]:
-    from common.registry import compose
-
-    from .run import to_config
-
-    hcfg = compose(list(overrides))
-    return to_config(hcfg.method), str(hcfg.model.name)
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Command line: ``sft``, ``rl`` or ``eval`` (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m methods.threadweaver.paper")
-    ap.add_argument("stage", choices=["sft", "rl", "eval"])
-    ap.add_argument("--data", help="sft: jsonl of {problem, response}; rl: prompt set")
-    ap.add_argument("--init", help="checkpoint to start from (default: model.name)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
-    ap.add_argument("--sequential", action="store_true", help="baseline: no orchestrator")
-    ap.add_argument("--bench", action="append", default=[], help="eval: name=path (repeat)")
-    ap.add_argument("--baseline", help="eval: records.json of the sequential model")
-    ap.add_argument("--limit", type=int, default=None, help="eval: first N problems")
-    ap.add_argument("--avg-at-k", type=int, default=None, help="eval: one k for all benchmarks")
-    ap.add_argument("--max-steps", type=int, default=None, help="override the step count")
-    args, overrides = ap.parse_known_args(argv)
-    bad = [o for o in overrides if o.startswith("-") or "=" not in o]
-    if bad:
-        ap.error(f"unrecognized arguments (Hydra overrides look like key=value): {bad}")
-    cfg, model_name = _config(overrides)
-    init = args.init or model_name
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    steps = {} if args.max_steps is None else {"max_steps": args.max_steps}
-    if args.stage == "sft":
-        run_sft(cfg, init, args.data, out, **steps)
-        return {"out": str(out)}
-    if args.stage == "rl":
-        run_rl(cfg, init, args.data, out, args.sequential, args.engine, **steps)
-        return {"out": str(out)}
-    benches = dict(b.split("=", 1) for b in args.bench)
-    if args.engine == "vllm":
+def eval_stage(run: Run) -> dict[str, float]:
+    """``stage=eval``: Avg@k accuracy and token latency of ``model`` on every set of ``benchmark``."""
+    start, m, e = time.perf_counter(), run.method, run.method.eval
+    if run.benchmark is None or not run.benchmark.sets:
+        raise ValueError("method.stage=eval needs benchmark=<suite> (configs/benchmark/)")
+    sets = {name: load_set(spec) for name, spec in run.benchmark.sets.items()}
+    if e.engine == "vllm":
         from common.models import load_tokenizer
 
-        model, tok, engine = None, load_tokenizer(init), VLLMEngine(init)
+        path = model_id(_model_spec(run))
+        tok, engine = load_tokenizer(path), VLLMEngine(path, seed=run.seed)
     else:
-        model, tok = _load(init)
-        engine = None
-    kk = None if args.avg_at_k is None else dict.fromkeys(benches, args.avg_at_k)
-    metrics, records = evaluate(cfg, model, tok, benches, engine, kk, args.limit,
-                                parallel=not args.sequential)  # fmt: skip
-    result: dict[str, Any] = {"metrics": metrics}
-    if args.baseline:
-        result["speedup"] = compare(json.loads(Path(args.baseline).read_text()), records)
+        model, tok = _load(run, training=False, conclusion=m.rollout.conclusion)
+        engine = HFGenerateEngine(model.eval(), tok.pad_token_id, seed=run.seed)
+    kk = None if e.samples is None else dict.fromkeys(sets, e.samples)
+    metrics, records = evaluate(_orch_cfg(m, e.temperature, e.top_p, e.parallel), tok, sets,
+                                engine, kk)  # fmt: skip
+    extra: dict[str, Any] = {}
+    if e.baseline_records:
+        extra["speedup"] = compare(json.loads(Path(e.baseline_records).read_text()), records)
+        for name, rep in extra["speedup"].items():
+            metrics[name].update({f"speedup/{k}": float(v) for k, v in rep.items()
+                                  if isinstance(v, (int, float))})  # fmt: skip
+    out = Path(run.run_dir)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "records.json").write_text(json.dumps(records))
-    (out / "metrics.json").write_text(json.dumps(result, indent=1))
-    return result
-
-
-if __name__ == "__main__":  # pragma: no cover
-    logging.basicConfig(level=logging.INFO)
-    main()
+    return write_results(run.run_dir, "threadweaver", metrics, cfg=run.cfg, extra=extra,
+                         wall_time_s=time.perf_counter() - start,
+                         notes=f"per-problem records: {out / 'records.json'} (input of "
+                               "method.eval.baseline_records)")  # fmt: skip

@@ -49,7 +49,7 @@ def is_correct(response: str, gold: str | Sequence[str]) -> bool:
 
         p = parse(f"\\boxed{{{pred}}}")
         return any(verify(parse(f"\\boxed{{{g}}}"), p) for g in golds)
-    except Exception:  # noqa: BLE001 - grader failures count as incorrect (spec §8)
+    except Exception:  # noqa: BLE001 - grader failures count as incorrect (§6.1 fn. 4)
         norm = lambda s: re.sub(r"\s+", "", str(s))  # noqa: E731
         return any(norm(pred) == norm(g) for g in golds)
 

@@ -27,26 +27,158 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import trl
 from torch import Tensor
 
 from common.rl import GroupAdvantageGRPOTrainer
 
+from .format import JOIN_SUFFIX, validate
 from .orchestrator import (
     CompletionEngine,
     HFGenerateEngine,
     OrchestratorConfig,
     ParallelOrchestrator,
 )
-from .format import JOIN_SUFFIX, validate
 from .pgrpo import group_advantages, is_correct, pgrpo_reward
 from .trie import TrieCollator, Unit, build_packed, packed_forward, parent_gather_loss
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OrchestratedRollout", "PGRPOReward", "PGRPOTrainer"]
+__all__ = ["OrchestratedRollout", "PGRPOConfig", "PGRPOReward", "PGRPOTrainer"]
+
+_ADV_NORMS = ("mean", "std")
+_MASK_IMPLS = ("dense", "flex")
+
+
+@dataclass
+class PGRPOConfig(trl.GRPOConfig):
+    """``GRPOConfig`` plus every P-GRPO knob (§5, Alg. 1, App. B), so each is saved with the run.
+
+    Defaults follow the paper: no KL (``beta=0``), one optimisation step per rollout batch
+    (``num_iterations=1``, importance ratio 1), token-sum normalisation over the generation batch
+    (``loss_type="dapo"``), no std scaling by TRL (the group advantage is P-GRPO's own, Eq. 9).
+    Sampling uses TRL's ``temperature`` / ``top_p`` (App. B: 1.0 / 1.0).
+    """
+
+    adv_norm: str = field(
+        default="mean",
+        metadata={"help": "Eq. 9 'mean' (r - mean_group r); 'std' divides by the group's sample "
+                  "std (standard GRPO, the Tab. 5 ablation; official norm_adv_by_std_in_grpo)."},
+    )  # fmt: skip
+    zero_adv_threshold: float | None = field(
+        default=None,
+        metadata={"help": "Official grpo_zero_adv_if_all_ge_le: zero the advantages of a group "
+                  "whose rewards are all >= or all <= this value (None: off, as the paper)."},
+    )  # fmt: skip
+    rho: float = field(default=0.5, metadata={"help": "Acceleration reward slope ρ (Eq. 7)."})
+    rho_clip: float = field(
+        default=0.2, metadata={"help": "Acceleration reward cap ρ_clip (Eq. 7)."}
+    )
+    reward_variant: str = field(
+        default="paper",
+        metadata={"help": "'paper': 1{c}(1 + min(ρη, ρ_clip)); 'repo': official defaults, "
+                  "1 + ρ min(η, ρ_clip) if correct else -1."},
+    )  # fmt: skip
+    parallel_reward: float = field(
+        default=0.0,
+        metadata={"help": "Official parallel_rewardv2: bonus for a correct trajectory with at "
+                  "least one <Parallel> block (0: off, as the paper)."},
+    )  # fmt: skip
+    format_error_reward: float | None = field(
+        default=None,
+        metadata={"help": "Official format_error_reward: the reward of a trajectory that fails "
+                  "the format check (None: off, as the paper)."},
+    )  # fmt: skip
+    treat_no_parallel_as_format_error: bool = field(
+        default=False,
+        metadata={"help": "Official option: a trajectory without <Parallel> fails the format "
+                  "check (only with format_error_reward)."},
+    )  # fmt: skip
+    parallel_rollouts: bool = field(
+        default=True,
+        metadata={"help": "False: the sequential-GRPO baseline (no orchestrator; same reward, "
+                  "advantage and loss)."},
+    )  # fmt: skip
+    rollout_budget_tokens: int = field(
+        default=40000, metadata={"help": "Total generated tokens over all branches (App. B)."}
+    )
+    rollout_max_model_len: int = field(
+        default=40960, metadata={"help": "Context limit of one request (App. B)."}
+    )
+    rollout_max_iters: int = field(
+        default=32, metadata={"help": "Orchestrator loop guard (official controller: 32)."}
+    )
+    join_suffix: str = field(
+        default="\n</Parallel>",
+        metadata={"help": "Text appended after a block's threads: paper '\\n</Parallel>'; "
+                  "official no_conclusion mode '\\n'."},
+    )  # fmt: skip
+    conclusion: bool = field(
+        default=False,
+        metadata={"help": "Official <Conclusion> mode (no_conclusion=false): join with "
+                  "'\\n<Conclusion>\\n' and let the model close the block."},
+    )  # fmt: skip
+    mask_impl: str = field(
+        default="dense",
+        metadata={"help": "Trie mask of the loss forward: 'dense' additive [B,1,N,N] (SDPA/eager) "
+                  "or 'flex' FlexAttention BlockMask (App. B; CUDA only for training)."},
+    )  # fmt: skip
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient; 0 in P-GRPO (App. B)."})
+    loss_type: str = field(
+        default="dapo", metadata={"help": "Token-sum over the generation batch (Eq. 4)."}
+    )
+    scale_rewards: str = field(
+        default="none", metadata={"help": "TRL's scaling is off: P-GRPO's advantage is Eq. 9."}
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={"help": "Not supported: TRL's ratio is computed on the joined causal view, "
+                  "not on the trie view the orchestrator sampled (see the method doc)."},
+    )  # fmt: skip
+
+    def __post_init__(self):
+        if self.adv_norm not in _ADV_NORMS:
+            raise ValueError(f"adv_norm must be one of {_ADV_NORMS}, got {self.adv_norm!r}")
+        if self.mask_impl not in _MASK_IMPLS:
+            raise ValueError(f"mask_impl must be one of {_MASK_IMPLS}, got {self.mask_impl!r}")
+        if self.reward_variant not in ("paper", "repo"):
+            raise ValueError(
+                f"reward_variant must be 'paper' or 'repo', got {self.reward_variant!r}"
+            )
+        pgrpo_reward(True, 0.0, self.rho, self.rho_clip, self.reward_variant,
+                     parallel_reward=self.parallel_reward)  # fmt: skip
+        for name in ("rollout_budget_tokens", "rollout_max_model_len", "rollout_max_iters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.beta != 0.0:
+            raise ValueError(f"P-GRPO uses no KL term (App. B): beta must be 0, got {self.beta}")
+        if self.num_iterations != 1:
+            raise ValueError(
+                "P-GRPO takes one step per rollout batch (importance ratio 1): "
+                f"num_iterations must be 1, got {self.num_iterations}"
+            )
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(
+                f"num_generations must be >= 2 (group advantages), got {self.num_generations}"
+            )
+        super().__post_init__()
+
+    def orchestrator(self) -> OrchestratorConfig:
+        """The rollout settings as an :class:`OrchestratorConfig`."""
+        return OrchestratorConfig(
+            budget_total=self.rollout_budget_tokens,
+            max_model_len=self.rollout_max_model_len,
+            max_iters=self.rollout_max_iters,
+            join_suffix=self.join_suffix,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            parallel=self.parallel_rollouts,
+            conclusion=self.conclusion,
+        )
 
 
 class PGRPOReward:
@@ -200,69 +332,62 @@ class OrchestratedRollout:
 class PGRPOTrainer(GroupAdvantageGRPOTrainer):
     """P-GRPO (§5, Alg. 1) on ``trl.GRPOTrainer`` via :class:`common.rl.GroupAdvantageGRPOTrainer`.
 
+    Every algorithm knob is a field of :class:`PGRPOConfig` (the ``args``); the constructor only
+    takes what cannot be saved with the run.
+
     Args:
-        model, args, train_dataset, processing_class: as for ``trl.GRPOTrainer``; ``args`` must have
-            ``beta=0`` (no KL, App. B) and ``num_iterations=1`` (one step per rollout batch, so the
-            importance ratio is 1).
-        reward_funcs: default ``[PGRPOReward(rho=rho, rho_clip=rho_clip, variant=reward_variant)]``.
-        orchestrator: :class:`OrchestratorConfig` for the rollouts (``parallel=False`` gives the
-            sequential-GRPO baseline with the same loss and advantages).
+        model, args, train_dataset, processing_class: as for ``trl.GRPOTrainer``; ``args`` must be a
+            :class:`PGRPOConfig`.
+        reward_funcs: default ``[PGRPOReward(...)]`` built from ``args``.
         engine_factory: see :class:`OrchestratedRollout`.
-        adv_norm: ``"mean"`` (Eq. 9) or ``"std"`` (standard GRPO, ablation).
-        mask_impl: ``"dense"`` or ``"flex"`` (FlexAttention at long context).
-        rho, rho_clip, reward_variant: reward settings (Eq. 7, spec §9.2).
+        encode_prompt: see :class:`OrchestratedRollout`.
 
     Example::
 
-        trainer = PGRPOTrainer(model=model, args=GRPOConfig(..., beta=0.0), processing_class=tok,
-                               train_dataset=ds, orchestrator=OrchestratorConfig(budget_total=40000))
+        args = PGRPOConfig(output_dir="out", num_generations=8, rollout_budget_tokens=40000)
+        trainer = PGRPOTrainer(model=model, args=args, processing_class=tok, train_dataset=ds)
         trainer.train()
     """
+
+    ADVANTAGE_SUPPORT = {"scale_rewards": ("none",)}
+    POLICY_LOSS_SUPPORT = {"loss_type": ("dapo", "bnpo", "grpo", "dr_grpo", "luspo")}
 
     def __init__(
         self,
         *args,
-        orchestrator: OrchestratorConfig | None = None,
         engine_factory: Callable[[Any], CompletionEngine] | None = None,
         encode_prompt: Callable[[Any], list[int]] | None = None,
-        adv_norm: str = "mean",
-        mask_impl: str = "dense",
-        rho: float = 0.5,
-        rho_clip: float = 0.2,
-        reward_variant: str = "paper",
         **kwargs,
     ):
-        if adv_norm not in ("mean", "std"):
-            raise ValueError(f"adv_norm must be 'mean' or 'std', got {adv_norm!r}")
-        if mask_impl not in ("dense", "flex"):
-            raise ValueError(f"mask_impl must be 'dense' or 'flex', got {mask_impl!r}")
         targs = kwargs.get("args")
-        if targs is not None:
-            if getattr(targs, "beta", 0.0) != 0.0:
-                raise ValueError(f"P-GRPO uses no KL term: args.beta must be 0, got {targs.beta}")
-            if getattr(targs, "num_iterations", 1) != 1:
-                raise ValueError(
-                    "P-GRPO takes one step per rollout batch (importance ratio 1): "
-                    f"args.num_iterations must be 1, got {targs.num_iterations}"
-                )
+        if not isinstance(targs, PGRPOConfig):
+            raise TypeError(
+                f"args must be a PGRPOConfig (its fields are the P-GRPO knobs), got "
+                f"{type(targs).__name__}"
+            )
         tok = kwargs.get("processing_class")
         if tok is None or getattr(tok, "pad_token_id", None) is None:
             raise ValueError("processing_class must be a tokenizer with a pad token")
         if kwargs.get("reward_funcs") is None:
             kwargs["reward_funcs"] = [
-                PGRPOReward(rho=rho, rho_clip=rho_clip, variant=reward_variant)
-            ]
-        self.rollout = OrchestratedRollout(
-            tok, orchestrator or OrchestratorConfig(), engine_factory, encode_prompt
-        )
+                PGRPOReward(
+                    rho=targs.rho, rho_clip=targs.rho_clip, variant=targs.reward_variant,
+                    parallel_reward=targs.parallel_reward,
+                    format_error_reward=targs.format_error_reward,
+                    treat_no_parallel_as_format_error=targs.treat_no_parallel_as_format_error,
+                    join_suffix=targs.join_suffix, conclusion=targs.conclusion,
+                )
+            ]  # fmt: skip
+        self.rollout = OrchestratedRollout(tok, targs.orchestrator(), engine_factory, encode_prompt)
         kwargs["rollout_func"] = self.rollout
-        self.adv_norm, self.mask_impl = adv_norm, mask_impl
+        self.adv_norm, self.mask_impl = targs.adv_norm, targs.mask_impl
+        self.zero_adv_threshold = targs.zero_adv_threshold
         super().__init__(*args, **kwargs)
 
     def compute_advantages(self, rewards: Tensor, inputs: dict[str, Any]) -> Tensor:
         """Eq. 9: ``A_{p,i} = r_{p,i} − mean_j r_{p,j}`` (``adv_norm="std"``: divided by σ_p)."""
         r = torch.nan_to_num(rewards, nan=0.0)  # [B, N]
-        adv = group_advantages(r, norm=self.adv_norm)  # [B, N]
+        adv = group_advantages(r, norm=self.adv_norm, zero_threshold=self.zero_adv_threshold)
         if inputs.get("mode") == "train":
             self.log_metric(
                 "pgrpo/frac_zero_adv_groups", float((adv.abs().sum(1) == 0).float().mean())
@@ -285,27 +410,24 @@ class PGRPOTrainer(GroupAdvantageGRPOTrainer):
         return rows
 
     def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> Tensor:
-        """Eq. 4 on trie-packed units: ``−(1/T) Σ_rows A_row Σ_{completion nodes} log π``."""
+        """Eq. 4 on trie-packed units: per node ``−A_row log π(v | ancestors(v))``, reduced by
+        :meth:`reduce_loss` (TRL's ``loss_type`` normalisation; train and eval alike)."""
         rows = self._row_units(inputs)
         packs = [build_packed(sorted(u, key=lambda x: -len(x.ids))) for u in rows]
         dev = inputs["completion_ids"].device
-        dtype = next(model.parameters()).dtype
-        batch = TrieCollator(self.processing_class.pad_token_id, mask_impl=self.mask_impl,
-                             dtype=dtype)(packs)  # fmt: skip
+        batch = TrieCollator(self.processing_class.pad_token_id, mask_impl=self.mask_impl)(packs)
         batch = {k: v.to(dev) if isinstance(v, Tensor) else v for k, v in batch.items()}
-        logits = packed_forward(model, batch)  # [b, N, V]
+        logits = packed_forward(model, batch)  # [b, N, V]; mask built on dev in the model's dtype
         nll = parent_gather_loss(
             logits, batch["input_ids"], batch["parent"], batch["loss_mask"], reduction="none"
         )  # [b, N]
         adv = inputs["advantages"]
         adv = adv if adv.dim() == 1 else adv[:, 0]  # [b] (sequence-level, broadcast)
-        n_tok = (batch["loss_mask"] & (batch["parent"] >= 0)).sum()
-        if "num_items_in_batch" in inputs:  # DAPO-style: tokens of the whole generation batch
-            norm = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            norm = norm * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-        else:
-            norm = n_tok.clamp(min=1)
-        loss = (adv.to(nll.dtype) * nll.sum(dim=1)).sum() / norm
+        trained = batch["loss_mask"] & (batch["parent"] >= 0)  # [b, N]
+        per_node = adv.to(nll.dtype).unsqueeze(1) * nll  # [b, N] = −A log π on trained nodes
+        node_inputs = {k: v for k, v in inputs.items() if k != "tool_mask"}  # [b, T]: joined view
+        node_inputs["completion_mask"] = trained.to(nll.dtype)  # trie nodes, the loss's tokens
+        loss = self.reduce_loss(per_node, node_inputs)
         mode = "train" if model.training else "eval"
-        self.log_metric("pgrpo/trained_tokens", float(n_tok), mode)
+        self.log_metric("pgrpo/trained_tokens", float(trained.sum()), mode)
         return loss

@@ -3,17 +3,64 @@
 :class:`TrieSFTTrainer` changes two things relative to ``trl.SFTTrainer``: batches come from
 :class:`TrieCollator` (ancestor mask + depth positions) and the loss is the exact parent-gather loss
 (the official code uses the shifted flat loss, which mis-targets the first token of every extra
-branch; spec §9.5). Examples are :class:`Packed` tries or dicts with ``"units"``; TRL's own dataset
-preparation is skipped.
+branch; see the doc's deviations). Examples are :class:`Packed` tries or dicts with ``"units"``;
+TRL's own dataset preparation is skipped.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import trl
 
 from .trie import Packed, TrieCollator, packed_forward, parent_gather_loss
 
-__all__ = ["TrieSFTTrainer", "packed_dataset", "trie_sft_config"]
+__all__ = ["SFT_MODES", "TrieSFTConfig", "TrieSFTTrainer", "packed_dataset", "trie_sft_config"]
+
+#: ``trie``: every orchestrator request packed in one trie (§3.3); ``ar``: the plain
+#: autoregressive baseline of the official ``sft_autoregressive.py`` (the full trajectory only,
+#: causal attention, loss on the response; the tags are ordinary tokens of the text).
+SFT_MODES = ("trie", "ar")
+
+
+@dataclass
+class TrieSFTConfig(trl.SFTConfig):
+    """``SFTConfig`` with the ThreadWeaver SFT knobs (App. B defaults; saved with the run).
+
+    ``max_length`` is the packed (trie) length: a trace whose full trajectory is longer is dropped,
+    never cut mid-unit (App. B: 40,960).
+    """
+
+    sft_mode: str = field(
+        default="trie",
+        metadata={"help": "'trie': trie packing + parent-gather loss (§3.3); 'ar': the plain "
+                  "autoregressive baseline (official sft_autoregressive.py)."},
+    )  # fmt: skip
+    mask_impl: str = field(
+        default="dense",
+        metadata={"help": "Trie mask: 'dense' additive [B,1,N,N] or 'flex' FlexAttention "
+                  "BlockMask (App. B; the run config's method.mask_impl sets it)."},
+    )  # fmt: skip
+    learning_rate: float = field(default=1e-5, metadata={"help": "App. B: 1e-5 peak."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "App. B: cosine to 0."})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "App. B: 5% warm-up."})
+    weight_decay: float = field(default=0.01, metadata={"help": "App. B (official script 1e-4)."})
+    adam_beta2: float = field(default=0.95, metadata={"help": "App. B: β = (0.9, 0.95)."})
+    num_train_epochs: float = field(default=8.0, metadata={"help": "App. B: 8 (stage 1), 1 (2)."})
+    max_length: int | None = field(default=40960, metadata={"help": "App. B: packed length."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Trie columns reach the collator."}
+    )
+    report_to: str | list[str] = field(default="none", metadata={"help": "No tracker."})
+
+    def __post_init__(self):
+        if self.sft_mode not in SFT_MODES:
+            raise ValueError(f"sft_mode must be one of {SFT_MODES}, got {self.sft_mode!r}")
+        if self.mask_impl not in ("dense", "flex"):
+            raise ValueError(f"mask_impl must be 'dense' or 'flex', got {self.mask_impl!r}")
+        if self.dataset_kwargs is None:
+            self.dataset_kwargs = {"skip_prepare_dataset": True}
+        super().__post_init__()
 
 
 def packed_dataset(packs: list[Packed]):
@@ -35,7 +82,10 @@ def trie_sft_config(**kwargs) -> trl.SFTConfig:
 class TrieSFTTrainer(trl.SFTTrainer):
     """``SFTTrainer`` with trie packing and the parent-gather loss; everything else is TRL's."""
 
-    def __init__(self, *args, pad_token_id: int | None = None, mask_impl: str = "dense", **kwargs):
+    def __init__(self, *args, pad_token_id: int | None = None, mask_impl: str | None = None,
+                 **kwargs):  # fmt: skip
+        if mask_impl is None:
+            mask_impl = getattr(kwargs.get("args"), "mask_impl", "dense")
         if kwargs.get("data_collator") is None:
             tok = kwargs.get("processing_class")
             pad = pad_token_id if pad_token_id is not None else getattr(tok, "pad_token_id", None)

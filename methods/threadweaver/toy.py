@@ -1,4 +1,6 @@
-"""CPU toy: "parallel codebook spelling" learned in sequential and in parallel form (spec §6).
+"""CPU toy: "parallel codebook spelling" learned in sequential and in parallel form.
+
+See docs/methods/threadweaver.md (Results) for the design and the numbers.
 
 A seeded codebook spells each start symbol ``s`` as a chain of ``T`` distinct code tokens. A prompt
 ``Q: s_1 … s_K`` asks for ``A: c(s_1,T) … c(s_K,T)`` (the last code of each chain). The sequential

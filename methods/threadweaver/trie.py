@@ -32,11 +32,13 @@ from .format import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ATTN_FOR_MASK",
     "Packed",
     "TrieCollator",
     "Unit",
     "ancestor_mask",
     "build_packed",
+    "dense_trie_mask",
     "extract_units",
     "flex_block_mask",
     "packed_forward",
@@ -310,7 +312,7 @@ def parent_gather_loss(
     loss_mask: torch.Tensor,
     reduction: Literal["mean", "sum", "none"] = "mean",
 ) -> torch.Tensor:
-    """Exact trie SFT loss: ``−(1/|𝓛|) Σ_{v∈𝓛} log softmax(z_{parent(v)})[token(v)]`` (spec §3.4).
+    """Exact trie SFT loss: ``−(1/|𝓛|) Σ_{v∈𝓛} log softmax(z_{parent(v)})[token(v)]`` (§3.3, exact form).
 
     Args:
         logits: ``[B, N, V]`` packed-forward outputs.
@@ -340,11 +342,14 @@ def parent_gather_loss(
 class TrieCollator:
     """Pad packed tries into a batch for a model that honours 4-D masks and ``position_ids``.
 
-    Each example is a :class:`Packed`, a ``Packed.to_dict()`` row, or a dict with ``"units"`` (list of :class:`Unit`). Output:
-    ``input_ids``, ``position_ids``, ``parent``, ``loss_mask`` ``[B, N]`` and ``attention_mask``:
-    an additive float ``[B, 1, N, N]`` (``mask_impl="dense"``; 0 = attend, dtype-min = blocked) or a
-    FlexAttention ``BlockMask`` (``"flex"``). Padding is on the right; a padded query attends to
-    itself only and no real query sees a padded key.
+    Each example is a :class:`Packed`, a ``Packed.to_dict()`` row, or a dict with ``"units"`` (list
+    of :class:`Unit`). Output: ``input_ids``, ``position_ids``, ``parent``, ``loss_mask``, ``tin``,
+    ``tout`` ``[B, N]`` and, for ``mask_impl="dense"``, ``attention_mask``: an additive float
+    ``[B, 1, N, N]`` (0 = attend, dtype-min = blocked). For ``"flex"`` no mask is built here:
+    :func:`packed_forward` builds the FlexAttention ``BlockMask`` from ``tin``/``tout`` on the
+    inputs' device (a ``BlockMask`` is not a tensor, so the Trainer would not move one built on the
+    CPU). Padding is on the right; a padded query attends to itself only and no real query sees a
+    padded key.
     """
 
     def __init__(
@@ -381,23 +386,65 @@ class TrieCollator:
             m = len(p)
             ids[i, :m], pos[i, :m], parent[i, :m] = p.input_ids, p.position_ids, p.parent
             lmask[i, :m], tin[i, :m], tout[i, :m] = p.loss_mask, p.tin, p.tout
-        out = {"input_ids": ids, "position_ids": pos, "parent": parent, "loss_mask": lmask}
+        out = {"input_ids": ids, "position_ids": pos, "parent": parent, "loss_mask": lmask,
+               "tin": tin, "tout": tout}  # fmt: skip
         if self.mask_impl == "dense":
-            allowed = ancestor_mask(tin, tout)  # [B, N, N]
-            add = torch.zeros((b, 1, n, n), dtype=self.dtype)
-            add.masked_fill_(~allowed.unsqueeze(1), torch.finfo(self.dtype).min)
-            out["attention_mask"] = add
-        else:
-            out["attention_mask"] = flex_block_mask(tin, tout)
+            out["attention_mask"] = dense_trie_mask(tin, tout, self.dtype)
         return out
 
 
+def dense_trie_mask(tin: torch.Tensor, tout: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive ``[B, 1, N, N]`` ancestor mask in ``dtype`` on ``tin``'s device (0 = attend)."""
+    allowed = ancestor_mask(tin, tout)  # [B, N, N]
+    add = torch.zeros(allowed.shape[0], 1, *allowed.shape[1:], dtype=dtype, device=tin.device)
+    return add.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
+
+
+#: attention implementations (``model.config._attn_implementation``) that serve each trie mask
+ATTN_FOR_MASK: dict[str, tuple[str, ...]] = {
+    "dense": ("sdpa", "eager"),
+    "flex": ("flex_attention",),
+}
+
+
 def packed_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Run ``model`` on a :class:`TrieCollator` batch; returns logits ``[B, N, V]``."""
+    """Run ``model`` on a :class:`TrieCollator` batch; returns logits ``[B, N, V]``.
+
+    The mask follows the inputs: a dense mask is moved to ``input_ids``' device and rebuilt in the
+    model's dtype when it differs; without ``attention_mask`` (``mask_impl="flex"``) the
+    FlexAttention ``BlockMask`` is built from ``tin``/``tout`` on that device.
+
+    Raises:
+        TypeError: the model's attention implementation cannot serve the batch's mask kind
+            (a ``BlockMask`` needs ``attn_implementation="flex_attention"``, a dense 4-D mask
+            ``"sdpa"`` or ``"eager"``).
+    """
+    ids = batch["input_ids"]
+    dev = ids.device
+    mask = batch.get("attention_mask")
+    kind = "dense" if torch.is_tensor(mask) else "flex"
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if impl is not None and impl not in ATTN_FOR_MASK[kind]:
+        raise TypeError(
+            f"the trie mask kind {kind!r} needs attn_implementation in {ATTN_FOR_MASK[kind]}, but "
+            f"the model uses {impl!r}; load it with attn_implementation={ATTN_FOR_MASK[kind][0]!r}"
+        )
+    if mask is None:
+        if "tin" not in batch or "tout" not in batch:
+            raise ValueError("batch has neither attention_mask nor tin/tout to build the trie mask")
+        mask = flex_block_mask(batch["tin"].to(dev), batch["tout"].to(dev), device=dev)
+    elif torch.is_tensor(mask):
+        dtype = next(model.parameters()).dtype
+        if mask.is_floating_point() and mask.dtype != dtype and "tin" in batch:
+            mask = dense_trie_mask(batch["tin"].to(dev), batch["tout"].to(dev), dtype)
+        else:
+            mask = mask.to(dev)
+    elif hasattr(mask, "to"):  # a BlockMask built by the caller
+        mask = mask.to(dev)
     out = model(
-        input_ids=batch["input_ids"],
-        position_ids=batch["position_ids"],
-        attention_mask=batch["attention_mask"],
+        input_ids=ids,
+        position_ids=batch["position_ids"].to(dev),
+        attention_mask=mask,
         use_cache=False,
     )
     return out.logits

@@ -482,15 +482,58 @@ def test_broadcast_loss_equals_trajectory_reinforce(toy_tok, toy_setup):
         torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
 
 
-def test_config_rejects_bad_values():
-    with pytest.raises(ValueError, match="rho"):
-        ThreadWeaverConfig(rho=0)
-    with pytest.raises(ValueError, match="rl_k"):
-        ThreadWeaverConfig(rl_k=1)
+def test_config_rejects_bad_values(tmp_path, monkeypatch):
+    from methods.threadweaver import PGRPOConfig, ThreadWeaverRunConfig, TrieSFTConfig
+
     with pytest.raises(ValueError, match="arms"):
         ThreadWeaverConfig(arms=["tw"])
+    kw = {"output_dir": str(tmp_path), "use_cpu": True, "bf16": False}
+    with pytest.raises(ValueError, match="rho"):
+        PGRPOConfig(rho=0, **kw)
+    with pytest.raises(ValueError, match="num_generations"):
+        PGRPOConfig(num_generations=1, per_device_train_batch_size=1, **kw)
     with pytest.raises(ValueError, match="adv_norm"):
-        ThreadWeaverConfig(adv_norm="z")
+        PGRPOConfig(adv_norm="z", **kw)
+    with pytest.raises(ValueError, match="beta"):
+        PGRPOConfig(beta=0.1, **kw)
+    with pytest.raises(ValueError, match="sft_mode"):
+        TrieSFTConfig(sft_mode="x", **kw)
+    with pytest.raises(ValueError, match="mask_impl"):
+        ThreadWeaverRunConfig(mask_impl="sparse")
+    with pytest.raises(ValueError, match="method.mask_impl instead"):
+        ThreadWeaverRunConfig(rl_trainer={"mask_impl": "dense"})
+    with pytest.raises(ValueError, match="method.rollout"):
+        ThreadWeaverRunConfig(rl_trainer={"rollout_budget_tokens": 5})
+    # attention implementations that cannot serve the trie mask are rejected before loading
+    run_cfg = ThreadWeaverRunConfig(stage="eval", mask_impl="flex")
+    assert run_cfg.attn_implementation(None) == "flex_attention"
+    with pytest.raises(ValueError, match="cannot serve method.mask_impl=flex"):
+        run_cfg.attn_implementation("sdpa")
+    with pytest.raises(ValueError, match="flash_attention_2"):
+        ThreadWeaverRunConfig(stage="sft").attn_implementation("flash_attention_2")
+
+
+def test_flex_mask_on_cpu_is_rejected_at_validation_with_the_reason(monkeypatch):
+    """The shipped preset (mask_impl: flex) stops at validation on a CPU, naming torch's reason;
+    with a CUDA device visible the same config validates (training happens there)."""
+    from common.config import ConfigError, validate
+    from common.registry import compose
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for stage in ("sft", "rl"):
+        with pytest.raises(ConfigError, match="does not support backward on CPU"):
+            validate(compose(["experiment=threadweaver_paper", f"method.stage={stage}"]))
+    assert validate(compose(["experiment=threadweaver_paper", "method.stage=eval"])).method
+    # the reason is real: torch's FlexAttention refuses the backward pass on CPU tensors
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q = torch.randn(1, 1, 16, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="backward on CPU"):
+        flex_attention(q, q, q)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    run = validate(compose(["experiment=threadweaver_paper", "method.stage=sft"]))
+    assert run.method.mask_impl == "flex" and run.model.name == "Qwen/Qwen3-8B"
+    assert run.method.attn_implementation(run.model.attn_implementation) == "flex_attention"
 
 
 # --------------------------------------------------------------------------- data pipeline
@@ -541,12 +584,12 @@ def test_data_pipeline_end_to_end_with_scripted_llm():
 
 
 def test_trie_sft_trainer_uses_parent_gather_loss(toy_tok, toy_setup, tmp_path):
-    from methods.threadweaver import TrieSFTTrainer, packed_dataset, trie_sft_config
+    from methods.threadweaver import TrieSFTConfig, TrieSFTTrainer, packed_dataset
 
     _, _, _, units, _ = toy_setup
     packs = [build_packed(units), build_packed(units[:3])]
     model = _small_model(len(toy_tok), "qwen3")
-    args = trie_sft_config(
+    args = TrieSFTConfig(
         output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, learning_rate=1e-2,
         use_cpu=True, bf16=False, dataloader_pin_memory=False, logging_steps=1, disable_tqdm=True,
     )  # fmt: skip
@@ -562,6 +605,38 @@ def test_trie_sft_trainer_uses_parent_gather_loss(toy_tok, toy_setup, tmp_path):
     before = model.lm_head.weight.detach().clone()
     trainer.train()
     assert not torch.equal(before, model.lm_head.weight)
+
+
+def test_ar_sft_baseline_is_plain_causal_completion_loss(toy_tok, toy_setup):
+    """sft_mode=ar (official sft_autoregressive.py): the full trajectory only, causal attention,
+    loss on the response tokens = HF's shifted loss with the prompt labelled -100."""
+    from methods.threadweaver.paper import sft_packs
+
+    traj, prompt, resp, units, _ = toy_setup
+    import copy
+
+    tok = copy.deepcopy(toy_tok)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # plain prompt
+    rows = [{"problem": "Q: s0 s2\n", "response": serialize(traj)}]
+    (ar,), _ = sft_packs(tok, rows, None, mode="ar")
+    (tr,), _ = sft_packs(tok, rows, None, mode="trie")
+    n = len(ar)
+    assert len(tr) > n  # the trie adds the thread branches
+    assert torch.equal(ar.position_ids, torch.arange(n)) and torch.equal(
+        ar.parent, torch.arange(n) - 1
+    )
+    assert torch.equal(ancestor_mask(ar.tin, ar.tout), torch.ones(n, n).tril().bool())
+    assert torch.equal(ar.input_ids, tr.input_ids[:n])  # same full trajectory, same tokens
+    model = _small_model(len(tok), "qwen3")
+    batch = TrieCollator(tok.pad_token_id)([ar])
+    with torch.no_grad():
+        ours = parent_gather_loss(packed_forward(model, batch), batch["input_ids"],
+                                  batch["parent"], batch["loss_mask"])  # fmt: skip
+        n_prompt = n - int(ar.loss_mask.sum())
+        labels = ar.input_ids.clone()[None]
+        labels[0, :n_prompt] = -100
+        hf = model(input_ids=ar.input_ids[None], labels=labels).loss
+    torch.testing.assert_close(ours, hf, atol=1e-5, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- P-GRPO trainer
@@ -593,7 +668,7 @@ def test_pgrpo_trainer_one_step_matches_eq4(toy_tok, toy_setup, tmp_path):
     from trl import GRPOConfig
 
     from common.rl import cpu_grpo_kwargs
-    from methods.threadweaver import PGRPOReward, PGRPOTrainer
+    from methods.threadweaver import PGRPOConfig, PGRPOReward, PGRPOTrainer
     from methods.threadweaver.toy import toy_trajectory
 
     traj, prompt, _, par_units, enc = toy_setup
@@ -618,13 +693,13 @@ def test_pgrpo_trainer_one_step_matches_eq4(toy_tok, toy_setup, tmp_path):
     ds = Dataset.from_list([{"prompt": toy_tok.decode(prompt), "answer": gold}] * 4)
     model = _small_model(len(toy_tok), "qwen3")
     model0 = copy.deepcopy(model)
-    args = GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path), max_steps=1, learning_rate=1e-2,
-                                        per_device_train_batch_size=4, num_generations=4))  # fmt: skip
+    args = PGRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path), max_steps=1, learning_rate=1e-2,
+                                         per_device_train_batch_size=4, num_generations=4),
+                       rollout_budget_tokens=200)  # fmt: skip
     reward = PGRPOReward(verify=lambda text, g: text.replace("<eos>", "").endswith(g))
     trainer = Recording(
         model=model, args=args, train_dataset=ds, processing_class=toy_tok,
         reward_funcs=[reward], engine_factory=lambda tr: engine,
-        orchestrator=OrchestratorConfig(budget_total=200),
     )  # fmt: skip
     before = [p.detach().clone() for p in model.parameters()]
     trainer.train()
@@ -653,9 +728,14 @@ def test_pgrpo_trainer_one_step_matches_eq4(toy_tok, toy_setup, tmp_path):
     # env_mask marks exactly the tokens the model generated: TRL's token count == unit completions
     assert int(inputs["num_items_in_batch"]) == n_tok
     torch.testing.assert_close(loss, ref / n_tok, atol=1e-5, rtol=1e-4)
-    with pytest.raises(ValueError, match="beta"):
-        PGRPOTrainer(model=model, args=GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path),
-                     beta=0.1)), train_dataset=ds, processing_class=toy_tok)  # fmt: skip
+    with pytest.raises(TypeError, match="PGRPOConfig"):
+        PGRPOTrainer(model=model, args=GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path))),
+                     train_dataset=ds, processing_class=toy_tok)  # fmt: skip
+    # TRL options the trie loss does not implement are refused at construction, naming them
+    for bad in ({"loss_type": "cispo"}, {"scale_rewards": "batch"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            PGRPOTrainer(model=model, args=PGRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path)),
+                         **bad), train_dataset=ds, processing_class=toy_tok)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- paper drivers
@@ -716,44 +796,121 @@ def test_paper_loaders_read_hub_layouts(tmp_path):
         load_problems(tmp_path / "missing.jsonl")
 
 
-def test_paper_drivers_sft_rl_eval_on_tiny_model(tmp_path):
-    """The paper pipeline (trie SFT -> P-GRPO -> six-benchmark eval) end to end on a tiny Qwen3."""
+# ---- paper stages on the CPU: the shipped preset, shrunk (tests/test_paper_presets.py runs these)
+# method.mask_impl=dense: the preset's FlexAttention mask has no backward pass on the CPU, which the
+# config rejects at validation (test_flex_mask_on_cpu_is_rejected_at_validation_with_the_reason).
+_SMOKE_MODEL = ["model.path={tiny_qwen3}", "model.dtype=float32", "method.mask_impl=dense"]
+_SMOKE_ROLLOUT = ["method.rollout.budget_tokens=8"]
+PAPER_SMOKE = {
+    "sft": [*_SMOKE_MODEL, "method.sft_data.path={tw_sft}", "+method.sft_trainer.max_steps=1",
+            "method.sft_trainer.bf16=false", "method.sft_trainer.gradient_accumulation_steps=1"],
+    "rl": [*_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.rl_data.path={tw_aime25}",
+           "method.rl_trainer.num_generations=2", "method.rl_trainer.per_device_train_batch_size=2",
+           "method.rl_trainer.max_steps=1", "method.rl_trainer.bf16=false"],
+    "eval": [*_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.eval.engine=hf", "method.eval.samples=2",
+             *(f"benchmark.sets.{n}.path={{tw_{n}}}" for n in
+               ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")),
+             *(f"benchmark.sets.{n}.limit=1" for n in
+               ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench"))],
+}  # fmt: skip
+
+
+def paper_smoke_setup(tmp_path) -> dict[str, str]:
+    """SFT traces ({problem, response}) and the six benchmarks in their hub layouts."""
     import json
 
-    from common.tiny import save_tiny, tiny_causal_lm, tiny_tokenizer
-    from methods.threadweaver.paper import compare, main, sft_packs
-
-    model, tok = tiny_causal_lm("qwen3", hidden_size=32, intermediate_size=64,
-                                tokenizer=tiny_tokenizer())  # fmt: skip
-    add_threadweaver_tokens(model, tok)
-    save_tiny(model, tok, tmp_path / "base")
     block = ParallelBlock([("1", "left"), ("2", "right")], [("1", "3*4 = 12"), ("2", "5*6 = 30")])
     traj = Trajectory(["We add two products.\n", block, "\n12 + 30 = 42."], "\\boxed{42}")
     rows = [{"problem": "3*4+5*6?", "response": serialize(traj)},
             {"problem": "bad", "response": "no think tags"}]  # fmt: skip
     (tmp_path / "traces.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    cfg = ThreadWeaverConfig(sft_max_len=4096)
-    packs, dropped = sft_packs(tok, rows, cfg)
-    assert len(packs) == 1 and dropped == 1 and packs[0].loss_mask.sum() > 0
     files = _bench_fixtures(tmp_path)
-    common = ["experiment=threadweaver_paper", "method.mask_impl=dense", "method.budget_total=6",
-              "method.rl_k=2", "method.rl_prompts_per_step=2", "method.sft_max_len=4096"]  # fmt: skip
-    main(["sft", "--data", str(tmp_path / "traces.jsonl"), "--init", str(tmp_path / "base"),
-          "--out", str(tmp_path / "sft"), "--max-steps", "1", *common])  # fmt: skip
-    main(["rl", "--data", files["aime25"], "--init", str(tmp_path / "sft"),
-          "--out", str(tmp_path / "rl"), "--max-steps", "1", *common])  # fmt: skip
-    benches = [
-        a for n in ("aime24", "math500", "olympiadbench") for a in ("--bench", f"{n}={files[n]}")
-    ]
-    res = main(["eval", "--init", str(tmp_path / "rl"), "--out", str(tmp_path / "ev"), "--limit",
-                "1", "--avg-at-k", "2", *benches, *common, "method.temperature=0.0"])  # fmt: skip
-    m = res["metrics"]
-    assert set(m) == {"aime24", "math500", "olympiadbench"}  # all six layouts: loader test
-    for name, row in m.items():
-        assert 0.0 <= row["accuracy"] <= 1.0 and 0 < row["token_latency"] <= 6, name
-    recs = json.loads((tmp_path / "ev" / "records.json").read_text())
+    return {"tw_sft": str(tmp_path / "traces.jsonl"), **{f"tw_{k}": v for k, v in files.items()}}
+
+
+def test_paper_stages_chain_sft_rl_eval(tmp_path, tiny_model_dirs):
+    """sft -> rl (from the SFT checkpoint) -> eval (from the RL one) through the CLI's stages."""
+    import json
+
+    from common.registry import compose, run_method
+    from methods.threadweaver.paper import compare, sft_packs
+
+    vals = {**tiny_model_dirs, **paper_smoke_setup(tmp_path)}
+    fmt = lambda o: o.format(**vals)  # noqa: E731
+    tok = __import__("common.models", fromlist=["load_tokenizer"]).load_tokenizer(
+        vals["tiny_qwen3"]
+    )
+    add_threadweaver_tokens(None, tok)
+    rows = [json.loads(x) for x in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    packs, dropped = sft_packs(tok, rows, 4096)
+    assert len(packs) == 1 and dropped == 1 and packs[0].loss_mask.sum() > 0
+    prev = vals["tiny_qwen3"]
+    for stage in ("sft", "rl", "eval"):
+        ov = [fmt(o) for o in PAPER_SMOKE[stage] if not o.startswith("model.path")]
+        cfg = compose(["experiment=threadweaver_paper", f"method.stage={stage}",
+                       f"model.path={prev}", *ov], run_dir=tmp_path / stage)  # fmt: skip
+        metrics = run_method(cfg)
+        payload = json.loads((tmp_path / stage / "results.json").read_text())
+        assert any(prev in e["spec"] for e in payload["models_loaded"]), payload["models_loaded"]
+        prev = str(tmp_path / stage / "model")
+    assert metrics["math500/n"] == 1.0
+    for name in ("aime24", "math500", "olympiadbench"):
+        assert (
+            0.0 <= metrics[f"{name}/accuracy"] <= 1.0 and 0 < metrics[f"{name}/token_latency"] <= 8
+        )
+    recs = json.loads((tmp_path / "eval" / "records.json").read_text())
     assert len(recs["aime24"][0]["longest"]) == 2 and len(recs["math500"]) == 1
     assert compare(recs, recs)["math500"]["speedup"] == pytest.approx(1.0)
+
+
+def test_paper_stage_loads_the_attention_implementation_of_the_mask(tmp_path, tiny_model_dirs,
+                                                                     monkeypatch):  # fmt: skip
+    """dense -> sdpa; flex -> flex_attention (the issue-26 TypeError came from sdpa + BlockMask);
+    a model preset whose attention cannot serve the mask is refused before the model loads."""
+    from common.config import validate
+    from common.registry import compose
+    from methods.threadweaver import paper
+
+    base = ["experiment=threadweaver_paper", "method.stage=eval",
+            f"model.path={tiny_model_dirs['tiny_qwen3']}", "model.dtype=float32"]  # fmt: skip
+    for mask, attn in (("dense", "sdpa"), ("flex", "flex_attention")):
+        run = validate(compose([*base, f"method.mask_impl={mask}"], run_dir=tmp_path))
+        model, _ = paper._load(run, training=True)
+        assert model.config._attn_implementation == attn
+    run = validate(compose([*base, "method.mask_impl=flex", "model.attn_implementation=sdpa"],
+                           run_dir=tmp_path))  # fmt: skip
+    with pytest.raises(ValueError, match="cannot serve method.mask_impl=flex"):
+        paper._load(run, training=True)
+
+
+def test_flex_block_mask_forward_matches_dense_and_follows_the_inputs(toy_tok, toy_setup):
+    """Issue 29: the trie mask is built on the inputs' device in the model's dtype; the flex
+    BlockMask (forward works on CPU) gives the dense mask's logits."""
+    _, _, _, units, _ = toy_setup
+    packs = [build_packed(units), build_packed(units[:2])]
+    model = _small_model(len(toy_tok), "qwen3")
+    dense = TrieCollator(toy_tok.pad_token_id)(packs)
+    flex = TrieCollator(toy_tok.pad_token_id, mask_impl="flex")(packs)
+    assert "attention_mask" not in flex  # built in packed_forward, on the inputs' device
+    with torch.no_grad():
+        ref = packed_forward(model, dense)
+        model.set_attn_implementation("flex_attention")
+        got = packed_forward(model, flex)
+        valid = dense["parent"] >= -1
+        torch.testing.assert_close(got[valid], ref[valid], atol=1e-4, rtol=1e-4)
+        with pytest.raises(TypeError, match="attn_implementation"):
+            packed_forward(model, dense)  # a dense mask on a flex model: clear error
+        model.set_attn_implementation("sdpa")
+        with pytest.raises(TypeError, match="flex_attention"):
+            packed_forward(model, flex)
+        # a float32 collator mask is rebuilt in the model's dtype (bf16 model)
+        seen = {}
+        m16 = _small_model(len(toy_tok), "qwen3", dtype=torch.bfloat16)
+        m16.model.layers[0].self_attn.register_forward_pre_hook(
+            lambda mod, a, kw: seen.update(dtype=kw["attention_mask"].dtype), with_kwargs=True
+        )
+        packed_forward(m16, dense)
+        assert seen["dtype"] == torch.bfloat16
 
 
 def test_toy_numbered_tokenization_is_exact_and_single_token():
@@ -876,7 +1033,10 @@ def test_group_advantages_match_official_scores():
         got = group_advantages(r, norm=norm, eps=off["eps"], zero_threshold=thr)
         torch.testing.assert_close(got, torch.tensor(off[key], dtype=torch.float64), msg=key)
     # the threshold zeroes a non-constant all-correct group that plain centring keeps
-    assert group_advantages(r)[3].abs().sum() > 0 and group_advantages(r, zero_threshold=1.0)[3].abs().sum() == 0
+    assert (
+        group_advantages(r)[3].abs().sum() > 0
+        and group_advantages(r, zero_threshold=1.0)[3].abs().sum() == 0
+    )
 
 
 def test_pgrpo_reward_matches_official_calculate_reward():
@@ -934,3 +1094,29 @@ def test_conclusion_mode_round_trip_units_and_validate(concl_tok):
     resp, units = extract_units([concl_tok.bos_token_id], traj, enc, concl_tok.eos_token_id)
     assert concl_tok.decode(resp) == text + "<eos>" and len(units) == 3
     assert all(len(enc(t)) == 1 for t in CONCLUSION_TAGS)
+
+
+def test_trie_masks_are_built_on_the_inputs_device(toy_tok, toy_setup, monkeypatch):
+    """Issue 29: the mask follows ``input_ids``' device (the old P-GRPO path built the BlockMask on
+    the CPU and never moved it; a BlockMask is not a tensor, so ``.to(dev)`` skipped it)."""
+    from methods.threadweaver import trie
+
+    _, _, _, units, _ = toy_setup
+    packs = [build_packed(units)]
+    seen = []
+    real = trie.flex_block_mask
+
+    def spy(tin, tout, device=None):
+        seen.append((tin.device, torch.device(device) if device is not None else None))
+        return real(tin, tout, device=device)
+
+    monkeypatch.setattr(trie, "flex_block_mask", spy)
+    model = _small_model(len(toy_tok), "qwen3")
+    model.set_attn_implementation("flex_attention")
+    batch = TrieCollator(toy_tok.pad_token_id, mask_impl="flex")(packs)
+    with torch.no_grad():
+        packed_forward(model, batch)
+    dev = batch["input_ids"].device
+    assert seen == [(dev, dev)]
+    dense = trie.dense_trie_mask(batch["tin"], batch["tout"], torch.bfloat16)
+    assert dense.device == dev and dense.dtype == torch.bfloat16
