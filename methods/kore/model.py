@@ -1,4 +1,4 @@
-"""Wrapping a model with KORE adapters through PEFT (paper §3.2, spec P3/P5).
+"""Wrapping a model with KORE adapters through PEFT (paper §3.2).
 
 ``apply_kore`` creates a standard PEFT LoRA (scaling 1: ``lora_alpha = r``), then overwrites each
 wrapped layer with the KORE factors: ``base_layer.weight <- W_res``, ``lora_A <- A``,

@@ -1,4 +1,4 @@
-"""Paper-scale KORE knowledge injection into a LLaVA-style model with the HF Trainer.
+"""Paper-scale KORE knowledge injection into a LLaVA-style model with the HF Trainer (paper §3.2, §4).
 
 ``train_paper`` loads the model and processor (hub id, local path, or ``"tiny-llava"`` for tests),
 collects the decoder-layer input covariances on calibration prompts (image + question, no answer),
@@ -14,66 +14,33 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from methods.kore.config import LLAVA_TARGETS, EvokeConfig, PaperConfig
 from methods.kore.covariance import collect_input_covariances
 from methods.kore.model import apply_kore, export_standard_lora
 
+__all__ = ["LLAVA_TARGETS", "PaperConfig", "encode_record", "evoke_stage", "paper_stage", "train_paper"]
+
 logger = logging.getLogger(__name__)
 
-LLAVA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+def load_vlm(model_cfg):
+    """``(model, processor)`` of ``run.model`` (hub id, local path, or ``tiny-llava``) in float32.
 
+    Loaded through :func:`common.models.load_model`, so the run records what it loaded. Covariances
+    and the decomposition are computed in float32/float64; the Trainer's ``bf16`` flag handles
+    mixed precision.
+    """
+    from common.config import model_id
+    from common.models import load_model, load_processor
 
-@dataclass
-class PaperConfig:
-    """The paper-scale run (paper Table 6; repo scripts). Paths point at LLaVA-format JSON records."""
-
-    model: str = "llava-hf/llava-1.5-7b-hf"
-    data_path: str = ""  # KORE-74K training JSON (LLaVA conversation records)
-    image_root: str = ""
-    calib_path: str = ""  # calibration records (image + question); answers are ignored
-    n_calib: int = 256
-    rank: int = 235
-    target_modules: list[str] = field(default_factory=lambda: list(LLAVA_TARGETS))
-    freeze_A: bool = True  # False: "w/o frozen A" ablation (official --lora_null_v1 training flag)
-    sigma_fuse: str = "UV"
-    eigvecs: str = "smallest"  # "largest": largest-eigenvector ablation (official --first_eigen)
-    init: str = "kore"  # "lora_null_v1": official --singular_aware_2 (A = null basis, B = 0)
-    normalize: str = "sample_max"
-    denom: float = 256.0
-    lr: float = 2e-4
-    projector_lr: float = 2e-5
-    epochs: float = 6
-    per_device_batch: int = 1
-    grad_accum: int = 1
-    warmup_ratio: float = 0.03
-    scheduler: str = "cosine"
-    weight_decay: float = 0.0
-    max_len: int = 2048
-    max_steps: int = -1
-    bf16: bool = False
-    seed: int = 0
-    # "vicuna": LLaVA-1.5 USER/ASSISTANT prompt (repo conv mode vicuna_v1); "chat": the processor's
-    # chat template (Qwen2.5-VL through LLaMA-Factory's qwen2_vl template)
-    prompt_style: str = "vicuna"
-    # parameters trained at projector_lr besides lora_B (LLaVA: the multimodal projector)
-    projector_keys: list[str] = field(default_factory=lambda: ["multi_modal_projector"])
-
-
-def _load(spec: str):
-    if spec == "tiny-llava":
-        from common.tiny import tiny_llava
-
-        return tiny_llava(seed=0)
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    # LlavaForConditionalGeneration or Qwen2_5_VLForConditionalGeneration, chosen by the config
-    model = AutoModelForImageTextToText.from_pretrained(spec, dtype=torch.float32)
-    return model, AutoProcessor.from_pretrained(spec)
+    spec = model_id(model_cfg)
+    dtype = "float32" if model_cfg.dtype == "auto" else model_cfg.dtype
+    model = load_model(spec, dtype=dtype, kind="vision_language", device="cpu")
+    return model, load_processor(spec)
 
 
 def _image(rec: dict, root: str):
@@ -167,15 +134,49 @@ def _prompt_only(rec: dict) -> dict:
     return {**rec, "conversations": rec["conversations"][:1]}
 
 
-def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
-    """Covariances -> KORE init -> Trainer on B (+ projector) -> standard-LoRA export (spec P1-P5)."""
+def train_paper(
+    cfg: PaperConfig,
+    model,
+    processor,
+    out_dir: str | Path,
+    trainer: dict | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Covariances -> KORE init -> Trainer on B (+ projector) -> standard-LoRA export.
+
+    Args:
+        cfg: the KORE settings (:class:`PaperConfig`).
+        model, processor: the LLaVA-style model and its processor.
+        out_dir: where ``kore_lora.safetensors`` and ``projector.safetensors`` go.
+        trainer: fields of :class:`methods.kore.trainer.KoreTrainingConfig` (the YAML node).
+        seed: the training seed.
+    """
     from safetensors.torch import save_file
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
+
+    from common.config import trainer_config
+    from methods.kore.trainer import KoreTrainingConfig
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    model, processor = _load(cfg.model)
+    torch.manual_seed(seed)
+    args = trainer_config(
+        KoreTrainingConfig,
+        trainer,
+        output_dir=str(out_dir / "trainer"),
+        save_strategy="no",
+        report_to="none",
+        logging_steps=10,
+        remove_unused_columns=False,
+        dataloader_pin_memory=False,
+        seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    if args.per_device_train_batch_size != 1:
+        raise ValueError(
+            "method.trainer.per_device_train_batch_size must be 1 (no padding-aware collation); "
+            "raise gradient_accumulation_steps instead"
+        )
     records = json.loads(Path(cfg.data_path).read_text())
     calib = json.loads(Path(cfg.calib_path).read_text())[: cfg.n_calib]
     if not records or not calib:
@@ -218,39 +219,18 @@ def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
     ]
 
     def collate(batch):
-        if len(batch) != 1:
-            raise ValueError("per_device_batch > 1 needs padding-aware collation; use grad_accum")
         return batch[0]
 
     class KoreTrainer(Trainer):
-        def create_optimizer(self, *args, **kwargs):
-            groups = [{"params": adapters, "lr": cfg.lr}]
+        def create_optimizer(self, *a, **kw):
+            groups = [{"params": adapters, "lr": args.learning_rate}]
             if projector:
-                groups.append({"params": projector, "lr": cfg.projector_lr})
-            self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+                groups.append({"params": projector, "lr": args.projector_lr})
+            self.optimizer = torch.optim.AdamW(groups, weight_decay=args.weight_decay)
             return self.optimizer
 
-    args = TrainingArguments(
-        output_dir=str(out_dir / "trainer"),
-        learning_rate=cfg.lr,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.per_device_batch,
-        gradient_accumulation_steps=cfg.grad_accum,
-        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio in transformers 5
-        lr_scheduler_type=cfg.scheduler,
-        weight_decay=cfg.weight_decay,
-        bf16=cfg.bf16,
-        save_strategy="no",
-        report_to="none",
-        logging_steps=10,
-        remove_unused_columns=False,
-        dataloader_pin_memory=False,
-        seed=cfg.seed,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    trainer = KoreTrainer(model=model, args=args, train_dataset=train_set, data_collator=collate)
-    result = trainer.train()
+    hf_trainer = KoreTrainer(model=model, args=args, train_dataset=train_set, data_collator=collate)
+    result = hf_trainer.train()
     sd = export_standard_lora(model) if cfg.freeze_A else {}
     if sd:
         save_file(
@@ -270,3 +250,59 @@ def train_paper(cfg: PaperConfig, out_dir: str | Path) -> dict[str, float]:
         "null_energy_mean": sum(energy.values()) / len(energy),
         "n_layers": float(len(energy)),
     }
+
+
+def paper_stage(run) -> dict[str, float]:
+    """``stage=paper``: KORE training of ``run.model`` (paper §3.2, Table 6)."""
+    import time
+
+    from common.tracking import write_results
+
+    t0 = time.time()
+    model, processor = load_vlm(run.model)
+    res = train_paper(run.method.paper, model, processor, run.run_dir / "kore", run.method.trainer, run.seed)
+    return write_results(
+        run.run_dir, "kore", {"kore_paper": res}, cfg=run.cfg, wall_time_s=time.time() - t0
+    )
+
+
+def evoke_stage(run) -> dict[str, float]:
+    """``stage=evoke``: EVOKE-style K.A (CEM, F1) of ``run.model``, optionally with a KORE adapter."""
+    import time
+
+    from common.tracking import write_results
+    from methods.kore.evoke import (
+        generate_answers,
+        load_adapter,
+        load_questions,
+        read_jsonl,
+        score_answers,
+    )
+
+    ev: EvokeConfig = run.method.evoke
+    if not ev.question_file:
+        raise ValueError("method.evoke.question_file is required")
+    t0 = time.time()
+    questions, gold = load_questions(ev.question_file, ev.gold_file)
+    if ev.answers_file:
+        answers = read_jsonl(ev.answers_file)
+    else:
+        from common.config import model_id
+
+        model, processor = load_vlm(run.model)
+        if ev.adapter_dir:
+            model = load_adapter(model, ev.adapter_dir)
+        answers = generate_answers(
+            model,
+            processor,
+            questions,
+            ev.image_root,
+            ev.prompt_style,
+            ev.max_new_tokens,
+            model_id=model_id(run.model),
+        )
+        out = Path(run.run_dir) / "evoke_answers.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    res = score_answers(answers, gold)
+    return write_results(run.run_dir, "kore", {"evoke": res}, cfg=run.cfg, wall_time_s=time.time() - t0)

@@ -16,12 +16,12 @@ import copy
 import logging
 import math
 import random
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from common.activations import capture
+from methods.kore.config import ARMS, ToyConfig
 from methods.kore.covariance import collect_input_covariances
 from methods.kore.metrics import hars
 from methods.kore.model import apply_kore, effective_weights
@@ -29,7 +29,6 @@ from methods.kore.model import apply_kore, effective_weights
 logger = logging.getLogger(__name__)
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-ARMS = ("full_ft", "lora", "kore", "kore_unfrozen_A", "kore_no_constraint", "kore_no_aug")
 # arm -> (adapter kind, injection data)
 ARM_SPEC = {
     "full_ft": ("full", "plain"),
@@ -39,47 +38,6 @@ ARM_SPEC = {
     "kore_no_constraint": ("lora", "aug"),
     "kore_no_aug": ("kore", "plain"),
 }
-
-
-@dataclass
-class ToyConfig:
-    """Toy settings; one learning rate and step budget shared by every injection arm."""
-
-    arms: list[str] = field(default_factory=lambda: list(ARMS))
-    n_old: int = 48
-    n_new: int = 16
-    n_values: int = 40
-    n_relations: int = 4
-    n_phrasings: int = 8
-    aug_phrasings: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
-    heldout_phrasings: list[int] = field(default_factory=lambda: [6, 7])
-    # phrasings whose word order is relation-before-entity ``[BOS, T_p, R, E] -> V``: phrasings then
-    # differ in structure, not only in a marker token, so one phrasing need not transfer to the rest
-    reversed_phrasings: list[int] = field(default_factory=lambda: [1, 3, 5, 7])
-    hidden_size: int = 32
-    intermediate_size: int = 86
-    num_layers: int = 2
-    num_heads: int = 4
-    pretrain_steps: int = 300
-    pretrain_lr: float = 3e-3
-    pretrain_batch: int = 128
-    inject_steps: int = 100
-    lr: float = 1e-2
-    batch_size: int = 64
-    lora_rank: int = 4
-    kore_rank: int = 0  # 0: matched to LoRA's trainable-parameter count
-    n_calib: int = 64
-    n_probe: int = 128
-    normalize: str = "sample_max"
-    seeds: list[int] = field(default_factory=lambda: [0])
-
-    def __post_init__(self):
-        bad = [a for a in self.arms if a not in ARM_SPEC]
-        if bad:
-            raise ValueError(f"arms must be among {list(ARM_SPEC)}, got {bad}")
-        for name in ("n_old", "n_new", "n_values", "inject_steps", "lora_rank"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 class Vocab:
@@ -323,3 +281,47 @@ def run_seed(cfg: ToyConfig, seed: int) -> tuple[dict[str, dict[str, float]], di
         diag[f"rho/{arm}"] = rho
         logger.info("seed %d %s: %s", seed, arm, metrics[arm])
     return metrics, diag
+
+
+def run_toy(run) -> dict[str, float]:
+    """``stage=toy``: every arm and seed of the fact-injection toy; writes results.{json,md}."""
+    import statistics
+    import time
+
+    from common.tracking import write_results
+
+    tc: ToyConfig = run.method.toy
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the toy's matmuls are tiny: extra threads only add contention
+    t0 = time.time()
+    seeds = [int(run.seed) + s for s in tc.seeds]
+    per_seed, diags = [], {}
+    try:
+        for seed in seeds:
+            m, d = run_seed(tc, seed)
+            per_seed.append(m)
+            diags[str(seed)] = d
+    finally:
+        torch.set_num_threads(n_threads)
+    metrics: dict[str, dict[str, float]] = {}
+    for arm in per_seed[0]:
+        rows = [m[arm] for m in per_seed]
+        metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+        if len(rows) > 1 and "hars" in rows[0]:
+            metrics[arm]["hars_std"] = statistics.stdev(r["hars"] for r in rows)
+    return write_results(
+        run.run_dir,
+        "kore",
+        metrics,
+        cfg=run.cfg,
+        extra={"diagnostics": diags},
+        wall_time_s=time.time() - t0,
+        notes=(
+            f"Tiny Llama (hidden {tc.hidden_size}, {tc.num_layers} layers) pretrained on "
+            f"{tc.n_old} entities x {tc.n_relations} relations; {tc.n_new} new entities injected "
+            f"with {tc.inject_steps} AdamW steps, lr {tc.lr}, batch {tc.batch_size} for every arm; "
+            f"LoRA r={tc.lora_rank}, KORE rank matched on trainable parameters; seeds {seeds}. "
+            "ka: new facts under held-out phrasings (%); kr: old facts, all phrasings (%); "
+            "rho: per-layer output drift on held-out old prompts."
+        ),
+    )

@@ -486,8 +486,7 @@ def test_paper_path_on_tiny_llava(tmp_path):
     from PIL import Image
     from safetensors.torch import load_file
 
-    from common.registry import compose
-    from methods.kore.run import run
+    from common.registry import compose, run_method
 
     torch.manual_seed(0)
     Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy()).save(tmp_path / "0.png")
@@ -517,18 +516,19 @@ def test_paper_path_on_tiny_llava(tmp_path):
     cfg = compose(
         [
             "experiment=kore_paper",
-            "method.paper.model=tiny-llava",
+            "model=tiny-llava",
             f"method.paper.data_path={tmp_path / 'd.json'}",
             f"method.paper.calib_path={tmp_path / 'd.json'}",
             f"method.paper.image_root={tmp_path}",
             "method.paper.rank=4",
-            "method.paper.max_steps=1",
-            "method.paper.grad_accum=1",
-            "method.paper.bf16=false",
+            "+method.trainer.max_steps=1",
+            "method.trainer.gradient_accumulation_steps=1",
+            "method.trainer.bf16=false",
+            "method.trainer.gradient_checkpointing=false",
         ],
         run_dir=str(tmp_path / "run"),
     )
-    out = run(cfg)
+    out = run_method(cfg)
     assert math.isfinite(out["kore_paper/train_loss"]) and out["kore_paper/n_layers"] == 14
     sd = load_file(str(tmp_path / "run" / "kore" / "kore_lora.safetensors"))
     assert len(sd) == 28 and all("language_model" in k for k in sd)
@@ -569,10 +569,9 @@ def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
 
     from PIL import Image
 
-    from common.registry import compose
+    from common.registry import compose, run_method
     from common.tiny import tiny_llava
     from methods.kore.paper import encode_record
-    from methods.kore.run import run
 
     torch.manual_seed(0)
     Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy()).save(tmp_path / "0.png")
@@ -598,19 +597,20 @@ def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
     train_cfg = compose(
         [
             "experiment=kore_paper_qwen",
-            "method.paper.model=tiny-llava",
+            "model=tiny-llava",
             f"method.paper.data_path={tmp_path / 'd.json'}",
             f"method.paper.calib_path={tmp_path / 'd.json'}",
             f"method.paper.image_root={tmp_path}",
             "method.paper.rank=4",
-            "method.paper.max_steps=1",
-            "method.paper.grad_accum=1",
-            "method.paper.bf16=false",
-            "method.paper.lr=0.5",
+            "+method.trainer.max_steps=1",
+            "method.trainer.gradient_accumulation_steps=1",
+            "method.trainer.bf16=false",
+            "method.trainer.gradient_checkpointing=false",
+            "method.trainer.learning_rate=0.5",
         ],
         run_dir=str(tmp_path / "train"),
     )
-    assert math.isfinite(run(train_cfg)["kore_paper/train_loss"])
+    assert math.isfinite(run_method(train_cfg)["kore_paper/train_loss"])
     q = {"question_id": "q1", "image": "0.png", "text": "Who is this?", "answer": "Ann Lee"}
     (tmp_path / "q.jsonl").write_text(json.dumps(q) + "\n")
     outs = {}
@@ -618,7 +618,7 @@ def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
         cfg = compose(
             [
                 "experiment=kore_evoke",
-                "method.evoke.model=tiny-llava",
+                "model=tiny-llava",
                 f"method.evoke.adapter_dir={adapter}",
                 f"method.evoke.question_file={tmp_path / 'q.jsonl'}",
                 f"method.evoke.image_root={tmp_path}",
@@ -627,8 +627,75 @@ def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
             ],
             run_dir=str(tmp_path / name),
         )
-        res = run(cfg)
+        res = run_method(cfg)
         assert 0.0 <= res["evoke/ka"] <= 100.0 and res["evoke/n"] == 1.0
         lines = (tmp_path / name / "evoke_answers.jsonl").read_text().splitlines()
         outs[name] = json.loads(lines[0])
         assert outs[name]["question_id"] == "q1"
+
+
+# ---------------------------------------------------------------- config schema and paper smoke
+
+
+def test_schema_rejects_wrong_types_and_keys():
+    from common.config import ConfigError
+    from common.registry import compose
+
+    with pytest.raises(Exception, match="method.toy.n_old"):
+        compose(["experiment=kore_toy", "method.toy.n_old=abc"])
+    with pytest.raises(Exception, match="n_olds"):
+        compose(["experiment=kore_toy", "method.toy.n_olds=3"])
+    with pytest.raises(ConfigError, match="learning_rat"):
+        compose(["experiment=kore_paper", "+method.trainer.learning_rat=1"])
+    with pytest.raises(Exception, match="init"):
+        compose(["experiment=kore_paper", "method.paper.init=pissa"])
+
+
+_SMOKE_DATA = [
+    "method.paper.data_path={tmp}/d.json",
+    "method.paper.calib_path={tmp}/d.json",
+    "method.paper.image_root={tmp}",
+]
+_SMOKE_TRAIN = [
+    "model.path={tiny_llava_wide}",  # the paper ranks (235 / 274) need d >= 2 x 274 on k/v_proj
+    *_SMOKE_DATA,
+    "method.paper.n_calib=1",
+    "+method.trainer.max_steps=1",
+    "method.trainer.gradient_accumulation_steps=1",
+    "method.trainer.bf16=false",
+]
+PAPER_SMOKE = {
+    "paper": _SMOKE_TRAIN,
+    "kore_paper_qwen/paper": _SMOKE_TRAIN,
+    "kore_evoke/evoke": [
+        "model.path={tiny_llava}",
+        "method.evoke.question_file={tmp}/q.jsonl",
+        "method.evoke.image_root={tmp}",
+        "method.evoke.max_new_tokens=2",
+    ],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """One LLaVA-format record with an image (training + calibration), one EVOKE question, and a
+    tiny LLaVA wide enough (hidden 560, k/v_proj 280 outputs) for the paper's ranks 235 and 274."""
+    import json
+
+    from PIL import Image
+
+    from common.tiny import save_tiny, tiny_llava
+
+    Image.fromarray((torch.rand(32, 32, 3) * 255).byte().numpy()).save(tmp_path / "0.png")
+    rec = {
+        "id": "a",
+        "image": "0.png",
+        "conversations": [
+            {"from": "human", "value": "<image>\nWho is this?"},
+            {"from": "gpt", "value": "Ann Lee."},
+        ],
+    }
+    (tmp_path / "d.json").write_text(json.dumps([rec]))
+    q = {"question_id": "q1", "image": "0.png", "text": "Who is this?", "answer": "Ann Lee"}
+    (tmp_path / "q.jsonl").write_text(json.dumps(q) + "\n")
+    wide = save_tiny(*tiny_llava(seed=0, hidden_size=560), tmp_path / "tiny_llava_wide")
+    return {"tiny_llava_wide": str(wide)}
