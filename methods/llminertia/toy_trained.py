@@ -395,13 +395,20 @@ def _eval_arms(chat: ToyQAChat, texts: list[str], k: int) -> dict[str, float]:
         texts
     )
     n_batches = math.ceil(len(texts) / 256)
+    calls_per_batch = (chat.n_calls - n0) / n_batches
     adaptive = [r.predict for r in recs]
+    # the same model with this repository's earlier pair filters (min length 3, stopwords, dedup)
+    filtered = LLMInertiaPipeline(
+        chat, TOY_PROMPTS, k=k, matcher="word_boundary", batch_size=256,
+        min_len=3, stopwords=True, dedup=True,
+    ).run(texts)  # fmt: skip
     return {
         "plain": _wrong_yes(plain),
         "generic": _wrong_yes(generic),
         "llminertia": _wrong_yes(adaptive),
+        "llminertia_filtered": _wrong_yes([r.predict for r in filtered]),
         "matched_rate": sum(bool(r.matched) for r in recs) / len(recs),
-        "calls_per_batch": (chat.n_calls - n0) / n_batches,
+        "calls_per_batch": calls_per_batch,
         "_pairs": [p for r in recs for p in r.pairs],
         "_preds": {"plain": plain, "generic": generic, "llminertia": adaptive},
     }
@@ -536,8 +543,9 @@ def write_trained_report(rows: list[dict], steps_rows: list[dict], run_dir: str)
 
     head = (
         "| model | log p(B given 'A with') | probe recall | matched | wrong yes plain | generic "
-        "note | LLMInertia | IR plain / LLMInertia | control pairs wrong yes |\n"
-        + "|---" * 9
+        "note | LLMInertia | LLMInertia, earlier filters | IR plain / LLMInertia | "
+        "control pairs wrong yes |\n"
+        + "|---" * 10
         + "|\n"
     )
     lines = []
@@ -546,7 +554,8 @@ def write_trained_report(rows: list[dict], steps_rows: list[dict], run_dir: str)
         lines.append(
             f"| {name} | {r['assoc_logprob']:.2f} | {r['probe_recall']:.2f} | "
             f"{r['matched_rate']:.2f} | {r['plain']:.3f} | {r['generic']:.3f} | "
-            f"{r['llminertia']:.3f} | {r['ir_plain']:.3f} / {r['ir_llminertia']:.3f} | "
+            f"{r['llminertia']:.3f} | {r.get('llminertia_filtered', float('nan')):.3f} | "
+            f"{r['ir_plain']:.3f} / {r['ir_llminertia']:.3f} | "
             f"{r['wrong_yes_control']:.3f} |"
         )
     Path(run_dir).mkdir(parents=True, exist_ok=True)
