@@ -6,6 +6,7 @@ L-ensemble they span (quality-weighted Gram determinant); each description is cr
 closed-form leave-one-out marginal ``-log (L^{-1})_ii``, an unbiased per-sample policy-gradient signal.
 """
 
+from methods.georl.config import GeoRLConfig, GeoRLRunConfig
 from methods.georl.dpp import (
     l_ensemble,
     log_volume,
@@ -20,10 +21,14 @@ from methods.georl.grounding import (
     KeywordGrounding,
     repetition_rate,
 )
-from methods.georl.reward import GeoRLConfig, GeoRLGroupReward, regroup_by_prompt, score_groups
+from methods.georl.reward import GeoRLGroupReward, regroup_by_prompt, score_groups
 from methods.georl.toy import FactSlotToy, ToyConfig, synthetic_scenes
 
-_LAZY = {"GeoRLTrainer", "completion_text"}  # methods.georl.trainer imports trl (seconds)
+_LAZY = {
+    "GeoRLGRPOConfig",
+    "GeoRLTrainer",
+    "completion_text",
+}  # methods.georl.trainer imports trl (seconds)
 
 
 def __getattr__(name: str):
@@ -40,7 +45,9 @@ __all__ = [
     "FactPrecision",
     "FactSlotToy",
     "GeoRLConfig",
+    "GeoRLGRPOConfig",
     "GeoRLGroupReward",
+    "GeoRLRunConfig",
     "GeoRLTrainer",
     "KeywordGrounding",
     "MiniLMEmbedder",

@@ -1,4 +1,4 @@
-"""The Geo-RL group reward (spec §3.5 P2) and its configuration.
+"""The Geo-RL group reward and its configuration.
 
 ``GeoRLGroupReward`` turns the N sampled descriptions of one image into per-description rewards:
 embed (``phi``), score grounding (``q``), build the quality-weighted L-ensemble, and return the
@@ -11,67 +11,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from methods.georl.config import GeoRLConfig
 from methods.georl.dpp import l_ensemble, log_volume, loo_advantages, loo_gains
 from methods.georl.embed import TextEmbedder
 from methods.georl.grounding import repetition_rate
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GeoRLConfig", "GeoRLGroupReward", "regroup_by_prompt", "score_groups"]
-
-
-@dataclass
-class GeoRLConfig:
-    """Hyper-parameters of the Geo-RL reward (spec §3.8; all inferred, no paper values known).
-
-    Attributes:
-        n: Descriptions sampled per image (the DPP group size N).
-        gamma: Quality exponent in ``L = diag(q^gamma) S diag(q^gamma) + jitter I``.
-        jitter: Diagonal ridge delta; an exact duplicate earns about ``log(2 delta)``.
-        q_min: Floor for grounding quality (keeps ``log q`` finite).
-        advantage_mode: ``"raw"`` LOO gains (unbiased, spec §3.4) or ``"normalized"`` (GRPO-style).
-        grounding_weight: lambda_g of the optional extra reward ``lambda_g * q_i`` (spec §3.2).
-        repetition_threshold: Captions whose 3-gram repetition rate exceeds this get ``q_min``.
-        unit: What one DPP item is: a whole rollout (default) or a sentence (spec §9.1; only
-            ``"rollout"`` is implemented).
-    """
-
-    n: int = 8
-    gamma: float = 2.0
-    jitter: float = 1e-3
-    q_min: float = 0.05
-    advantage_mode: Literal["raw", "normalized"] = "raw"
-    grounding_weight: float = 0.0
-    repetition_threshold: float = 0.5
-    unit: Literal["rollout"] = "rollout"
-
-    def __post_init__(self) -> None:
-        if self.n < 2:
-            raise ValueError(f"n must be >= 2 (leave-one-out needs two descriptions), got {self.n}")
-        if self.gamma < 0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
-        if self.jitter < 0:
-            raise ValueError(f"jitter must be >= 0, got {self.jitter}")
-        if not 0 < self.q_min <= 1:
-            raise ValueError(f"q_min must lie in (0, 1], got {self.q_min}")
-        if self.advantage_mode not in ("raw", "normalized"):
-            raise ValueError(
-                f"advantage_mode must be 'raw' or 'normalized', got {self.advantage_mode!r}"
-            )
-        if self.unit != "rollout":
-            raise ValueError(
-                f"unit must be 'rollout' (sentence-level is not implemented), got {self.unit!r}"
-            )
+__all__ = [
+    "GeoRLConfig",
+    "GeoRLGroupReward",
+    "regroup_by_prompt",
+    "score_groups",
+]  # GeoRLConfig: re-exported from config
 
 
 def score_groups(emb: Tensor, quality: Tensor, cfg: GeoRLConfig) -> dict[str, Tensor]:
-    """Geo-RL rewards of ``B`` groups from their embeddings and qualities (spec §3.3, P1).
+    """Geo-RL rewards of ``B`` groups from their embeddings and qualities.
 
     Args:
         emb: ``[B, N, d]`` embeddings (re-normalised inside).
@@ -106,7 +67,7 @@ def regroup_by_prompt(prompt_ids: Sequence[Hashable], n: int) -> Tensor:
     twice) forms ``k`` consecutive groups. Groups are ordered by first appearance.
 
     Raises:
-        ValueError: if some prompt does not have a multiple of ``n`` members (spec §8: wrong
+        ValueError: if some prompt does not have a multiple of ``n`` members (wrong
             ``num_generations`` / batch arithmetic).
     """
     buckets: dict[Hashable, list[int]] = {}
@@ -123,7 +84,7 @@ def regroup_by_prompt(prompt_ids: Sequence[Hashable], n: int) -> Tensor:
 
 
 class GeoRLGroupReward:
-    """Per-description Geo-RL reward for one group of ``N`` texts (spec §3.5 P2).
+    """Per-description Geo-RL reward for one group of ``N`` texts.
 
     Args:
         embedder: Text embedder (unit-norm rows; empty texts -> a fixed ``EMPTY`` vector).

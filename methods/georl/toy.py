@@ -1,4 +1,4 @@
-"""Toy G1 of the Geo-RL spec (§6): a fact-slot captioner caught in a planted likelihood trap.
+"""Toy G1 of Geo-RL: a fact-slot captioner caught in a planted likelihood trap.
 
 Each synthetic "image" has 6 true facts out of 30, drawn by a log-normal global salience. A caption
 is 3 slots, each a categorical over the 30 facts plus a GENERIC token, with logits
@@ -13,19 +13,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from methods.georl.config import ARM_NAMES, GeoRLConfig, ToyConfig
 from methods.georl.dpp import loo_advantages
 from methods.georl.embed import BagOfFactsEmbedder, TextEmbedder
 from methods.georl.grounding import FactPrecision
-from methods.georl.reward import GeoRLConfig, score_groups
+from methods.georl.reward import score_groups
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FACT_PHRASES", "GENERIC_PHRASE", "FactSlotToy", "ToyConfig", "synthetic_scenes"]
+__all__ = [
+    "FACT_PHRASES",
+    "GENERIC_PHRASE",
+    "FactSlotToy",
+    "ToyConfig",
+    "run_toy",
+    "synthetic_scenes",
+]
 
 # English renderings for the MiniLM variant (30 facts; each one a distinct visual concept).
 FACT_PHRASES = [
@@ -63,28 +70,6 @@ FACT_PHRASES = [
 GENERIC_PHRASE = "a photo of a scene"
 
 
-@dataclass
-class ToyConfig:
-    """Sizes and optimiser settings of toy G1 (spec §6); shared by every arm."""
-
-    n_facts: int = 30
-    n_images: int = 300
-    facts_per_image: int = 6
-    slots: int = 3
-    warm_steps: int = 3000
-    warm_lr: float = 0.5
-    rl_steps: int = 1500
-    rl_lr: float = 0.3
-    images_per_step: int = 8
-    eval_samples: int = 8
-    generic_quality: float = 0.2
-    toy_advantage: str = "normalized"  # spec §6 pilot: group-normalised REINFORCE for every arm
-    minilm_steps: int = 200
-    arms: list[str] = field(
-        default_factory=lambda: ["sft", "grounding", "georl", "georl_noq", "georl_minilm"]
-    )
-
-
 def _sgd_step(params: dict[str, Tensor], loss: Tensor, lr: float) -> None:
     # Plain SGD by hand: torch.optim's first step imports torch._dynamo (seconds on 2 cores).
     grads = torch.autograd.grad(loss, list(params.values()))
@@ -103,11 +88,8 @@ def _sweep_gamma(arm: str) -> float | None:
         return None
 
 
-ARM_NAMES = ("sft", "grounding", "georl", "georl_noq", "georl_minilm")
-
-
 class FactSlotToy:
-    """The synthetic images, the trapped warm start and the RL arms (spec §6 toy G1)."""
+    """The synthetic images, the trapped warm start and the RL arms (toy G1, docs/methods/georl.md)."""
 
     def __init__(self, cfg: ToyConfig, reward_cfg: GeoRLConfig, seed: int = 0) -> None:
         if cfg.facts_per_image > cfg.n_facts:
@@ -277,3 +259,87 @@ def synthetic_scenes(n: int, seed: int = 0, facts_per_scene: int = 4):
         text = "Describe everything in this scene: " + ", ".join(facts) + "."
         rows.append({"prompt": [{"role": "user", "content": text}], "facts": facts})
     return Dataset.from_list(rows)
+
+
+def _plot(metrics: dict[str, dict[str, float]], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from common.tracking import save_plot
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for arm, row in metrics.items():
+        ax.scatter(row["hallucination"], row["group_coverage"], s=60)
+        ax.annotate(
+            arm,
+            (row["hallucination"], row["group_coverage"]),
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    ax.set_xlabel("hallucination rate (share of mentioned facts that are false)")
+    ax.set_ylabel("group coverage (true facts in 8 samples / 6)")
+    ax.set_title("Geo-RL toy G1: fact-slot captioner, likelihood trap")
+    save_plot(fig, path)
+
+
+def run_toy(run) -> dict[str, float]:
+    """``stage=toy``: every arm of toy G1 from one warm start; writes results and the plot.
+
+    Args:
+        run: the :class:`common.config.Run` of the CLI (``run.method`` is a ``GeoRLRunConfig``).
+    """
+    import time
+    from dataclasses import asdict
+
+    from common.tracking import MetricsLogger, write_results
+
+    mcfg = run.method
+    # The toy's tensors are tiny: one thread avoids OpenMP spin-waits that slow it 10-30x on a
+    # busy 2-core machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0 = time.time()
+    try:
+        toy = FactSlotToy(mcfg.toy, mcfg.reward, seed=run.seed)
+        mlog = MetricsLogger(run.run_dir, use_wandb=run.cfg.get("logger") == "wandb")
+        warm = toy.warm_start()
+        logger.info("georl toy: warm start done in %.1f s", time.time() - t0)
+        embedder = None
+        if "georl_minilm" in mcfg.toy.arms:
+            from methods.georl.embed import MiniLMEmbedder
+
+            embedder = MiniLMEmbedder(mcfg.embedder)
+        metrics: dict[str, dict[str, float]] = {}
+        timings: dict[str, float] = {}
+        for arm in mcfg.toy.arms:
+            t = time.time()
+
+            def on_step(step: int, row: dict[str, float], arm: str = arm) -> None:
+                mlog.log({f"{arm}/{k}": v for k, v in row.items()}, step=step)
+
+            params = toy.train_rl(warm, arm, embedder=embedder, on_step=on_step)
+            metrics[arm] = toy.evaluate(params)
+            timings[arm] = time.time() - t
+            logger.info("georl toy: %s %s (%.1f s)", arm, metrics[arm], timings[arm])
+        mlog.close()
+    finally:
+        torch.set_num_threads(threads)
+    _plot(metrics, run.run_dir / "coverage_vs_hallucination.png")
+    notes = (
+        "Arms share one warm start, seed, sample stream and optimiser (REINFORCE, "
+        f"lr {mcfg.toy.rl_lr}, {mcfg.toy.rl_steps} steps; georl_minilm {mcfg.toy.minilm_steps}). "
+        "group_coverage: true facts mentioned by any of 8 samples / 6; caption_recall: per "
+        "caption; hallucination: share of mentioned facts that are false; log_volume: mean "
+        "bag-of-facts log det(S + 1e-3 I) of the 8 samples."
+    )
+    return write_results(
+        run.run_dir,
+        "georl",
+        metrics,
+        cfg=run.cfg,
+        wall_time_s=time.time() - t0,
+        extra={"arm_seconds": timings, "toy": asdict(mcfg.toy)},
+        notes=notes,
+    )

@@ -1,4 +1,4 @@
-"""``GeoRLTrainer``: GRPO with Geo-RL's group-level DPP reward (spec §3.5 P3).
+"""``GeoRLTrainer``: GRPO with Geo-RL's group-level DPP reward; ``GeoRLGRPOConfig`` holds its knobs.
 
 A group's reward depends on all N of its descriptions, and under data parallelism a prompt's N
 completions may sit on different processes, so TRL's per-process ``reward_funcs`` cannot compute
@@ -7,25 +7,87 @@ reward function), (2) embeds its local completions and gathers the embeddings an
 itself, and (3) in the ``compute_advantages`` hook of ``common.rl.GroupAdvantageGRPOTrainer``
 regroups by prompt, builds the quality-weighted L-ensemble and returns the closed-form LOO gains
 as advantages. Everything else (generation, PPO-clipped loss, vLLM, VLM inputs) is TRL's.
+
+The reward knobs (``gamma``, ``jitter``, ``q_min``, ``advantage_mode``, ``grounding_weight``,
+``repetition_threshold``, ``unit``) are fields of :class:`GeoRLGRPOConfig`, a ``trl.GRPOConfig``, so
+TRL saves them with the run and its parser sets them; the DPP group size is ``num_generations``.
 """
 
 from __future__ import annotations
 
 import logging
 import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import trl
 from torch import Tensor
 
 from common.rl import GroupAdvantageGRPOTrainer
+from methods.georl.config import GeoRLConfig
 from methods.georl.embed import TextEmbedder
 from methods.georl.grounding import repetition_rate
-from methods.georl.reward import GeoRLConfig, regroup_by_prompt, score_groups
+from methods.georl.reward import regroup_by_prompt, score_groups
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GeoRLTrainer", "completion_text"]
+__all__ = ["GeoRLGRPOConfig", "GeoRLTrainer", "completion_text"]
+
+
+@dataclass
+class GeoRLGRPOConfig(trl.GRPOConfig):
+    """``GRPOConfig`` plus the Geo-RL reward knobs (all reconstructed: no paper value is known).
+
+    The DPP group (N descriptions of one image) is TRL's ``num_generations``.
+
+    Parameters:
+        gamma: Quality exponent in ``L = diag(q^gamma) S diag(q^gamma) + jitter I``.
+        jitter: Diagonal ridge; an exact duplicate earns about ``log(2 jitter)``.
+        q_min: Floor of the grounding quality ``q`` (keeps ``log q`` finite).
+        advantage_mode: ``"raw"`` leave-one-out gains (unbiased) or ``"normalized"`` (GRPO-style).
+        grounding_weight: lambda_g of the optional extra reward ``lambda_g * q_i``.
+        repetition_threshold: Descriptions whose 3-gram repetition rate exceeds this get ``q_min``.
+        unit: One DPP item per rollout (``"rollout"``; the sentence-level unit is not implemented).
+    """
+
+    gamma: float = field(
+        default=2.0, metadata={"help": "Quality exponent of the L-ensemble (reconstructed)."}
+    )
+    jitter: float = field(
+        default=1e-3, metadata={"help": "Diagonal ridge of the L-ensemble (duplicate -> log 2δ)."}
+    )
+    q_min: float = field(default=0.05, metadata={"help": "Floor of the grounding quality q."})
+    advantage_mode: str = field(
+        default="raw", metadata={"help": "'raw' LOO DPP gains (unbiased) or 'normalized'."}
+    )
+    grounding_weight: float = field(
+        default=0.0, metadata={"help": "Weight of the extra reward lambda_g * q per description."}
+    )
+    repetition_threshold: float = field(
+        default=0.5, metadata={"help": "3-gram repetition rate above which q is set to q_min."}
+    )
+    unit: str = field(
+        default="rollout", metadata={"help": "DPP item: 'rollout' (one description)."}
+    )
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient (none in the reward)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.reward_config()  # validates the Geo-RL fields
+
+    def reward_config(self) -> GeoRLConfig:
+        """The reward knobs as the :class:`GeoRLConfig` the pure functions take."""
+        return GeoRLConfig(
+            n=self.num_generations,
+            gamma=self.gamma,
+            jitter=self.jitter,
+            q_min=self.q_min,
+            advantage_mode=self.advantage_mode,
+            grounding_weight=self.grounding_weight,
+            repetition_threshold=self.repetition_threshold,
+            unit=self.unit,
+        )
 
 
 def completion_text(completion: Any) -> str:
@@ -69,17 +131,16 @@ def _prompt_key(*parts: Any) -> int:
 
 
 class GeoRLTrainer(GroupAdvantageGRPOTrainer):
-    """GRPO whose advantages are Geo-RL leave-one-out DPP gains (spec §3.3-§3.5).
+    """GRPO whose advantages are Geo-RL leave-one-out DPP gains (reconstructed from the abstract; see docs/methods/georl.md).
 
     The first of ``reward_funcs`` must return the grounding quality ``q`` in ``(0, 1]`` of each
     completion (e.g. :class:`~methods.georl.grounding.KeywordGrounding` for text, a CLIP score for
     images); further reward functions are ignored by the advantage (they are still logged by TRL).
-    Set ``num_generations`` to ``georl_config.n``.
+    ``args`` must be a :class:`GeoRLGRPOConfig` (its Geo-RL fields are the reward's knobs).
 
     Args:
         *args: Passed to ``trl.GRPOTrainer`` (``model``, ``reward_funcs``, ``args``, ...).
         embedder: Text embedder for the semantic space ``phi`` (e.g. ``MiniLMEmbedder``).
-        georl_config: Reward configuration (gamma, jitter, q_min, advantage mode, ...).
         **kwargs: Passed to ``trl.GRPOTrainer``.
 
     Logged metrics (per generation batch): ``georl/log_volume`` (mean group ``log det L``),
@@ -87,16 +148,15 @@ class GeoRLTrainer(GroupAdvantageGRPOTrainer):
     (mean pairwise cosine), ``georl/guarded_frac`` (share forced to ``q_min`` as empty/repetitive).
     """
 
-    def __init__(
-        self, *args: Any, embedder: TextEmbedder, georl_config: GeoRLConfig | None = None, **kwargs
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.georl_config = georl_config or GeoRLConfig(n=self.num_generations)
-        if self.georl_config.n != self.num_generations:
-            raise ValueError(
-                f"georl_config.n ({self.georl_config.n}) must equal num_generations "
-                f"({self.num_generations})"
+    def __init__(self, *args: Any, embedder: TextEmbedder, **kwargs) -> None:
+        if "georl_config" in kwargs:
+            raise TypeError(
+                "georl_config is gone: set the Geo-RL knobs as fields of GeoRLGRPOConfig (args=)"
             )
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, GeoRLGRPOConfig):
+            raise TypeError(f"args must be a GeoRLGRPOConfig, got {type(self.args).__name__}")
+        self.georl_config = self.args.reward_config()
         self.embedder = embedder
         self._georl_cache: dict[str, Tensor] = {}
         self.last_georl: dict[str, Tensor] = {}
@@ -127,7 +187,7 @@ class GeoRLTrainer(GroupAdvantageGRPOTrainer):
         return per_func
 
     def compute_advantages(self, rewards: Tensor, inputs: dict[str, Any]) -> Tensor:
-        """LOO DPP gains of each prompt group (spec §3.3), scattered back to ``[B, N]``."""
+        """LOO DPP gains of each prompt group, scattered back to ``[B, N]``."""
         n = rewards.shape[1]
         cache = self._georl_cache
         if cache["emb"].shape[0] != rewards.numel():
@@ -151,116 +211,3 @@ class GeoRLTrainer(GroupAdvantageGRPOTrainer):
         self.log_metric("georl/cos_mean", out["cos_mean"].mean().item(), mode)
         self.log_metric("georl/guarded_frac", cache["guard"].float().mean().item(), mode)
         return adv.view(-1, n).to(rewards.dtype)  # [B, N]
-
-
-class _ClipQualityReward:
-    """TRL reward function wrapping ``ClipSentenceGrounding``: ``q`` of each completion vs its image."""
-
-    __name__ = "georl_clip_grounding"
-
-    def __init__(self, grounding: Any) -> None:
-        self.grounding = grounding
-
-    def __call__(self, prompts: list, completions: list, image: list, **kwargs: Any) -> list[float]:
-        return [
-            float(self.grounding([completion_text(c)], img)[0])
-            for c, img in zip(completions, image)
-        ]
-
-
-INSTRUCTION = (
-    "Describe this image in detail. Cover every object, attribute, relation and any visible text."
-)
-
-
-def _image_dataset(name: str, split: str = "train"):
-    """An image dataset (hub id or local path) with the spec §3.7 chat prompt added."""
-    from datasets import load_dataset
-
-    ds = load_dataset(name, split=split)
-    if "image" not in ds.column_names:
-        raise ValueError(f"dataset {name!r} must have an 'image' column, got {ds.column_names}")
-    prompt = [
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": INSTRUCTION}]}
-    ]
-    return ds.map(lambda _: {"prompt": prompt})
-
-
-def run_training(mcfg: Any, cfg: Any) -> dict[str, dict[str, float]]:
-    """``mode: train`` of ``run.py``: GeoRLTrainer on ``cfg.model.name`` (spec §3.5 P3, §7).
-
-    ``train.dataset = synthetic_scenes`` trains a text model on generated scenes with keyword
-    grounding (the CPU check); any other value is an image dataset (hub id or local path with an
-    ``image`` column) for a vision-language model, graded by ``ClipSentenceGrounding`` on the
-    transformers CLIP checkpoint ``train.clip_model`` (the paper-scale path, spec §7).
-
-    Returns:
-        ``{"georl": {metric: value}}`` with the last logged Geo-RL and reward metrics.
-    """
-    from trl import GRPOConfig
-
-    from common.models import load_model, load_processor, load_tokenizer
-    from common.rl import cpu_grpo_kwargs
-    from methods.georl.embed import MiniLMEmbedder
-    from methods.georl.grounding import ClipSentenceGrounding, KeywordGrounding
-    from methods.georl.toy import synthetic_scenes
-
-    tc = mcfg.train
-    seed = int(cfg.seed)
-    if tc.dataset == "synthetic_scenes":
-        model = load_model(cfg.model.name, dtype=cfg.model.get("dtype", "auto"), seed=seed)
-        processing = load_tokenizer(cfg.model.name)
-        dataset = synthetic_scenes(tc.n_prompts, seed=seed)
-        quality: Any = KeywordGrounding(q_min=mcfg.q_min)
-    else:
-        if not tc.clip_model:
-            raise ValueError("train.clip_model must name a transformers CLIP checkpoint for images")
-        from transformers import CLIPModel, CLIPProcessor
-
-        model = load_model(
-            cfg.model.name, dtype=cfg.model.get("dtype", "auto"), kind="vision_language", seed=seed
-        )
-        processing = load_processor(cfg.model.name)
-        dataset = _image_dataset(tc.dataset)
-        clip = CLIPModel.from_pretrained(tc.clip_model).to(model.device).eval()
-        grounding = ClipSentenceGrounding(
-            clip, CLIPProcessor.from_pretrained(tc.clip_model), tau=tc.clip_tau, q_min=mcfg.q_min
-        )
-        quality = _ClipQualityReward(grounding)
-    if tc.lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(
-            model, LoraConfig(r=tc.lora_r, lora_alpha=2 * tc.lora_r, target_modules="all-linear")
-        )
-    on_gpu = torch.cuda.is_available()
-    kwargs = cpu_grpo_kwargs(
-        output_dir=tc.output_dir or f"{cfg.run_dir}/trainer",
-        per_device_train_batch_size=tc.per_device_train_batch_size,
-        gradient_accumulation_steps=tc.gradient_accumulation_steps,
-        num_generations=mcfg.n,
-        max_completion_length=tc.max_completion_length,
-        max_steps=tc.max_steps,
-        learning_rate=tc.learning_rate,
-        temperature=tc.temperature,
-        seed=seed,
-        use_cpu=not on_gpu,
-        bf16=tc.bf16 and on_gpu,
-        disable_tqdm=not on_gpu,
-    )
-    if tc.use_vllm:
-        kwargs.update(use_vllm=True, vllm_mode=tc.vllm_mode)
-    trainer = GeoRLTrainer(
-        model=model,
-        reward_funcs=[quality],
-        args=GRPOConfig(**kwargs),
-        train_dataset=dataset,
-        processing_class=processing,
-        embedder=MiniLMEmbedder(mcfg.embedder, device="cuda" if on_gpu else "cpu"),
-        georl_config=mcfg.reward_config(),
-    )
-    trainer.train()
-    last: dict[str, float] = {}
-    for row in trainer.state.log_history:
-        last.update({k: float(v) for k, v in row.items() if k.startswith(("georl/", "reward"))})
-    return {"georl": {k.removeprefix("georl/").replace("/", "_"): v for k, v in last.items()}}

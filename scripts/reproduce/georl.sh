@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Geo-RL at paper scale (spec §7; our reconstruction: the paper's own setting is unknown).
-# Needs: 8 GPUs, `pip install -e .[vllm]`, and offline copies (or network) of
+# Geo-RL at paper scale (our reconstruction: the paper's own setting is unknown; see
+# docs/methods/georl.md). Needs: 8 GPUs, `pip install -e .[vllm]`, and offline copies (or network) of
 # Qwen/Qwen2.5-VL-7B-Instruct, openai/clip-vit-large-patch14 and the google/docci images.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,11 +12,12 @@ ACCEL_CFG=${ACCEL_CFG:-configs/accelerate/deepspeed_zero3.yaml}
 icml26 experiment=georl_toy "$@"
 
 # 2) paper-scale Geo-RL training (GRPO + DPP LOO advantages, CLIP grounding, vLLM colocate)
-accelerate launch --config_file "$ACCEL_CFG" --num_processes "$NPROC" scripts/run.py \
+accelerate launch --config_file "$ACCEL_CFG" --num_processes "$NPROC" -m common.cli \
   experiment=georl_paper "$@"
 
-# 3) Ablations (spec §9): normalised advantages; no quality factor; gamma sweep.
-for extra in "method.advantage_mode=normalized" "method.gamma=0" "method.gamma=1" "method.gamma=4"; do
-  accelerate launch --config_file "$ACCEL_CFG" --num_processes "$NPROC" scripts/run.py \
+# 3) Ablations: normalised advantages; no quality factor; gamma sweep (GeoRLGRPOConfig fields).
+for extra in "method.trainer.advantage_mode=normalized" "method.trainer.gamma=0" \
+  "method.trainer.gamma=1" "method.trainer.gamma=4"; do
+  accelerate launch --config_file "$ACCEL_CFG" --num_processes "$NPROC" -m common.cli \
     experiment=georl_paper "$extra" "$@"
 done

@@ -358,19 +358,19 @@ def test_georl_trainer_tiny_lm_advantages_are_loo_gains(tmp_path):
 
     from common.rl import cpu_grpo_kwargs
     from common.tiny import tiny_causal_lm
+    from methods.georl import GeoRLGRPOConfig
 
     torch.manual_seed(0)
     model, tok = tiny_causal_lm("qwen2", seed=0)
     emb = _RecordingEmbedder()
-    args = GRPOConfig(
-        **cpu_grpo_kwargs(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=8,
-            max_steps=1,
-        )
+    kwargs = cpu_grpo_kwargs(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
     )
+    args = GeoRLGRPOConfig(**kwargs, gamma=3.0)
     trainer = GeoRLTrainer(
         model=model,
         reward_funcs=[_quality],
@@ -378,25 +378,30 @@ def test_georl_trainer_tiny_lm_advantages_are_loo_gains(tmp_path):
         train_dataset=synthetic_scenes(4, seed=0),
         processing_class=tok,
         embedder=emb,
-        georl_config=GeoRLConfig(n=4, gamma=2.0),
     )
     before = {k: v.clone() for k, v in model.named_parameters()}
     trainer.train()
     texts = emb.seen[-8:]
     q = torch.tensor(_quality(None, texts), dtype=torch.float64).view(2, 4)
-    expected = loo_gains(l_ensemble(emb.encode(texts).view(2, 4, -1), q, gamma=2.0))
+    expected = loo_gains(l_ensemble(emb.encode(texts).view(2, 4, -1), q, gamma=3.0))
     assert_close(trainer.last_advantages.double(), expected, atol=1e-5, rtol=1e-5)
     assert any(not torch.equal(before[k], v) for k, v in model.named_parameters())
-    with pytest.raises(ValueError, match="num_generations"):
+    # the Geo-RL knobs are TRL config fields: saved with the run, group size = num_generations
+    assert args.to_dict()["gamma"] == 3.0 and trainer.georl_config.n == 4
+    with pytest.raises(TypeError, match="GeoRLGRPOConfig"):
         GeoRLTrainer(
             model=model,
             reward_funcs=[_quality],
-            args=args,
+            args=GRPOConfig(**kwargs),
             train_dataset=synthetic_scenes(4),
             processing_class=tok,
             embedder=emb,
-            georl_config=GeoRLConfig(n=3),
         )
+    with pytest.raises(TypeError, match="georl_config"):
+        GeoRLTrainer(model=model, reward_funcs=[_quality], args=args, embedder=emb,
+                     georl_config=GeoRLConfig(n=4))  # fmt: skip
+    with pytest.raises(ValueError, match="q_min"):
+        GeoRLGRPOConfig(**kwargs, q_min=0.0)
 
 
 _VLM_TEMPLATE = (
@@ -412,10 +417,10 @@ def test_georl_trainer_tiny_llava_one_step(tmp_path):
     import numpy as np
     from datasets import Dataset
     from PIL import Image
-    from trl import GRPOConfig
 
     from common.rl import cpu_grpo_kwargs
     from common.tiny import tiny_llava
+    from methods.georl import GeoRLGRPOConfig
 
     model, proc = tiny_llava(seed=0)
     model.train()
@@ -433,7 +438,7 @@ def test_georl_trainer_tiny_llava_one_step(tmp_path):
             for _ in range(2)
         ]
     )  # two images with the same instruction: groups must be told apart by image bytes
-    args = GRPOConfig(
+    args = GeoRLGRPOConfig(
         **cpu_grpo_kwargs(
             output_dir=str(tmp_path),
             per_device_train_batch_size=4,
@@ -449,7 +454,6 @@ def test_georl_trainer_tiny_llava_one_step(tmp_path):
         train_dataset=ds,
         processing_class=proc,
         embedder=_RecordingEmbedder(),
-        georl_config=GeoRLConfig(n=2),
     )
     before = {k: v.clone() for k, v in model.named_parameters()}
     trainer.train()
@@ -472,18 +476,23 @@ def test_minilm_embedder_offline():
 
 
 def test_run_demo_writes_results(tmp_path):
-    from common.registry import compose
-    from methods.georl.run import DEMO_OVERRIDES, HEADLINE, run, to_config
+    from common.config import ConfigError
+    from common.registry import compose, run_method
+    from methods.georl.run import DEMO_OVERRIDES, HEADLINE
 
     cfg = compose(["experiment=georl_toy", *DEMO_OVERRIDES], run_dir=str(tmp_path))
-    out = run(cfg)
+    out = run_method(cfg)
     assert all(isinstance(v, float) for v in out.values())
     assert set(HEADLINE) <= set(out)
     assert (tmp_path / "results.json").exists() and (tmp_path / "results.md").exists()
     assert out["sft/generic_rate"] > 0.5  # the planted trap: most captions contain GENERIC
     assert out["georl/group_coverage"] > out["sft/group_coverage"] + 0.05  # escapes it
-    with pytest.raises(ValueError, match="method.mode"):
-        to_config({"mode": "bogus"})
+    with pytest.raises(ConfigError, match="not a stage of georl"):
+        compose(["experiment=georl_toy", "method.stage=bogus"])
+    with pytest.raises(Exception, match="gamma"):
+        compose(["experiment=georl_toy", "method.reward.gamma=abc"])
+    with pytest.raises(Exception, match="gama"):
+        compose(["experiment=georl_paper", "+method.trainer.gama=1"])
 
 
 class _TinyClipProcessor:
@@ -551,24 +560,96 @@ def test_clip_sentence_grounding_is_sentence_mean():
         grounding(["A car."], None)
 
 
-def test_run_train_mode_tiny_lm(tmp_path):
-    from common.registry import compose
-    from methods.georl.run import run
+def test_paper_stage_text_scenes_on_a_tiny_lm(tmp_path):
+    """The text stand-in of the paper stage (keyword grounding on generated scenes)."""
+    from common.registry import compose, run_method
 
     cfg = compose(
         [
-            "experiment=georl_toy",
-            "method.mode=train",
+            "experiment=georl_paper",
             "model=tiny-qwen2",
-            "method.n=4",
-            "method.train.max_steps=1",
-            "method.train.max_completion_length=8",
-            "method.train.per_device_train_batch_size=8",
-            "method.train.n_prompts=4",
-            "method.train.learning_rate=1e-2",
+            "method.text_scenes=4",
+            "method.trainer.num_generations=4",
+            "method.trainer.max_steps=1",
+            "method.trainer.max_completion_length=8",
+            "method.trainer.per_device_train_batch_size=8",
+            "method.trainer.learning_rate=1e-2",
+            "method.trainer.bf16=false",
+            "method.trainer.use_vllm=false",
         ],
         run_dir=str(tmp_path),
     )
-    out = run(cfg)
+    out = run_method(cfg)
     assert "georl/log_volume" in out and math.isfinite(out["georl/log_volume"])
     assert (tmp_path / "results.json").exists()
+
+
+def _tiny_clip(folder):
+    """A tiny CLIP + CLIPProcessor saved to ``folder`` (loadable by ``from_pretrained``)."""
+    from transformers import (
+        CLIPConfig,
+        CLIPImageProcessorPil,
+        CLIPModel,
+        CLIPProcessor,
+        CLIPTokenizerFast,
+    )
+
+    from common.tiny import tiny_tokenizer
+
+    base = tiny_tokenizer()
+    tok = CLIPTokenizerFast(
+        tokenizer_object=base.backend_tokenizer,
+        bos_token=base.bos_token,
+        eos_token=base.eos_token,
+        pad_token=base.pad_token,
+        unk_token=base.pad_token,
+    )
+    img = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    CLIPProcessor(image_processor=img, tokenizer=tok).save_pretrained(folder)
+    tok = CLIPProcessor.from_pretrained(folder).tokenizer
+    cfg = CLIPConfig(
+        text_config=dict(
+            vocab_size=len(tok) + 8, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, max_position_embeddings=128, eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            image_size=32, patch_size=8,
+        ),
+        projection_dim=16,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    CLIPModel(cfg).save_pretrained(folder)
+    return folder
+
+
+def paper_smoke_setup(tmp_path):
+    """A tiny CLIP grader and a 4-image ``save_to_disk`` set with an ``image`` column."""
+    import numpy as np
+    from datasets import Dataset
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)) for _ in range(4)]
+    Dataset.from_dict({"image": images}).save_to_disk(tmp_path / "images")
+    return {
+        "tiny_clip": str(_tiny_clip(tmp_path / "clip")),
+        "georl_images": str(tmp_path / "images"),
+    }
+
+
+PAPER_SMOKE = {
+    "paper": [
+        "model.path={tiny_llava}",
+        "model.dtype=float32",
+        "method.train_data.path={georl_images}",
+        "method.clip.path={tiny_clip}",
+        "method.trainer.num_generations=2",
+        "method.trainer.per_device_train_batch_size=4",
+        "method.trainer.max_steps=1",
+        "method.trainer.max_completion_length=6",
+        "method.trainer.bf16=false",
+        "method.trainer.use_vllm=false",
+    ]
+}
