@@ -12,7 +12,13 @@ from .data import QA, Conversation, load_locomo, load_longmemeval, load_realtalk
 from .decode import greedy_decode
 from .episodes import Episodes, build_patched_prompt, cluster_segments, match_episode
 from .metrics import llm_judge_score, normalize_answer, token_f1
-from .pipeline import AnswerRecord, EpiCacheConfig, EpiCacheSession
+from .pipeline import (
+    AnswerRecord,
+    EpiCacheConfig,
+    EpiCacheSession,
+    baseline_prefix_ids,
+    scoring_prompt_ids,
+)
 from .prefill import blockwise_prefill, peak_tokens_per_head, select_keep
 from .scoring import SCORERS, keydiff_scores, patched_prompt_scores, streaming_scores
 from .segmentation import Segment, Utterance, segment_utterances
@@ -29,6 +35,7 @@ __all__ = [
     "Segment",
     "Utterance",
     "allocate_layer_budgets",
+    "baseline_prefix_ids",
     "block_attention_mask",
     "blockwise_prefill",
     "build_patched_prompt",
@@ -45,6 +52,7 @@ __all__ = [
     "patched_prompt_scores",
     "peak_tokens_per_head",
     "profile_layer_sensitivity",
+    "scoring_prompt_ids",
     "segment_utterances",
     "select_keep",
     "streaming_scores",

@@ -19,23 +19,18 @@ import torch
 
 from .budget import allocate_layer_budgets
 from .cache import EpiCache
+from .config import DEFAULT_INSTRUCTION as DEFAULT_INSTRUCTION  # re-exported
+from .config import PROMPT_FORMATS, EpiCacheConfig
 from .data import Conversation
 from .decode import greedy_decode
 from .episodes import Episodes, build_patched_prompt, cluster_segments, match_episode
 from .prefill import blockwise_prefill, peak_tokens_per_head
-from .scoring import INFINIPOT_INSTRUCTION, KVZIP_INSTRUCTION, SCORERS
+from .scoring import INFINIPOT_INSTRUCTION, KVZIP_INSTRUCTION
 from .segmentation import Segment, Utterance, render_said, segment_utterances
 
 logger = logging.getLogger(__name__)
 
 SENTINEL = "<<EPICACHE_CONTEXT>>"
-# The official extraction instruction (model/wrapper.py::token_scoring, clustering branch).
-DEFAULT_INSTRUCTION = (
-    "Extract essential information from this conversation segment. Identify speaker names, personas, "
-    "key events with dates/times, personal details, commitments, opinions, relationships, emotional "
-    "moments, and unique experiences."
-)
-PROMPT_FORMATS = ("official", "plain")
 
 
 def scoring_prompt_ids(
@@ -88,79 +83,6 @@ def baseline_prefix_ids(encode: Callable[[str], list[int]], scorer: str, postfix
     if text is None:
         return []
     return list(encode("\n\n" + text)) + (list(encode(postfix)) if postfix else [])
-
-
-@dataclass
-class EpiCacheConfig:
-    """Hyper-parameters of EpiCache (mirrors ``configs/method/epicache.yaml``).
-
-    Attributes:
-        n_episodes: E, number of episodes (official 4).
-        w_embed: utterances per segment (official 4).
-        n_medoid: central segments in the patched prompt (official scripts 8; v4 text 1).
-        instruction: the extraction instruction of the scoring prompt (None: none; default the
-            official text).
-        prompt_format: ``"official"`` (instruction, end of user turn, assistant header, segments
-            separated by blank lines) or ``"plain"`` (ours: instruction + newline + segments).
-        scorer: ``"patched"`` (EpiCache: one cache per episode) or a baseline of ``SCORERS``
-            (one cache for every question; official KVzip / SnapKV / KeyDiff / InfiniPot forms).
-        window: last-window length of the SnapKV scorers (official 64).
-        budget: M, average per-layer per-KV-head token budget (paper main table 8192).
-        block_size: M_block, prefill block size (official 2048).
-        level: ``"uniform"`` (same count per head) or ``"headwise"`` (official "pair" level).
-        alpha: layer-allocation sharpness (paper 2; 0 disables allocation).
-        alloc_mode: ``"paper"`` or ``"repo"`` allocation formula.
-        floor_frac: per-layer budget floor as a fraction of M (official 1/4).
-        protect_prefix: never evict the system prefix (official: off).
-        max_new_tokens: answer length (official 50).
-        match_metric: ``"cosine"`` (paper) or ``"dot"`` (official code).
-        seed, n_init: k-means settings (official 42, 10).
-        chat_frame: wrap context and question in the tokenizer's chat template.
-        split_long_assistant_chars: split longer assistant turns into sentences (None: off).
-        allow_shrink: with fewer segments than episodes, shrink E instead of raising.
-    """
-
-    n_episodes: int = 4
-    w_embed: int = 4
-    n_medoid: int = 8
-    instruction: str | None = DEFAULT_INSTRUCTION
-    prompt_format: str = "official"  # "official" | "plain"
-    scorer: str = "patched"
-    window: int = 64
-    budget: int = 8192
-    block_size: int = 2048
-    level: str = "headwise"  # "uniform" | "headwise"
-    alpha: float = 2.0
-    alloc_mode: str = "paper"  # "paper" | "repo"
-    floor_frac: float = 0.25
-    protect_prefix: bool = False
-    max_new_tokens: int = 50
-    match_metric: str = "cosine"  # "cosine" | "dot"
-    seed: int = 42
-    n_init: int = 10
-    chat_frame: bool = True
-    split_long_assistant_chars: int | None = 500
-    allow_shrink: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("n_episodes", "w_embed", "n_medoid", "budget", "block_size", "max_new_tokens"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha}")
-        if self.level not in ("uniform", "headwise"):
-            raise ValueError(f"level must be 'uniform' or 'headwise', got {self.level!r}")
-        if self.alloc_mode not in ("paper", "repo"):
-            raise ValueError(f"alloc_mode must be 'paper' or 'repo', got {self.alloc_mode!r}")
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise ValueError(
-                f"prompt_format must be one of {PROMPT_FORMATS}, got {self.prompt_format!r}"
-            )
-        if self.scorer not in SCORERS:
-            raise ValueError(f"scorer must be one of {SCORERS}, got {self.scorer!r}")
-        if not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
 
 
 @dataclass

@@ -27,18 +27,8 @@ from __future__ import annotations
 import torch
 
 from .cache import EpiCache, epicache_forward
+from .config import SCORERS as SCORERS  # re-exported: the scorer names
 
-SCORERS = (
-    "patched",
-    "snapkv",
-    "snapkv_lastwindow",
-    "kvzip",
-    "kvzip_repeat",
-    "infinipot",
-    "keydiff",
-    "keydiff_cosine",
-    "streaming",
-)
 # The official scoring prompts (model/wrapper.py::token_scoring): each is "\n\n" + text, then the end of
 # the user turn and the assistant header (``scorer_prefix_ids`` of blockwise_prefill).
 KVZIP_INSTRUCTION = "Repeat the part of the previous context exactly."

@@ -519,13 +519,8 @@ def test_bad_input_errors(lm):
         sess.answer("  ")
 
 
-def test_paper_path_on_tiny_model_with_locomo_file(tmp_path):
+def _locomo_file(path):
     import json
-
-    from common.llm import ScriptedChat
-    from common.registry import compose
-    from methods.epicache.data import load_locomo
-    from methods.epicache.run import run_paper, to_config
 
     conv = {"speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1 May 2023"}
     conv["session_1"] = [
@@ -535,35 +530,66 @@ def test_paper_path_on_tiny_model_with_locomo_file(tmp_path):
         {"question": "What does Ann like?", "answer": "topic 1; topic 3", "category": 3},
         {"question": "adversarial", "answer": "x", "category": 5},
     ]
-    path = tmp_path / "locomo10.json"
     path.write_text(json.dumps([{"sample_id": "c0", "conversation": conv, "qa": qa}]))
+    return path
+
+
+def _paper_run(overrides, run_dir):
+    from common.config import validate
+    from common.registry import compose
+
+    cfg = compose(overrides, run_dir=str(run_dir))
+    run = validate(cfg)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def test_paper_eval_on_tiny_model_with_locomo_file(tmp_path):
+    from common.llm import ScriptedChat
+    from methods.epicache.data import load_locomo
+    from methods.epicache.paper import evaluate_benchmark
+
+    path = _locomo_file(tmp_path / "locomo10.json")
     convs = load_locomo(path)
     assert len(convs[0].qa) == 1 and convs[0].qa[0].answer == "topic 1"  # cat 5 dropped, ';' cut
     assert convs[0].render().splitlines()[1] == "DATE: 1 May 2023"
-    cfg = compose(["experiment=epicache_paper"], run_dir=str(tmp_path / "run"))
-    over = {
-        "model_name": "tiny-qwen2",
-        "data_path": str(path),
-        "benchmark": "locomo",
-        "judge_model": None,
-        "sensitivity_path": None,
-        "budget": 16,
-        "block_size": 64,
-        "n_episodes": 2,
-        "n_init": 1,
-        "max_new_tokens": 2,
-        "w_embed": 2,
-        "instruction": None,
-        "n_medoid": 1,
-    }
-    mcfg = to_config({**cfg.method, **over})
+    run = _paper_run(
+        [
+            "experiment=epicache_paper",
+            "method.stage=eval",
+            "model=tiny-qwen2",
+            "benchmark=locomo",
+            f"benchmark.sets.locomo10.path={path}",
+            "method.judge_model=null",
+            "method.sensitivity_path=null",
+            "method.budget=16",
+            "method.block_size=64",
+            "method.n_episodes=2",
+            "method.n_init=1",
+            "method.max_new_tokens=2",
+            "method.w_embed=2",
+            "method.n_medoid=1",
+        ],
+        tmp_path / "run",
+    )
     judge = ScriptedChat(['{"score": 0.5}'])
-    out = run_paper(cfg, mcfg, judge=judge, embedder=_BagEmbedder())
+    out = evaluate_benchmark(run, judge=judge, embedder=_BagEmbedder())
     assert out["epicache/judge"] == 0.5 and out["epicache/judge_unparsed"] == 0.0
     assert 0.0 <= out["epicache/f1_open_domain"] <= 1.0
     # headwise (paper default): a head may hold up to M·Hk slots (padded layout), plus block + prompt
-    assert out["epicache/peak_tokens_per_head"] <= 16 * 2 + 64 + 100
+    # (the official instruction, the turn end and at most ~100 segment tokens)
+    from common.models import load_tokenizer
+    from methods.epicache.config import DEFAULT_INSTRUCTION
+
+    p_instr = len(
+        load_tokenizer("tiny-qwen2")("\n\n" + DEFAULT_INSTRUCTION + "<|im_end|>\n").input_ids
+    )
+    assert out["epicache/peak_tokens_per_head"] <= 16 * 2 + 64 + p_instr + 100
     assert (tmp_path / "run" / "results.json").exists()
+    # a baseline of the paper's table through the same loop: one cache for every question
+    run.method.scorer = "kvzip"
+    base = evaluate_benchmark(run, judge=ScriptedChat(['{"score": 0}']), embedder=_BagEmbedder())
+    assert "kvzip/f1_avg" in base and base["kvzip/judge"] == 0.0
 
 
 def _realtalk_item(speaker_1: str, n_qa: int = 2) -> dict:
@@ -697,43 +723,95 @@ def test_realtalk_and_longmemeval_loaders_on_official_layouts(tmp_path):
     ],
 )
 def test_paper_configs_compose(experiment, model_id, benchmark):
+    from common.config import ConfigError
     from common.registry import compose
-    from methods.epicache.run import to_config
 
-    mcfg = to_config(compose([f"experiment={experiment}"]).method)
-    assert (mcfg.model_name, mcfg.benchmark) == (model_id, benchmark)
-    assert mcfg.judge_model and mcfg.level == "headwise" and mcfg.budget >= 2048
+    with pytest.raises(ConfigError, match="profile.*eval"):  # stage=paper names the two stages
+        compose([f"experiment={experiment}"])
+    cfg = compose([f"experiment={experiment}", "method.stage=eval"])
+    assert (cfg.model.name, cfg.benchmark.name) == (model_id, benchmark)
+    assert cfg.method.judge_model and cfg.method.level == "headwise" and cfg.method.budget == 8192
+    assert cfg.method.prompt_format == "official" and cfg.method.scorer == "patched"
+    swapped = compose([f"experiment={experiment}", "method.stage=eval", "benchmark=locomo"])
+    assert swapped.benchmark.format == "locomo"
+    with pytest.raises(ConfigError, match="supported formats"):
+        compose([f"experiment={experiment}", "method.stage=eval", "benchmark=math500"])
+    with pytest.raises(ConfigError, match="method.budget"):
+        compose([f"experiment={experiment}", "method.stage=eval", "method.budget=abc"])
+    with pytest.raises(ConfigError, match="scorer"):
+        compose([f"experiment={experiment}", "method.stage=eval", "method.scorer=h2o"])
+    with pytest.raises(ConfigError, match="budgt"):
+        compose([f"experiment={experiment}", "method.stage=eval", "method.budgt=1"])
 
 
-def test_paper_path_realtalk_folder_with_judge(tmp_path):
+def test_paper_eval_realtalk_folder_with_judge(tmp_path):
     import json
 
     from common.llm import ScriptedChat
-    from common.registry import compose
-    from methods.epicache.run import run_paper, to_config
+    from methods.epicache.paper import evaluate_benchmark
 
     (tmp_path / "rt").mkdir()
     for name in ("Emi", "Ola"):
         (tmp_path / "rt" / f"Chat_{name}.json").write_text(json.dumps(_realtalk_item(name)))
-    cfg = compose(["experiment=epicache_paper"], run_dir=str(tmp_path / "run"))
-    over = {
-        "model_name": "tiny-qwen3",
-        "data_path": str(tmp_path / "rt"),
-        "sensitivity_path": None,
-        "budget": 8,
-        "block_size": 16,
-        "n_episodes": 1,
-        "n_init": 1,
-        "max_new_tokens": 2,
-        "w_embed": 1,
-        "instruction": None,
-        "n_medoid": 1,
-    }
+    run = _paper_run(
+        [
+            "experiment=epicache_paper",
+            "method.stage=eval",
+            "model=tiny-qwen3",
+            f"benchmark.sets.realtalk.path={tmp_path / 'rt'}",
+            "method.sensitivity_path=null",
+            "method.budget=8",
+            "method.block_size=16",
+            "method.n_episodes=1",
+            "method.n_init=1",
+            "method.max_new_tokens=2",
+            "method.w_embed=1",
+            "method.n_medoid=1",
+        ],
+        tmp_path / "run",
+    )
     judge = ScriptedChat(['{"score": 1}', "no score here"])
-    out = run_paper(cfg, to_config({**cfg.method, **over}), judge=judge, embedder=_BagEmbedder())
+    out = evaluate_benchmark(run, judge=judge, embedder=_BagEmbedder())
     assert len(judge.calls) == 2  # one judged answer per conversation, through common.llm
     assert out["epicache/judge"] == 0.5 and out["epicache/judge_unparsed"] == 1.0
     assert "epicache/f1_1" in out
+
+
+def test_profile_stage_writes_a_profile_that_eval_checks(tmp_path):
+    import json
+
+    from common.registry import run_method
+    from methods.epicache.paper import load_sensitivity
+
+    text = tmp_path / "book.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    from common.registry import compose
+
+    cfg = compose(
+        [
+            "experiment=epicache_paper",
+            "method.stage=profile",
+            "model=tiny-qwen2",
+            f"method.profile.text_path={text}",
+            "method.profile.max_tokens=96",
+            "method.profile.block=32",
+            "method.profile.sink=4",
+            "method.profile.window=10",
+            f"method.sensitivity_path={tmp_path / 'sens.json'}",
+        ],
+        run_dir=str(tmp_path / "run"),
+    )
+    out = run_method(cfg)
+    prof = json.loads((tmp_path / "sens.json").read_text())
+    assert prof["model"] == "tiny-qwen2" and prof["n_tokens"] == 96 and prof["window"] == 10
+    assert out["profile/sigma_0"] == pytest.approx(prof["sigma"][0])
+    assert (tmp_path / "run" / "sensitivity.json").exists()
+    n = len(prof["sigma"])
+    assert load_sensitivity(str(tmp_path / "sens.json"), "tiny-qwen2", n).shape == (n,)
+    with pytest.raises(ValueError, match="not 'other'"):
+        load_sensitivity(str(tmp_path / "sens.json"), "other", n)
+    with pytest.raises(ValueError, match="layers"):
+        load_sensitivity(str(tmp_path / "sens.json"), "tiny-qwen2", n + 1)
 
 
 def test_toy_training_batch_supervises_the_value_from_the_key_position():
@@ -767,3 +845,106 @@ def test_train_toy_model_runs_both_stages_and_rejects_bad_settings():
     assert stats["train_steps"] == 1.0 and "induction_acc" not in stats
     with pytest.raises(ValueError, match="induction_steps"):
         train_toy_model(steps=1, induction_steps=-1)
+
+
+# --------------------------------------------------------------------------- paper smoke (issue 26)
+_SMALL = [
+    "model.dtype=float32",
+    "method.n_eval=1",
+    "method.max_new_tokens=2",
+    "method.embedder_path={minilm}",
+]
+PAPER_SMOKE = {
+    "profile": [
+        "model.path={tiny_qwen2}",
+        "model.dtype=float32",
+        "method.profile.text_path={tmp}/book.txt",
+        "method.profile.max_tokens=64",
+        "method.sensitivity_path={tmp}/sensitivity.json",
+    ],
+    # the shipped preset on a Realtalk-format folder, the judge behind a local OpenAI-compatible server
+    "eval": [
+        "model.path={tiny_qwen2}",
+        *_SMALL,
+        "benchmark.sets.realtalk.path={tmp}/realtalk",
+        "method.sensitivity_path=null",
+        "method.judge_base_url={judge_url}",
+    ],
+    "epicache_paper_llama/eval": [
+        *_SMALL,
+        "model.path={tiny_llama}",
+        "benchmark.sets.longmemeval.path={tmp}/lme.json",
+        "method.sensitivity_path={tmp}/sens_llama.json",
+        "method.judge_base_url={judge_url}",
+    ],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """Fixture files in the benchmarks' formats, a profile for the tiny Llama, and a fake judge."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from common.embeddings import default_model_path
+    from common.models import load_model
+
+    (tmp_path / "book.txt").write_text("a long book chapter about a river and a town. " * 30)
+    # 4 episodes of 4-utterance segments need >= 16 utterances
+    topics = ["a puppy", "a race", "a cake", "a trip", "a song", "a book", "a job", "a garden"]
+    item = _realtalk_item("Emi")
+    item["session_2"] = [
+        {"speaker": ("Emi", "Kai")[i % 2], "clean_text": f"I love {t}.", "dia_id": f"D2:{i + 1}"}
+        for i, t in enumerate(topics * 2)
+    ]
+    (tmp_path / "realtalk").mkdir()
+    (tmp_path / "realtalk" / "Chat_1_Emi_Kai.json").write_text(json.dumps(item))
+    lme = {
+        "conversations": [
+            {
+                "conversation_id": "lme_0",
+                "conversation_timeline": [
+                    {
+                        "timestamp": "2023/05/20 (Sat) 02:21",
+                        "session_id": "s1",
+                        "session": [
+                            {"role": ("user", "assistant")[i % 2], "content": f"Miso likes {t}."}
+                            for i, t in enumerate(topics * 2)
+                        ],
+                    }
+                ],
+                "qa_pairs": [
+                    {"question": "Cat name?", "answer": "Miso", "question_type": "single_hop"}
+                ],
+            }
+        ]
+    }
+    (tmp_path / "lme.json").write_text(json.dumps(lme))
+    n_layers = int(load_model("tiny-llama").config.num_hidden_layers)
+    sens = {"model": "meta-llama/Llama-3.2-3B-Instruct", "sigma": [0.9] * n_layers}
+    (tmp_path / "sens_llama.json").write_text(json.dumps(sens))
+
+    class Judge(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": '{"score": 1}'}}
+                ]
+            }
+            out = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return {
+        "minilm": default_model_path(),
+        "judge_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
+    }
