@@ -10,11 +10,11 @@
   ``choice`` outside A/B) score 0 and are counted: the error rates are reported with the scores.
 
 The judge prompts are our own wording (``JUDGE_PROMPTS``); exact upstream wording can be passed in.
+The ``bench`` stage (:func:`methods.webworld.paper.bench_stage`) drives it from the CLI.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import random
@@ -448,65 +448,3 @@ def evaluate(
             by_dim[key][1].append(t)
             by_dim[key][2].append(tr)
     return {k: aggregate(*v) for k, v in by_dim.items()}
-
-
-def _load_llm(spec: str, max_new_tokens: int, temperature: float):
-    """``openai:<model>[@<base_url>]`` -> OpenAIChat; anything else -> local HFChat via common.models."""
-    if spec.startswith("openai:"):
-        from common.llm import OpenAIChat
-
-        model, _, base = spec[len("openai:") :].partition("@")
-        return OpenAIChat(
-            model, base_url=base or None, max_tokens=max_new_tokens, temperature=temperature
-        )
-    from common.llm import HFChat
-    from common.models import load_model, load_tokenizer
-
-    return HFChat(
-        load_model(spec),
-        load_tokenizer(spec),
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
-    """CLI: ``python -m methods.webworld.bench --model M --judge J --data DIR [--dims ...]``.
-
-    ``--data`` holds one ``<dim>.jsonl`` per dimension in the chat format. Writes results.{json,md}
-    to ``--out`` with one row per dimension.
-    """
-    ap = argparse.ArgumentParser(description="WebWorld-Bench (Factuality / Web Turing)")
-    ap.add_argument("--model", required=True, help="world model: hub id, local path or openai:<id>")
-    ap.add_argument("--judge", required=True, help="judge: openai:<id>[@url] or local model")
-    ap.add_argument("--data", required=True, help="folder with <dim>.jsonl files")
-    ap.add_argument("--dims", nargs="*", default=list(DIMENSIONS))
-    ap.add_argument("--n-samples", type=int, default=None)
-    ap.add_argument("--max-new-tokens", type=int, default=8192)
-    ap.add_argument("--judge-max-new-tokens", type=int, default=1024)
-    ap.add_argument("--judge-temperature", type=float, default=0.7)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="outputs/webworld/bench")
-    args = ap.parse_args(argv)
-    from common.tracking import write_results
-
-    samples, skipped = [], 0
-    for d in args.dims:
-        f = Path(args.data) / f"{d}.jsonl"
-        if not f.exists():
-            logger.warning("missing bench file %s", f)
-            continue
-        s, k = load_bench_jsonl(f, d, args.n_samples)
-        samples += s
-        skipped += k
-    if not samples:
-        raise ValueError(f"no bench samples found in {args.data} for dims {args.dims}")
-    wm = _load_llm(args.model, args.max_new_tokens, 0.0)
-    judge = _load_llm(args.judge, args.judge_max_new_tokens, args.judge_temperature)
-    res = evaluate(wm, samples, judge, seed=args.seed)
-    write_results(args.out, "webworld", res, extra={"skipped_lines": skipped, "model": args.model})
-    return res
-
-
-if __name__ == "__main__":
-    main()

@@ -1,23 +1,24 @@
-"""Paper-scale drivers (spec §7): ``python -m methods.webworld.paper <command> [hydra overrides]``.
+"""The paper stages: ``icml26 experiment=webworld_paper method.stage=<stage> [overrides]``.
 
-Commands (settings under ``method.paper`` of ``configs/experiment/webworld_paper.yaml``):
+Stages (settings under ``method.paper``; SFT recipes in the ``*_trainer`` nodes; the checkpoint is
+``model``, the evaluation suite ``benchmark``):
 
-* ``stage1``: full SFT of a Qwen3 base model on WebWorldData-style chats (every assistant turn);
-* ``stage2``: continue from a Stage-1 checkpoint on ~1K CoT chats, last assistant turn only;
-* ``synth``: roll an agent out inside the world model on seed tasks, keep value-approved rollouts
-  (:func:`methods.webworld.synthesis.synthesize`) and write them as JSONL;
-* ``agent``: SFT an agent on synthesised trajectories (one step per sample);
-* ``bench``: WebWorld-Bench (:func:`methods.webworld.bench.main`).
+* ``stage1``: full SFT of a Qwen3 base model on WebWorldData chats (every assistant turn, Table 9);
+* ``stage2``: continue from a Stage-1 checkpoint (``model.path``) on ~1K CoT chats, last turn only;
+* ``synth``: roll an agent out inside the served world model on seed tasks, keep value-approved
+  rollouts (:func:`methods.webworld.synthesis.synthesize`) and write them as JSONL;
+* ``agent``: SFT of ``model`` as an agent on the synthesised trajectories (one step per sample);
+* ``bench``: WebWorld-Bench (:func:`methods.webworld.bench.evaluate`) of ``model`` on ``benchmark``.
 
-Launch training under ``accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml``;
-models and data load by hub id or local path. Every command also runs on a tiny local model (tests).
+Launch training under ``accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml -m
+common.cli experiment=webworld_paper method.stage=stage1``. Every stage also runs on a tiny local
+model (tests/test_paper_presets.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,15 @@ from datasets import Dataset
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["iter_chats", "load_chats", "main"]
+__all__ = [
+    "agent_stage",
+    "bench_stage",
+    "iter_chats",
+    "load_chats",
+    "stage1_stage",
+    "stage2_stage",
+    "synth_stage",
+]
 
 
 def iter_chats(source: str, max_samples: int | None = None) -> Iterator[dict]:
@@ -89,13 +98,27 @@ def load_chats(
     return Dataset.from_list(kept), {"kept": len(kept), "too_long": too_long}
 
 
-def _model(spec: str):
+def _model(run: Any, padding_side: str = "right"):
+    from common.config import model_id
     from common.models import load_model, load_tokenizer
 
-    return load_model(spec, dtype="auto"), load_tokenizer(spec, padding_side="right")
+    if run.model is None:
+        raise ValueError("this stage needs a `model` (experiment=webworld_paper selects one)")
+    spec = model_id(run.model)
+    return load_model(spec, dtype=run.model.dtype), load_tokenizer(spec, padding_side=padding_side)
 
 
-def _train(p: Any, stage: int) -> dict[str, Any]:
+def _source(spec: Any) -> str:
+    """``iter_chats`` source of a DatasetSpec: its local path, else ``hf:<hub_id>`` (streamed)."""
+    if spec.path:
+        return spec.path
+    if not spec.hub_id:
+        raise ValueError("method.paper.data needs a hub_id or a path")
+    return f"hf:{spec.hub_id}"
+
+
+def _train(run: Any, stage: int) -> dict[str, float]:
+    from common.tracking import write_results
     from methods.webworld.train import (
         last_turn_dataset,
         stage1_config,
@@ -103,53 +126,66 @@ def _train(p: Any, stage: int) -> dict[str, Any]:
         train_world_model,
     )
 
-    spec = p.model if stage == 1 else p.stage2_init
-    model, tok = _model(spec)
+    p = run.method.paper
+    model, tok = _model(run)
     mk = stage1_config if stage == 1 else stage2_config
     out = str(Path(p.output_dir) / f"stage{stage}")
-    cfg = mk(p.size, output_dir=out, **dict(p.get(f"stage{stage}_overrides") or {}))
-    ds, counts = load_chats(
-        p.data if stage == 1 else p.stage2_data, tok, cfg.max_length, p.get("max_samples")
-    )
+    node = dict(getattr(run.method, f"stage{stage}_trainer") or {})
+    cfg = mk(p.size, output_dir=out, **node)
+    source = _source(p.data) if stage == 1 else p.stage2_data
+    ds, counts = load_chats(source, tok, cfg.max_length, p.max_samples if stage == 1 else None)
     if stage == 2:
         ds = last_turn_dataset(ds)
     model, loss = train_world_model(model, tok, ds, cfg)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     logger.info("stage %d done: loss %.4f, %s -> %s", stage, loss, counts, out)
-    return {"train_loss": loss, **counts, "output_dir": out}
+    metrics = {
+        f"stage{stage}": {"train_loss": float(loss), **{k: float(v) for k, v in counts.items()}}
+    }
+    return write_results(run.run_dir, "webworld", metrics, cfg=run.cfg, extra={"output_dir": out})
 
 
-def _synth(p: Any) -> dict[str, Any]:
-    from common.llm import HFChat, OpenAIChat
+def stage1_stage(run: Any) -> dict[str, float]:
+    """``stage1``: Stage-1 SFT (paper §3.5, Table 9) of ``model``; saves ``<output_dir>/stage1``."""
+    return _train(run, 1)
+
+
+def stage2_stage(run: Any) -> dict[str, float]:
+    """``stage2``: Stage-2 CoT SFT (Table 9) from ``model`` (``model.path`` = the Stage-1 output)."""
+    return _train(run, 2)
+
+
+def _chat(name: str, url: str | None, **kw: Any):
+    from common.llm import OpenAIChat
+
+    return OpenAIChat(name, base_url=url, **kw)
+
+
+def synth_stage(run: Any) -> dict[str, float]:
+    """``synth``: agent rollouts inside the served world model, kept when the value model says
+    the goal is reached (paper §5); writes ``<output_dir>/synth.jsonl``."""
+    from common.tracking import write_results
+    from methods.webworld.actions import extract_action
     from methods.webworld.search import llm_value_fn
     from methods.webworld.simulator import WebWorldSimulator
     from methods.webworld.synthesis import AGENT_PROMPT, synthesize
 
-    def chat(spec: str, **kw):
-        if spec.startswith("openai:"):
-            model, _, base = spec[len("openai:") :].partition("@")
-            return OpenAIChat(model, base_url=base or None, **kw)
-        m, t = _model(spec)
-        t.padding_side = "left"
-        return HFChat(m, t, max_new_tokens=kw.get("max_tokens", 256))
-
+    p = run.method.paper
     s = p.synth
-    sim = WebWorldSimulator(
-        chat(s.world_model, max_tokens=s.wm_max_tokens, temperature=0.7), window=s.window
-    )
-    agent_llm = chat(s.agent, max_tokens=256, temperature=0.5)
-    value_llm = chat(s.value_model, max_tokens=256, temperature=0.0)
+    wm = _chat(s.world_model, s.world_model_url, max_tokens=s.wm_max_tokens, temperature=0.7)
+    sim = WebWorldSimulator(wm, window=s.window)
+    agent_llm = _chat(s.agent, s.agent_url, max_tokens=256, temperature=0.5)
+    value_llm = _chat(s.value_model, s.value_url, max_tokens=256, temperature=0.0)
 
     def agent(goal: str, state: str) -> str:
         reply = agent_llm.chat(
             [{"role": "user", "content": AGENT_PROMPT.format(goal=goal, state=state)}]
         )
-        from methods.webworld.actions import extract_action
-
         return extract_action(reply)  # <action> span (demo format) or the last line
 
-    tasks = [(r["goal"], r["s0"]) for r in map(json.loads, Path(s.seeds).read_text().splitlines())]
+    rows = [json.loads(x) for x in Path(s.seeds).read_text().splitlines() if x.strip()]
+    tasks = [(r["goal"], r["s0"]) for r in rows]
     trajs, counts = synthesize(
         agent,
         sim,
@@ -164,71 +200,88 @@ def _synth(p: Any) -> dict[str, Any]:
             fh.write(json.dumps({"goal": t.instruction, "states": t.states, "actions": t.actions}))
             fh.write("\n")
     logger.info("synthesis: %s -> %s", counts, out)
-    return {**counts, "path": str(out)}
+    metrics = {"synth": {k: float(v) for k, v in counts.items()}}
+    return write_results(run.run_dir, "webworld", metrics, cfg=run.cfg, extra={"path": str(out)})
 
 
-def _agent(p: Any) -> dict[str, Any]:
+def agent_stage(run: Any) -> dict[str, float]:
+    """``agent``: SFT of ``model`` on the synthesised trajectories (one step per sample, loss on
+    the action); the recipe is the ``agent_trainer`` node (lr and epochs inferred)."""
+    import torch
     from trl import SFTConfig
 
+    from common.config import trainer_config
+    from common.tracking import write_results
     from methods.webworld.data import Trajectory
     from methods.webworld.synthesis import agent_sft_dataset
     from methods.webworld.train import train_world_model
 
-    a = p.agent
-    rows = [json.loads(x) for x in Path(a.data).read_text().splitlines() if x.strip()]
+    p = run.method.paper
+    rows = [json.loads(x) for x in Path(p.agent_data).read_text().splitlines() if x.strip()]
     trajs = [Trajectory(r["goal"], r["states"], r["actions"]) for r in rows]
     ds = agent_sft_dataset(trajs)
-    model, tok = _model(a.model)
+    model, tok = _model(run)
     out = str(Path(p.output_dir) / "agent")
-    kw = dict(
+    gpu = torch.cuda.is_available()
+    cfg = trainer_config(
+        SFTConfig,
+        run.method.agent_trainer,
         output_dir=out,
-        learning_rate=a.lr,
-        num_train_epochs=a.epochs,
         report_to="none",
         save_strategy="no",
         completion_only_loss=True,
-        max_length=a.max_length,
-        per_device_train_batch_size=a.per_device_batch,
-        gradient_accumulation_steps=a.grad_accum,
-        bf16=a.bf16,
-        lr_scheduler_type="cosine",
-        warmup_steps=0.1,
+        warmup_steps=0.1,  # a ratio (float < 1); inferred, as the recipe
+        bf16=gpu and torch.cuda.is_bf16_supported(),
+        use_cpu=not gpu,
     )
-    kw.update(dict(a.get("overrides") or {}))
-    model, loss = train_world_model(model, tok, ds, SFTConfig(**kw))
+    model, loss = train_world_model(model, tok, ds, cfg)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return {"train_loss": loss, "n_samples": len(ds), "output_dir": out}
+    metrics = {"agent": {"train_loss": float(loss), "n_samples": float(len(ds))}}
+    return write_results(run.run_dir, "webworld", metrics, cfg=run.cfg, extra={"output_dir": out})
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Entry point: ``<command> [hydra overrides...]`` on top of ``experiment=webworld_paper``."""
-    from common.registry import compose
+def bench_stage(run: Any) -> dict[str, float]:
+    """``bench``: WebWorld-Bench of ``model`` (served at ``bench.wm_url``, or loaded) on every set of
+    ``benchmark`` (one file per dimension, chat or upstream layout), judged by ``bench.judge``."""
+    from common.config import dataset_source
+    from common.tracking import write_results
+    from methods.webworld.bench import evaluate, load_bench_file
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("stage1", "stage2", "synth", "agent", "bench"):
-        raise ValueError("command must be one of stage1, stage2, synth, agent, bench")
-    cmd, overrides = argv[0], argv[1:]
-    cfg = compose(["experiment=webworld_paper", *overrides])
-    p = cfg.method.paper
-    if cmd == "stage1":
-        return _train(p, 1)
-    if cmd == "stage2":
-        return _train(p, 2)
-    if cmd == "synth":
-        return _synth(p)
-    if cmd == "agent":
-        return _agent(p)
-    from methods.webworld.bench import main as bench_main
+    b = run.method.paper.bench
+    if run.benchmark is None:
+        raise ValueError("the bench stage needs a `benchmark` (benchmark=webworld_bench)")
+    samples, skipped, missing = [], 0, []
+    for dim, spec in run.benchmark.sets.items():
+        limit = spec.limit if spec.limit is not None else b.n_samples
+        path = Path(dataset_source(spec))
+        if not path.is_file():
+            missing.append(dim)
+            continue
+        got, k = load_bench_file(path, dim, limit)
+        samples += got
+        skipped += k
+    if missing:
+        logger.warning("bench: no file for dimensions %s; they are left out", missing)
+    if not samples:
+        raise ValueError(
+            f"no bench samples in the sets of benchmark {run.benchmark.name} (missing: {missing}); "
+            "set WEBWORLD_BENCH or benchmark.sets.<dim>.path"
+        )
+    if b.wm_url:
+        wm: Any = _chat(run.model.name, b.wm_url, max_tokens=b.max_new_tokens,
+                        temperature=b.temperature, top_p=b.top_p)  # fmt: skip
+    else:
+        from common.generation import HFGenerator
 
-    b = p.bench
-    args = ["--model", b.model, "--judge", b.judge, "--data", b.data, "--out", b.out]
-    args += ["--dims", *b.dims, "--max-new-tokens", str(b.max_new_tokens)]
-    if b.get("n_samples"):
-        args += ["--n-samples", str(b.n_samples)]
-    return bench_main(args)
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    main()
+        model, tok = _model(run, padding_side="left")
+        wm = HFGenerator(model, tok, batch_size=b.batch_size)
+    judge = _chat(
+        b.judge, b.judge_url, max_tokens=b.judge_max_tokens, temperature=b.judge_temperature
+    )
+    res = evaluate(
+        wm, samples, judge, seed=run.seed, batch_size=b.batch_size,
+        temperature=b.temperature, top_p=b.top_p, max_new_tokens=b.max_new_tokens,
+    )  # fmt: skip
+    extra = {"skipped_lines": skipped, "missing_dims": missing, "judge": b.judge}
+    return write_results(run.run_dir, "webworld", res, cfg=run.cfg, extra=extra)

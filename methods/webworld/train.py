@@ -14,6 +14,7 @@ template lacks them get :data:`TRAIN_CHAT_TEMPLATE` (the ChatML layout, with mar
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -209,7 +210,9 @@ def train_world_model(model, tokenizer, dataset: Dataset, config: SFTConfig):
     """
     if not isinstance(config, SFTConfig):
         raise TypeError(f"config must be a trl.SFTConfig, got {type(config).__name__}")
-    if config.assistant_only_loss and "generation" not in (tokenizer.chat_template or ""):
+    # "add_generation_prompt" in any template must not count as a {% generation %} marker
+    has_marker = re.search(r"{%-?\s*generation\s*-?%}", tokenizer.chat_template or "")
+    if config.assistant_only_loss and not has_marker:
         logger.info("chat template has no generation markers; using TRAIN_CHAT_TEMPLATE")
         tokenizer.chat_template = TRAIN_CHAT_TEMPLATE
     trainer = SFTTrainer(

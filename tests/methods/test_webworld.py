@@ -312,15 +312,33 @@ def test_build_messages_roles_and_first_turn():
 
 
 def test_config_prompts_match_module_defaults():
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
     from methods.webworld import CONTINUE_TURN, FIRST_TURN, SYSTEM_PROMPT
+    from methods.webworld.config import WebWorldRunConfig
 
-    cfg = OmegaConf.load(Path(__file__).parents[2] / "configs/method/webworld.yaml")
-    assert cfg.prompts.system == SYSTEM_PROMPT
-    assert cfg.prompts.first_turn == FIRST_TURN and cfg.prompts.continue_turn == CONTINUE_TURN
+    p = WebWorldRunConfig().prompts
+    assert p["system"] == SYSTEM_PROMPT
+    assert p["first_turn"] == FIRST_TURN and p["continue_turn"] == CONTINUE_TURN
+
+
+def test_paper_config_stages_and_bad_overrides():
+    from common.config import ConfigError
+    from common.registry import compose
+
+    with pytest.raises(ConfigError, match="stage1.*stage2.*synth.*agent.*bench"):
+        compose(["experiment=webworld_paper"])  # stage=paper names the stages, never the toy
+    cfg = compose(["experiment=webworld_paper", "method.stage=bench"])
+    assert cfg.method.paper.bench.temperature == 0.7 and cfg.method.paper.bench.top_p == 0.8
+    assert cfg.method.paper.bench.judge_max_tokens == 8192 and len(cfg.benchmark.sets) == 9
+    with pytest.raises(ConfigError, match="learning_rat"):
+        compose(
+            [
+                "experiment=webworld_paper",
+                "method.stage=stage1",
+                "+method.stage1_trainer.learning_rat=1",
+            ]
+        )
+    with pytest.raises(ConfigError, match="epochs"):
+        compose(["experiment=webworld_toy", "method.epochs=two"])
 
 
 def test_strip_reasoning():
@@ -668,38 +686,6 @@ def test_bench_samples_with_the_official_settings():
     assert res["all"]["n"] == 3 and res["all"]["factuality"] == 1.0
 
 
-def test_bench_cli_on_local_tiny_models(tmp_path, tiny_qwen2):
-    from common.tiny import save_tiny
-    from methods.webworld.bench import main
-
-    model, tok = tiny_qwen2
-    path = save_tiny(model, tok, tmp_path / "wm")
-    data = tmp_path / "data"
-    data.mkdir()
-    _bench_file(data / "base.jsonl", n=2)
-    res = main(
-        [
-            "--model",
-            str(path),
-            "--judge",
-            str(path),
-            "--data",
-            str(data),
-            "--dims",
-            "base",
-            "--max-new-tokens",
-            "4",
-            "--judge-max-new-tokens",
-            "4",
-            "--out",
-            str(tmp_path / "out"),
-        ]
-    )
-    # a random tiny judge cannot write JSON: every sample scores 0 and is counted as an error
-    assert res["base"]["n"] == 2 and res["base"]["fact_error_rate"] == 1.0
-    assert (tmp_path / "out" / "results.json").exists()
-
-
 # ---- lookahead -----------------------------------------------------------------------------
 class _TableSim:
     def __init__(self, table):
@@ -860,7 +846,7 @@ def test_word_tokenizer_single_token_names_and_bids_lossless():
 
 
 def test_toy_effect_metric_hand_cases():
-    from methods.webworld.run import effect_present, line_f1
+    from methods.webworld.experiment import effect_present, line_f1
 
     prev = "RootWebArea 'a', focused\n\t[1] textbox 'search', value=''"
     gt = "RootWebArea 'a', focused\n\t[1] textbox 'search', value='x'"
@@ -869,52 +855,6 @@ def test_toy_effect_metric_hand_cases():
     assert effect_present(prev, "RootWebArea 'b', focused\n\t[9] link 'zz'", nxt)
     assert not effect_present(prev, "RootWebArea 'c', focused", nxt)
     assert line_f1(gt, gt) == 1.0 and line_f1("", gt) == 0.0
-
-
-def test_paper_drivers_on_tiny_local_model(tmp_path):
-    """stage1 / agent drivers: hub-id-or-path loading, JSONL chats with a corrupt line (the Stage-2
-    recipe on the same trainer is covered by test_loss_masks_and_a_train_step)."""
-    from common.tiny import save_tiny, tiny_causal_lm
-    from methods.webworld.paper import main
-    from methods.webworld.train import site_tokenizer
-
-    sites = make_sites(2, random.Random(1))
-    trajs = [crawl(sites[i % 2], random.Random(i), 2, 3) for i in range(4)]
-    from methods.webworld.train import chat_dataset
-
-    ds = chat_dataset([t for t in trajs if t.n_transitions])
-    tok = site_tokenizer([m["content"] for r in ds for m in r["messages"]], vocab_size=400)
-    model, _ = tiny_causal_lm("qwen2", hidden_size=32, intermediate_size=64, tokenizer=tok)
-    path = save_tiny(model, tok, tmp_path / "base")
-    data = tmp_path / "chats.jsonl"
-    data.write_text("\n".join([json.dumps(r) for r in ds] + ["{broken"]) + "\n")
-    synth = tmp_path / "synth.jsonl"
-    synth.write_text(
-        json.dumps({"goal": "go", "states": trajs[0].states, "actions": trajs[0].actions}) + "\n"
-    )
-    common = [
-        "method.paper.size=tiny",
-        f"method.paper.output_dir={tmp_path / 'out'}",
-        "+method.paper.stage1_overrides.max_steps=1",
-        "+method.paper.stage2_overrides.max_steps=1",
-    ]
-    r1 = main(["stage1", f"method.paper.model={path}", f"method.paper.data={data}", *common])
-    assert r1["kept"] == len(ds) and r1["train_loss"] == r1["train_loss"]
-    assert (Path(r1["output_dir"]) / "config.json").exists()  # reloadable as stage2_init
-    r3 = main(
-        [
-            "agent",
-            f"method.paper.agent.model={path}",
-            f"method.paper.agent.data={synth}",
-            "method.paper.agent.bf16=false",
-            "+method.paper.agent.overrides.max_steps=1",
-            "+method.paper.agent.overrides.use_cpu=true",
-            *common,
-        ]
-    )
-    assert r3["n_samples"] == trajs[0].n_transitions
-    with pytest.raises(ValueError, match="command"):
-        main(["train"])
 
 
 def test_load_chats_skips_corrupt_and_counts_too_long(tmp_path, tiny_tok):
@@ -929,3 +869,87 @@ def test_load_chats_skips_corrupt_and_counts_too_long(tmp_path, tiny_tok):
     f.write_text("\n".join([json.dumps(short), "{bad", json.dumps(long), json.dumps(no_answer)]))
     ds, counts = load_chats(str(f), tiny_tok, max_length=64)
     assert len(ds) == 1 and counts == {"kept": 1, "too_long": 1}
+
+
+# ----------------------------------------------------------------------------- paper smoke
+_WFIX = "{repo}/tests/fixtures/webworld"
+_TINY_SFT = [
+    "model.path={tiny_qwen2}",
+    "method.paper.size=tiny",  # the CPU variant of the Table 9 recipe (no bf16 / liger)
+    "method.paper.output_dir={tmp}/out",
+]
+PAPER_SMOKE = {
+    "stage1": [
+        *_TINY_SFT,
+        f"method.paper.data.path={_WFIX}/chats.jsonl",  # WebWorldData's chat layout
+        "+method.stage1_trainer.max_steps=1",
+        "method.stage1_trainer.max_length=2048",
+    ],
+    "stage2": [
+        *_TINY_SFT,
+        f"method.paper.stage2_data={_WFIX}/chats.jsonl",
+        "+method.stage2_trainer.max_steps=1",
+    ],
+    "synth": [
+        "method.paper.output_dir={tmp}/out",
+        f"method.paper.synth.seeds={_WFIX}/seed_tasks.jsonl",
+        "method.paper.synth.world_model_url={webworld_url}",
+        "method.paper.synth.agent_url={webworld_url}",
+        "method.paper.synth.value_url={webworld_url}",
+        "method.paper.synth.max_steps=3",
+    ],
+    "agent": [
+        *_TINY_SFT,
+        f"method.paper.agent_data={_WFIX}/synth.jsonl",
+        "+method.agent_trainer.max_steps=1",
+        "method.agent_trainer.max_length=2048",
+    ],
+    "bench": [
+        "model.path={tiny_qwen2}",
+        f"benchmark.sets.base.path={_WFIX}/base.jsonl",  # upstream {observation, action, ...} rows
+        f"benchmark.sets.long.path={_WFIX}/long.json",  # upstream long.json trajectories
+        f"benchmark.sets.Web2NAL.path={_WFIX}/Web2NAL.jsonl",
+        "method.paper.bench.judge_url={webworld_url}",
+        "method.paper.bench.max_new_tokens=4",
+        "method.paper.bench.n_samples=2",
+    ],
+}
+
+
+def _fake_reply(body):
+    """Scripted agent, world model, value model and judge behind one OpenAI-compatible server."""
+    text = body["messages"][-1]["content"]
+    if text.startswith("You are a web agent."):
+        done = "RootWebArea 'p1'" in text
+        return (
+            "<action>send_msg_to_user('done')</action>" if done else "<action>click('10')</action>"
+        )
+    if text.startswith("You judge progress of a web agent."):
+        return "Status: SUCCESS\nScore: 1.0"
+    if "action_effect_accuracy_score" in text or '"choice"' in text:
+        return '{"reasoning": "ok", "action_effect_accuracy_score": 1.0, "choice": "A"}'
+    return "RootWebArea 'p1', focused\n\t[11] link 'next', clickable"
+
+
+def paper_smoke_setup(tmp_path):
+    """A local OpenAI-compatible server for the stages that call APIs (synth, the bench judge)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            msg = {"role": "assistant", "content": _fake_reply(body)}
+            out = json.dumps({"choices": [{"index": 0, "message": msg}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()  # ends with pytest
+    return {"webworld_url": f"http://127.0.0.1:{httpd.server_address[1]}/v1"}
