@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
+from .config import WeaselConfig
 from .data import build_subset, parse_records, segment_by_goal
 from .pruning import PruneStats, prune_record
 from .scoring import TextSimilarity, distance_matrix, importance
@@ -19,32 +19,6 @@ from .select import compute_budget, greedy_select
 __all__ = ["WeaselConfig", "WeaselSelector"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class WeaselConfig:
-    """Selection settings; defaults are the official code's (spec §3.10)."""
-
-    lam: float = 1.0  # repo default λ
-    budget_mode: Literal["fixed", "percentage"] = "fixed"
-    budget_fixed: int = 3  # repo: 3 steps per trajectory
-    budget_pct: float = 0.25
-    normalize: Literal["minmax", "raw", "increment"] = "minmax"  # repo default
-    combine: Literal["max", "mean", "state", "response"] = "max"  # paper and repo
-    importance_off: bool = False  # diversity-only ablation (Φ ≡ 0)
-    prune: bool = True
-    window: int = 60  # repo w
-    fallback: int = 120  # repo F
-    compat_repo_regex: bool = False
-    max_user_chars: int = 40000  # repo
-    max_examples: int = 10000  # repo
-    seed: int = 0
-    allow_missing_goal: bool = False
-
-    def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise ValueError(f"lam must be >= 0, got {self.lam}")
-        compute_budget(4, self.budget_mode, self.budget_fixed, self.budget_pct)  # validates
 
 
 class WeaselSelector:

@@ -1,6 +1,7 @@
-"""Paper-scale SFT glue (spec §3.8, §7): AgentLab records -> TRL prompt/completion data, the three
-paper recipes (LoRA r 8, alpha 8, dropout 0, all-linear; AdamW, cosine, warmup 0.1, bf16), and a
-``train_sft`` entry point that builds ``trl.SFTTrainer`` with a PEFT ``LoraConfig``.
+"""Paper-scale SFT (paper §4 and App.; official README): AgentLab records -> TRL prompt/completion
+data, the three paper recipes (LoRA r 8, alpha 8, dropout 0, all-linear; AdamW, cosine, warmup 0.1,
+bf16), :class:`WeaselSFTConfig` (a ``trl.SFTConfig`` with the LoRA knobs as fields) and
+:func:`train_sft`, which builds ``trl.SFTTrainer`` with a PEFT ``LoraConfig``.
 
 The selected subset stays in AgentLab's chat-record format (``{"messages": [system, user,
 assistant]}`` with ``<think>…</think><action>…</action>``), which is what the SFT data loader here
@@ -10,16 +11,27 @@ and AgentLab's GenericAgent prompts use; the merged model is served by vLLM for 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SFT_RECIPES", "SFTRecipe", "load_agentlab_records", "to_prompt_completion", "train_sft"]
+from trl import SFTConfig
+
+__all__ = [
+    "SFT_RECIPES",
+    "SFTRecipe",
+    "WeaselSFTConfig",
+    "load_agentlab_records",
+    "recipe_trainer_node",
+    "to_prompt_completion",
+    "train_sft",
+]
 
 
 @dataclass(frozen=True)
 class SFTRecipe:
-    """One paper SFT recipe (spec §3.8 table; [secondary] source: the fork citing paper Table 9)."""
+    """One paper SFT recipe (paper Table 9 as cited by a public fork; the paper text was not
+    available to us)."""
 
     learning_rate: float
     num_train_epochs: float
@@ -76,98 +88,90 @@ def to_prompt_completion(records: list[dict]) -> list[dict[str, list[dict]]]:
     return out
 
 
-def train_sft(
-    model: str,
-    records: list[dict],
-    output_dir: str,
-    recipe: SFTRecipe | None = None,
-    world_size: int = 1,
-    per_device_batch: int = 1,
-    max_length: int = 12288,
-    bf16: bool = True,
-    max_steps: int = -1,
-    **sft_kw: Any,
-) -> Any:
-    """LoRA SFT of ``model`` on AgentLab ``records`` with TRL; returns the trainer after training.
+@dataclass
+class WeaselSFTConfig(SFTConfig):
+    """``trl.SFTConfig`` plus the paper's LoRA settings (the adapter is built from these fields)."""
+
+    # Re-declared with a float default: a ratio such as 0.1 (transformers 5 reads a float < 1 as a
+    # ratio of the total steps) then passes common.config's type check of the trainer node, which
+    # takes the type from the default (TrainingArguments' int 0).
+    warmup_steps: float = field(
+        default=0.0,
+        metadata={"help": "Warm-up steps, or a ratio of the total steps when < 1 (recipe: 0.1)."},
+    )
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank (paper recipe: 8)."})
+    lora_alpha: int = field(default=8, metadata={"help": "LoRA alpha (paper recipe: 8)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout (paper recipe: 0)."})
+    lora_target_modules: str = field(
+        default="all-linear", metadata={"help": "PEFT target_modules (paper recipe: all-linear)."}
+    )
+
+
+def recipe_trainer_node(
+    model: str, world_size: int = 1, per_device_batch: int = 1
+) -> dict[str, Any]:
+    """The ``trainer`` node of :data:`SFT_RECIPES` ``[model]`` for a given device layout.
 
     ``gradient_accumulation_steps`` is set so that ``per_device_batch * world_size * accum``
     equals the recipe's global batch.
 
     Raises:
+        KeyError: if ``model`` has no recipe.
         ValueError: if the global batch is not divisible by ``per_device_batch * world_size``.
-        KeyError: if ``recipe`` is None and ``model`` has no entry in :data:`SFT_RECIPES`.
     """
-    from datasets import Dataset
-    from peft import LoraConfig
-    from trl import SFTConfig, SFTTrainer
-
-    rc = recipe or SFT_RECIPES[model]
+    rc = SFT_RECIPES[model]
     if rc.global_batch % (per_device_batch * world_size):
         raise ValueError(
             f"global_batch {rc.global_batch} is not divisible by per_device_batch x world_size "
             f"= {per_device_batch * world_size}"
         )
-    args = SFTConfig(
-        output_dir=output_dir,
-        learning_rate=rc.learning_rate,
-        num_train_epochs=rc.num_train_epochs,
-        per_device_train_batch_size=per_device_batch,
-        gradient_accumulation_steps=rc.global_batch // (per_device_batch * world_size),
-        lr_scheduler_type=rc.lr_scheduler_type,
-        warmup_steps=rc.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
-        max_length=max_length,
-        completion_only_loss=True,
-        bf16=bf16,
-        max_steps=max_steps,
-        save_strategy="no" if max_steps > 0 else "epoch",
-        report_to="none",
-        **sft_kw,
-    )
+    return {
+        "learning_rate": rc.learning_rate,
+        "num_train_epochs": rc.num_train_epochs,
+        "per_device_train_batch_size": per_device_batch,
+        "gradient_accumulation_steps": rc.global_batch // (per_device_batch * world_size),
+        "lr_scheduler_type": rc.lr_scheduler_type,
+        "warmup_steps": rc.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
+        "lora_r": rc.lora_r,
+        "lora_alpha": rc.lora_alpha,
+        "lora_dropout": rc.lora_dropout,
+    }
+
+
+def train_sft(model: Any, tokenizer: Any, records: list[dict], args: WeaselSFTConfig) -> Any:
+    """LoRA SFT of ``model`` on AgentLab ``records`` with TRL; returns the trainer after training.
+
+    Args:
+        model: a loaded causal LM (``common.models.load_model``).
+        tokenizer: its tokenizer (with a chat template).
+        records: AgentLab chat records (:func:`load_agentlab_records`).
+        args: the SFT settings; ``completion_only_loss`` trains on the assistant turn only.
+
+    Raises:
+        TypeError: if ``args`` is not a :class:`WeaselSFTConfig`.
+        ValueError: if ``records`` is empty.
+    """
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import SFTTrainer
+
+    if not isinstance(args, WeaselSFTConfig):
+        raise TypeError(f"args must be a WeaselSFTConfig, got {type(args).__name__}")
+    if not records:
+        raise ValueError("records must hold at least one AgentLab chat record")
     lora = LoraConfig(
-        r=rc.lora_r,
-        lora_alpha=rc.lora_alpha,
-        lora_dropout=rc.lora_dropout,
-        target_modules="all-linear",
+        r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        target_modules=args.lora_target_modules,
         task_type="CAUSAL_LM",
     )
-    if model.startswith("tiny-"):  # CPU tests: common.tiny models by name
-        from common.models import load_model, load_tokenizer
-
-        model_obj, tok = load_model(model), load_tokenizer(model)
-    else:
-        model_obj, tok = model, None
     trainer = SFTTrainer(
-        model=model_obj,
+        model=model,
         args=args,
         train_dataset=Dataset.from_list(to_prompt_completion(records)),
         peft_config=lora,
-        processing_class=tok,
+        processing_class=tokenizer,
     )
     trainer.train()
     return trainer
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m methods.weasel.sft MODEL DATA_JSON OUT_DIR [--world-size N]`` (paper recipe of
-    MODEL from :data:`SFT_RECIPES`; launch under ``accelerate launch`` for multi-GPU/ZeRO-3)."""
-    import argparse
-    import os
-
-    ap = argparse.ArgumentParser(description="Weasel LoRA SFT with the paper recipe")
-    ap.add_argument("model", choices=sorted(SFT_RECIPES))
-    ap.add_argument("data")
-    ap.add_argument("output_dir")
-    ap.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "1")))
-    ap.add_argument("--max-length", type=int, default=12288)
-    a = ap.parse_args(argv)
-    train_sft(
-        a.model,
-        load_agentlab_records(a.data),
-        a.output_dir,
-        world_size=a.world_size,
-        max_length=a.max_length,
-    )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,245 +1,41 @@
-"""SynthWeb: a seeded synthetic web-agent corpus and a tiny SFT policy for the CPU toy (spec §6).
+"""The SynthWeb toy (``stage=toy``): a tiny SFT policy per training subset, scored per field.
 
-Twelve site templates (eight for training, four held out with disjoint element words) share three
-interaction patterns: search (fill the search box, submit, open the result), menu (category →
-subcategory → item) and form (fill fields, submit). Each trajectory has 4–6 essential steps and
-about twice as many noise steps: ``scroll`` on an identical state, ``hover`` on an irrelevant promo
-page, and an erroneous click followed by ``go_back``. Records are AgentLab-format chat messages, so
-the library's pruning, parsing and selection run on them unchanged.
-
-The policy is a 2-layer GPT-2 from random initialisation with a word-level tokenizer built from the
-corpus, trained with TRL's ``SFTTrainer`` (prompt–completion, completion-only loss). The prompt is
-the goal, the AXTree and the last action; the completion is the action call.
+Five training sets at the same per-trajectory budget T0 except Full: ``full`` (every step),
+``random`` (T0 random steps per trajectory), ``weasel`` (λ = 1), ``importance_only`` (λ = 0) and
+``diversity_only`` (Φ ≡ 0). Each set trains the same tiny policy (a word-level tokenizer built from
+the corpus; a 2-layer GPT-2 or ``common.tiny`` Llama, optionally warmed up once per seed on the
+random-token lookup task of ``common.tiny.induction_warmup``) with TRL's ``SFTTrainer``
+(prompt–completion, completion-only loss). The prompt is the goal, the AXTree and the last action;
+the completion is the action call. The greedy-decoded action is scored per field (name, bid, text)
+on in-domain and held-out-site (OOD) essential steps.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import re
 import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from .config import POLICY_ARCHS
+from .synthweb import SITES, make_synthweb, policy_example
+
 __all__ = [
+    "POLICY_ARCHS",
     "SITES",
+    "action_fields",
+    "build_policy",
     "build_word_tokenizer",
     "evaluate_policy",
     "make_synthweb",
     "policy_example",
+    "run_toy",
+    "score_actions",
     "train_policy",
 ]
 
 logger = logging.getLogger(__name__)
-
-_WORDS = (
-    "garden tools shovel rake hose seeds soil pots lamp sofa chair table shelf rug pillow blanket "
-    "laptop phone tablet cable charger mouse keyboard monitor printer camera novel poetry comics "
-    "atlas cookbook journal magazine guitar piano violin drums flute trumpet ukulele tent boots "
-    "jacket gloves scarf helmet bike skates kayak paddle rope lantern stove kettle blender toaster "
-    "oven mixer whisk ladle spoon fork plate bowl mug teapot candle vase mirror clock frame basket "
-    "wallet purse belt watch ring necklace perfume soap shampoo brush comb towel robe slippers "
-    "ticket flight hotel cruise train rental museum concert stadium theatre ferry bus taxi visa "
-    "invoice ledger payroll budget report ticketing incident change request asset license vendor "
-    "quartz amber cobalt indigo maroon olive"
-).split()
-_SITE_NAMES = (
-    "homegoods electromart bookbarn musicland outdoorhub kitchenpro fashionfit wellness "
-    "travelnow servicedesk citymarket archivebay"
-).split()
-_FILLER = "home about contact help cart account login deals news careers privacy terms".split()
-_PROMO = "sale offer banner coupon newsletter promo popup advert sponsor".split()
-
-
-def _site_pools() -> list[dict]:
-    pools = []
-    for k, name in enumerate(_SITE_NAMES):
-        words = _WORDS[k * 10 : (k + 1) * 10]
-        pools.append({"name": name, "words": words, "ood": k >= 8})
-    return pools
-
-
-SITES = _site_pools()
-
-
-def _tree(rng: random.Random, site: str, names: Sequence[tuple[str, str]]) -> tuple[str, dict]:
-    """AXTree text and a name -> bid map; bids are random distinct integers."""
-    bids = rng.sample(range(10, 400), len(names))
-    lines = [f"RootWebArea '{site}', focused"]
-    bid_of = {}
-    for (role, name), b in zip(names, bids):
-        lines.append(f"\t[{b}] {role} '{name}'")
-        bid_of[name] = str(b)
-    return "\n".join(lines), bid_of
-
-
-def _page(
-    rng: random.Random, site: dict, must: Sequence[tuple[str, str]], n_lines: int
-) -> tuple[str, dict]:
-    others = [w for w in site["words"] if w not in {n for _, n in must}]
-    extra = [("link", w) for w in rng.sample(others, min(len(others), 4))]
-    extra += [("link", w) for w in rng.sample(_FILLER, max(0, n_lines - len(must) - len(extra)))]
-    items = list(must) + extra
-    rng.shuffle(items)
-    return _tree(rng, site["name"], items)
-
-
-def _prompt(goal: str, axtree: str, history: list[str]) -> str:
-    hist = "\n".join(history[-3:]) if history else "none"
-    return (
-        "# Instructions\nYou are a web agent. Reply with <think> and <action>.\n\n"
-        f"## Goal:\n{goal}\n\n# Observation of current step:\n## AXTree:\n{axtree}\n\n"
-        f"# History of interaction with the task:\n{hist}\n\n"
-        "# Action space:\nclick(bid) fill(bid, text) hover(bid) scroll(dx, dy) go_back()\n"
-    )
-
-
-def _record(goal: str, axtree: str, history: list[str], why: str, action: str, kind: str) -> dict:
-    return {
-        "messages": [
-            {"role": "system", "content": "You are a helpful web agent."},
-            {"role": "user", "content": _prompt(goal, axtree, history)},
-            {"role": "assistant", "content": f"<think>{why}</think><action>{action}</action>"},
-        ],
-        "kind": kind,
-    }
-
-
-def _essential_plan(rng: random.Random, site: dict) -> tuple[str, list[tuple[str, str, str]]]:
-    """Goal and a list of (page role, target name, action kind) for the essential steps."""
-    w = rng.sample(site["words"], 4)
-    pattern = rng.choice(["search", "menu", "form"])
-    if pattern == "search":
-        goal = f"search for {w[0]} and open the {w[1]} result"
-        plan = [
-            ("textbox", "search", "fill:" + w[0]),
-            ("button", "submit", "click"),
-            ("link", w[1], "click"),
-            ("button", "add", "click"),
-        ]
-    elif pattern == "menu":
-        goal = f"open {w[0]} then {w[1]} then the {w[2]} item"
-        plan = [("link", w[0], "click"), ("link", w[1], "click"), ("link", w[2], "click")]
-        plan.append(("link", w[3], "click"))
-        goal += f" and {w[3]}"
-    else:
-        goal = f"fill the form with name {w[0]} and city {w[1]} then submit"
-        plan = [
-            ("textbox", "name", "fill:" + w[0]),
-            ("textbox", "city", "fill:" + w[1]),
-            ("button", "submit", "click"),
-        ]
-        plan.append(("link", "confirm", "click"))
-    if rng.random() < 0.5:
-        plan.append(("link", "done", "click"))
-    if rng.random() < 0.3:
-        plan.append(("link", "receipt", "click"))
-    return goal, plan
-
-
-def _trajectory(rng: random.Random, site: dict, noise: bool) -> list[dict]:
-    goal, plan = _essential_plan(rng, site)
-    history: list[str] = []
-    recs: list[dict] = []
-    for role, name, kind in plan:
-        axtree, bid_of = _page(rng, site, [(role, name)], rng.randint(6, 10))
-        b = bid_of[name]
-        if kind.startswith("fill:"):
-            text = kind.split(":", 1)[1]
-            action, why = (
-                f"fill('{b}', '{text}')",
-                f"The goal mentions {text}, so I type it into {name}.",
-            )
-        else:
-            action, why = f"click('{b}')", f"The goal needs {name}, so I click the {name} element."
-        if noise:
-            for _ in range(rng.choice([0, 1, 1, 2])):  # (a) redundant scroll, identical state
-                recs.append(
-                    _record(
-                        goal,
-                        axtree,
-                        history,
-                        "I scroll to see more of the page.",
-                        "scroll(0, 300)",
-                        "scroll",
-                    )
-                )
-                history = history + ["scroll(0, 300)"]
-            if rng.random() < 0.5:  # (b) hover on an irrelevant promo page
-                promo, pbid = _tree(rng, "promo", [("link", p) for p in rng.sample(_PROMO, 5)])
-                hb = rng.choice(list(pbid.values()))
-                recs.append(
-                    _record(
-                        goal,
-                        promo,
-                        history,
-                        "I hover over the banner to inspect it.",
-                        f"hover('{hb}')",
-                        "hover",
-                    )
-                )
-                history = history + [f"hover('{hb}')"]
-            if rng.random() < 0.5:  # (c) erroneous click, then go_back from an unrelated page
-                wrong = rng.choice([n for n in bid_of if n != name])
-                recs.append(
-                    _record(
-                        goal,
-                        axtree,
-                        history,
-                        f"I click the {wrong} element.",
-                        f"click('{bid_of[wrong]}')",
-                        "error",
-                    )
-                )
-                history = history + [f"click('{bid_of[wrong]}')"]
-                off, _ = _page(rng, site, [("link", rng.choice(_FILLER))], rng.randint(6, 10))
-                recs.append(
-                    _record(
-                        goal,
-                        off,
-                        history,
-                        "This page does not match the goal, I go back.",
-                        "go_back()",
-                        "back",
-                    )
-                )
-                history = history + ["go_back()"]
-        recs.append(_record(goal, axtree, history, why, action, "essential"))
-        history = history + [action]
-    return recs
-
-
-def make_synthweb(
-    n_train_traj: int = 150, n_test_steps: int = 200, seed: int = 0
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """``(train records, in-domain test steps, OOD test steps)``; test steps are essential only."""
-    rng = random.Random(seed)
-    train_sites = [s for s in SITES if not s["ood"]]
-    ood_sites = [s for s in SITES if s["ood"]]
-    train = [
-        r for _ in range(n_train_traj) for r in _trajectory(rng, rng.choice(train_sites), True)
-    ]
-
-    def _test(sites: list[dict]) -> list[dict]:
-        out: list[dict] = []
-        while len(out) < n_test_steps:
-            out += _trajectory(rng, rng.choice(sites), False)
-        return out[:n_test_steps]
-
-    return train, _test(train_sites), _test(ood_sites)
-
-
-def policy_example(rec: dict) -> dict[str, str]:
-    """Compact prompt/completion for the tiny policy: goal, AXTree, last action → action."""
-    from .data import parse_agentlab_prompt
-
-    sec = parse_agentlab_prompt(rec["messages"][1]["content"])
-    last = sec["history"].split("\n")[-1]
-    action = re.search(r"<action>(.*?)</action>", rec["messages"][2]["content"]).group(1)
-    tree = re.sub(r"RootWebArea[^\n]*\n?", "", sec["axtree"]).replace("'", "")
-    prompt = f"goal : {sec['goal']} tree : {tree} last : {last} action :"
-    return {"prompt": " ".join(prompt.split()), "completion": " " + action}
-
 
 _TOKEN_RE = r"\w+|[^\w\s]"
 
@@ -261,7 +57,11 @@ def build_word_tokenizer(texts: Sequence[str]) -> Any:
             seen.add(str(b))
             vocab.append(str(b))
     tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_TOKEN_RE), behavior="isolated")
+    # Whitespace is split off first, so no pre-token is a bare space (a lone ``Split(..., "isolated")``
+    # keeps the gaps between matches as pre-tokens, and they are all <unk>).
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_TOKEN_RE), "isolated")]
+    )
     tok.decoder = decoders.WordPiece()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -272,25 +72,44 @@ def build_word_tokenizer(texts: Sequence[str]) -> Any:
     )
 
 
-def train_policy(
-    examples: list[dict[str, str]],
+def build_policy(
     tokenizer: Any,
-    seed: int = 0,
-    epochs: float = 2.0,
-    lr: float = 1e-3,
-    batch_size: int = 16,
+    arch: str = "gpt2",
     n_embd: int = 64,
     max_length: int = 256,
-) -> tuple[Any, dict[str, float]]:
-    """Trains a 2-layer GPT-2 from random init with TRL ``SFTTrainer`` (completion-only loss)."""
-    import time
+    seed: int = 0,
+) -> Any:
+    """A random-init 2-layer causal LM over ``tokenizer``'s vocabulary, in train mode.
 
+    ``arch="gpt2"``: GPT-2 (learned absolute positions, 4 heads, no dropout), the original toy
+    policy. ``arch="llama"``: ``common.tiny``'s Llama (rotary positions, 4 heads, 2 KV heads,
+    untied embeddings), which forms the copy (induction) circuit of ``common.tiny.induction_warmup``
+    on this budget where the GPT-2 does not.
+
+    Raises:
+        ValueError: on an unknown ``arch``.
+    """
     import torch
-    from datasets import Dataset
-    from transformers import GPT2Config, GPT2LMHeadModel
-    from trl import SFTConfig, SFTTrainer
 
+    if arch not in POLICY_ARCHS:
+        raise ValueError(f"arch must be one of {POLICY_ARCHS}, got {arch!r}")
     torch.manual_seed(seed)
+    if arch == "llama":
+        from common.tiny import tiny_causal_lm
+
+        model, _ = tiny_causal_lm(
+            "llama",
+            hidden_size=n_embd,
+            intermediate_size=2 * n_embd,
+            max_position_embeddings=max_length,
+            seed=seed,
+            tokenizer=tokenizer,
+            tie_word_embeddings=False,
+        )
+        model.train()
+        return model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     cfg = GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=max_length,
@@ -304,7 +123,33 @@ def train_policy(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = GPT2LMHeadModel(cfg)
+    return GPT2LMHeadModel(cfg)
+
+
+def train_policy(
+    examples: list[dict[str, str]],
+    tokenizer: Any,
+    seed: int = 0,
+    epochs: float = 2.0,
+    lr: float = 1e-3,
+    batch_size: int = 16,
+    n_embd: int = 64,
+    max_length: int = 256,
+    model: Any | None = None,
+) -> tuple[Any, dict[str, float]]:
+    """SFT of the toy policy with TRL ``SFTTrainer`` (completion-only loss).
+
+    ``model``: a policy from :func:`build_policy` (for instance one warmed up on the random-token
+    lookup task, ``common.tiny.induction_warmup``, shared by every arm of a seed); None builds a
+    random-init 2-layer GPT-2 of width ``n_embd``.
+    """
+    import time
+
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    if model is None:
+        model = build_policy(tokenizer, "gpt2", n_embd, max_length, seed)
     args = SFTConfig(
         output_dir=tempfile.mkdtemp(prefix="weasel_sft_"),
         learning_rate=lr,
@@ -338,55 +183,161 @@ def train_policy(
     }
 
 
+_ACTION_RE = re.compile(r"^(\w+)\((.*)\)$")
+
+
+def action_fields(action: str) -> tuple[str | None, str | None, str | None]:
+    """``(name, bid, text)`` of a BrowserGym action call; whitespace is ignored.
+
+    ``click('12')`` -> ``("click", "12", None)``, ``fill('7', 'rake')`` -> ``("fill", "7", "rake")``,
+    ``scroll(0, 300)`` -> ``("scroll", None, None)``. The bid is the first quoted argument and the
+    text the second. Anything that is not ``name(args)`` yields ``(None, None, None)``.
+
+    Raises:
+        TypeError: if ``action`` is not a string.
+    """
+    if not isinstance(action, str):
+        raise TypeError(f"action must be a str, got {type(action).__name__}")
+    m = _ACTION_RE.match("".join(action.split()))
+    if m is None:
+        return None, None, None
+    quoted = re.findall(r"'([^']*)'", m.group(2))
+    return (
+        m.group(1),
+        quoted[0] if quoted else None,
+        quoted[1] if len(quoted) > 1 else None,
+    )
+
+
+def score_actions(predictions: Sequence[str], golds: Sequence[str]) -> dict[str, float]:
+    """Per-field accuracy of predicted action strings against the gold ones.
+
+    ``action_acc``: the whole call matches (whitespace ignored). ``name_acc``: the action name
+    matches, over all steps. ``bid_acc``: the bid matches, over gold steps that have a bid.
+    ``text_acc``: the typed text matches, over gold ``fill`` steps. A field with no gold step is
+    NaN. ``parse_failures``: predictions that are not a ``name(args)`` call (counted, not dropped:
+    they score 0 on every field).
+
+    Raises:
+        ValueError: if the two lists differ in length.
+    """
+    if len(predictions) != len(golds):
+        raise ValueError(
+            f"predictions and golds must have the same length, got {len(predictions)} and "
+            f"{len(golds)}"
+        )
+    exact = name = bid = text = n_bid = n_text = fails = 0
+    for pred, gold in zip(predictions, golds):
+        p, g = action_fields(pred), action_fields(gold)
+        fails += p[0] is None
+        exact += "".join(pred.split()) == "".join(gold.split())
+        name += p[0] is not None and p[0] == g[0]
+        if g[1] is not None:
+            n_bid += 1
+            bid += p[1] == g[1]
+        if g[2] is not None:
+            n_text += 1
+            text += p[2] == g[2]
+    n = len(golds)
+    nan = float("nan")
+    return {
+        "action_acc": exact / n if n else nan,
+        "name_acc": name / n if n else nan,
+        "bid_acc": bid / n_bid if n_bid else nan,
+        "text_acc": text / n_text if n_text else nan,
+        "parse_failures": float(fails),
+    }
+
+
+def _prompt_bids(prompt: str) -> list[str]:
+    return re.findall(r"\[(\w+)\]", prompt.split(" last :")[0])
+
+
 def evaluate_policy(
     model: Any, tokenizer: Any, examples: list[dict[str, str]], batch_size: int = 64
 ) -> dict[str, float]:
-    """Greedy-decoded action: exact match of the token sequence, and match of the action name."""
+    """Greedy-decoded action scored per field (:func:`score_actions`), plus teacher-forced scores.
+
+    Also ``bid_in_tree``: the share of bid-carrying steps whose predicted bid is one of the page's
+    bids (the model copies from the tree rather than inventing a number), and ``bid_chance``: the
+    accuracy of a uniform guess among the page's bids (a reference line, the same for every arm).
+    """
     import torch
 
-    exact = name_ok = 0
+    preds: list[str] = []
     for s in range(0, len(examples), batch_size):
         chunk = examples[s : s + batch_size]
         enc = tokenizer([e["prompt"] for e in chunk], return_tensors="pt", padding=True)
         with torch.no_grad():
             out = model.generate(
                 **enc,
-                max_new_tokens=12,
+                max_new_tokens=16,
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
             )
-        for e, row in zip(chunk, out[:, enc["input_ids"].shape[1] :].tolist()):
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id)]
-            gold = tokenizer(e["completion"], add_special_tokens=False)["input_ids"]
-            exact += row == gold
-            name_ok += bool(row) and row[0] == gold[0]
-    n = max(len(examples), 1)
-    tf = _teacher_forced(model, tokenizer, examples, batch_size)
-    return {"action_acc": exact / n, "action_name_acc": name_ok / n, **tf}
+            # Word-level tokens joined without spaces: the gold is compared whitespace-free too.
+            preds.append("".join(tokenizer.convert_ids_to_tokens(row)))
+    golds = [e["completion"] for e in examples]
+    res = score_actions(preds, golds)
+    in_tree = chance = n_bid = 0.0
+    for e, pred, gold in zip(examples, preds, golds):
+        if action_fields(gold)[1] is None:
+            continue
+        bids = _prompt_bids(e["prompt"])
+        n_bid += 1
+        in_tree += action_fields(pred)[1] in bids
+        chance += 1.0 / max(len(bids), 1)
+    res["bid_in_tree"] = in_tree / n_bid if n_bid else float("nan")
+    res["bid_chance"] = chance / n_bid if n_bid else float("nan")
+    res.update(_teacher_forced(model, tokenizer, examples, batch_size))
+    return res
+
+
+def _field_labels(tokens: Sequence[str]) -> list[str]:
+    """Field of each gold action token: name (the first), bid / text (inside the first / second
+    quotes), else syntax."""
+    out, quotes = [], 0
+    for k, t in enumerate(tokens):
+        if k == 0:
+            out.append("name")
+        elif t == "'":
+            quotes += 1
+            out.append("syntax")
+        elif quotes == 1:
+            out.append("bid")
+        elif quotes == 3:
+            out.append("text")
+        else:
+            out.append("syntax")
+    return out
 
 
 def _teacher_forced(
     model: Any, tokenizer: Any, examples: list[dict[str, str]], batch_size: int
 ) -> dict[str, float]:
-    """Next-token accuracy and mean NLL over the gold action tokens (+ eos), prompt given.
+    """Next-token accuracy and mean NLL over the gold action tokens (+ eos), prompt given; and the
+    teacher-forced accuracy per field (``tf_name_acc``, ``tf_bid_acc``, ``tf_text_acc``).
 
-    A graded companion to exact match: a 2-layer model rarely copies a whole bid right, but its
-    per-token accuracy on the gold action still separates training sets.
+    A graded companion to the greedy per-field scores; the per-field split shows whether the overall
+    token accuracy comes from the fixed template (brackets, quotes, eos) or from the fields.
     """
     import torch
 
     correct = total = 0
     nll = 0.0
+    per_field = {f: [0, 0] for f in ("name", "bid", "text")}
     for s in range(0, len(examples), batch_size):
         chunk = examples[s : s + batch_size]
-        rows, labels = [], []
+        rows, labels, fields = [], [], []
         for e in chunk:
             p = tokenizer(e["prompt"], add_special_tokens=False)["input_ids"]
-            c = tokenizer(e["completion"], add_special_tokens=False)["input_ids"] + [
-                tokenizer.eos_token_id
-            ]
+            c = tokenizer(e["completion"], add_special_tokens=False)["input_ids"]
+            fields.append(_field_labels(tokenizer.convert_ids_to_tokens(c)) + ["eos"])
+            c = c + [tokenizer.eos_token_id]
             rows.append(p + c)
             labels.append([-100] * len(p) + c)
         width = max(len(r) for r in rows)
@@ -404,7 +355,155 @@ def _teacher_forced(
         logp = torch.log_softmax(logits.float(), dim=-1)
         tok_logp = logp.gather(-1, tgt.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # [b, L-1]
         nll -= float(tok_logp[mask].sum())
-        correct += int((logits.argmax(-1) == tgt)[mask].sum())
+        hit = logits.argmax(-1) == tgt  # [b, L-1]
+        correct += int(hit[mask].sum())
         total += int(mask.sum())
+        for k, f in enumerate(fields):
+            row_hits = hit[k][mask[k]].tolist()  # the completion tokens of row k, in order
+            for lab_k, h in zip(f, row_hits):
+                if lab_k in per_field:
+                    per_field[lab_k][0] += int(h)
+                    per_field[lab_k][1] += 1
     total = max(total, 1)
-    return {"action_token_acc": correct / total, "action_nll": nll / total}
+    out = {"action_token_acc": correct / total, "action_nll": nll / total}
+    for f, (c_, n_) in per_field.items():
+        out[f"tf_{f}_acc"] = c_ / n_ if n_ else float("nan")
+    return out
+
+
+# ---------------------------------------------------------------- the toy stage
+_STD_KEYS = ("action_acc", "name_acc", "bid_acc", "text_acc", "action_token_acc", "tf_bid_acc")
+
+
+def similarity_for(rc: Any) -> Any:
+    """The run config's scorer: ``JaccardSimilarity`` or the BERTScore-style token matching."""
+    from .scoring import JaccardSimilarity, TokenMatchSimilarity
+
+    if rc.scorer == "jaccard":
+        return JaccardSimilarity()
+    model = rc.scorer_path or rc.scorer_model
+    return TokenMatchSimilarity(model, num_layers=rc.num_layers, max_length=rc.max_length)
+
+
+def _arm_indices(arm: str, records: list[dict], rc: Any, sim: Any, seed: int) -> list[int]:
+    import dataclasses
+    import random
+
+    from .data import parse_records, segment_by_goal
+    from .pipeline import WeaselSelector
+
+    if arm == "full":
+        return list(range(len(records)))
+    if arm == "random":
+        steps, _ = parse_records(records)
+        rng = random.Random(seed)
+        out: list[int] = []
+        for tr in segment_by_goal(steps):
+            k = min(rc.selection.budget_fixed, len(tr.index))
+            out += sorted(rng.sample(tr.index, k))
+        return out
+    sel_cfg = dataclasses.replace(rc.selection, prune=False)  # already pruned once for all arms
+    if arm == "importance_only":
+        sel_cfg.lam = 0.0
+    elif arm == "diversity_only":
+        sel_cfg.importance_off = True
+    return WeaselSelector(sim, sel_cfg).select_indices(records)[1]
+
+
+def run_toy(run: Any) -> dict[str, float]:
+    """``stage=toy``: every arm on one SynthWeb corpus, for each seed; writes results."""
+    import copy
+    import statistics
+    import time
+
+    import datasets
+    import torch
+
+    from common.tiny import induction_warmup
+    from common.tracking import write_results
+
+    from .pruning import PruneStats, prune_record
+
+    rc = run.method
+    datasets.disable_progress_bars()
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    t0 = time.time()
+    train, test_id, test_ood = make_synthweb(rc.n_train_traj, rc.n_test_steps, rc.data_seed)
+    # Pruning (paper §3, official prune_axtree.py) applies to every arm's training prompts; test
+    # prompts stay unpruned.
+    stats = PruneStats()
+    s = rc.selection
+    pruned = [prune_record(r, s.window, s.fallback, stats)[0] for r in train]
+    for p, r in zip(pruned, train):
+        p["kind"] = r["kind"]
+    nf = rc.name_first_tree
+    ex_train = [policy_example(r, nf) for r in pruned]
+    ex_id = [policy_example(r, nf) for r in test_id]
+    ex_ood = [policy_example(r, nf) for r in test_ood]
+    tok = build_word_tokenizer([e["prompt"] + e["completion"] for e in ex_train + ex_id + ex_ood])
+    sim = similarity_for(rc)
+    per_arm: dict[str, list[dict[str, float]]] = {a: [] for a in rc.arms}
+    t_sel: dict[str, float] = {}
+    cached: dict[str, list[int]] = {}  # deterministic arms are selected once, not once per seed
+    for seed in rc.seeds:
+        seed = int(run.seed) + int(seed)
+        # One initial policy per seed, shared by every arm (warmed up once when asked).
+        base = build_policy(tok, rc.arch, rc.n_embd, seed=seed)
+        warm: dict[str, float] = {}
+        if rc.induction_steps > 0:
+            n_special = len(tok.all_special_ids)
+            warm = induction_warmup(base, n_special, len(tok), rc.induction_steps, seed=seed)
+        init_state = copy.deepcopy(base.state_dict())
+        for arm in rc.arms:
+            ts = time.time()
+            if arm in cached:
+                idx = cached[arm]
+            else:
+                idx = _arm_indices(arm, pruned, rc, sim, seed)
+                t_sel[arm] = time.time() - ts
+                if arm != "random":
+                    cached[arm] = idx
+            kinds = [pruned[i]["kind"] for i in idx]
+            policy = build_policy(tok, rc.arch, rc.n_embd, seed=seed)
+            policy.load_state_dict(init_state)
+            policy.train()
+            model, info = train_policy(
+                [ex_train[i] for i in idx],
+                tok,
+                seed=seed,
+                epochs=rc.epochs,
+                lr=rc.lr,
+                batch_size=rc.batch_size,
+                n_embd=rc.n_embd,
+                model=policy,
+            )
+            row = {f"ood_{k}": v for k, v in evaluate_policy(model, tok, ex_ood).items()}
+            row.update({f"id_{k}": v for k, v in evaluate_policy(model, tok, ex_id).items()})
+            row.update(info)
+            row.update(warm)
+            row["essential_frac"] = kinds.count("essential") / max(len(kinds), 1)
+            per_arm[arm].append(row)
+            logger.info("weasel toy seed %d arm %s: %s", seed, arm, row)
+    metrics: dict[str, dict[str, float]] = {}
+    for arm, rows in per_arm.items():
+        metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+        if len(rows) > 1:
+            for split in ("ood", "id"):
+                for key in _STD_KEYS:
+                    k = f"{split}_{key}"
+                    metrics[arm][f"{k}_std"] = statistics.stdev(r[k] for r in rows)
+    if "full" in metrics:
+        for arm in metrics:
+            metrics[arm]["token_ratio_vs_full"] = (
+                metrics["full"]["train_tokens"] / metrics[arm]["train_tokens"]
+            )
+    extra = {
+        "prune": stats.as_dict(),
+        "n_train_steps": len(train),
+        "selection_seconds": t_sel,
+        "scorer": rc.scorer,
+        "per_seed": per_arm,
+    }
+    return write_results(
+        run.run_dir, "weasel", metrics, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0
+    )

