@@ -17,11 +17,12 @@ import logging
 import os
 import pickle
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from .config import MODES, MCCEConfig  # noqa: F401  (re-exported)
 from .core import Archive, Candidate
 from .dpo_data import build_similarity_pairs
 from .memory import TrajectoryMemory
@@ -29,18 +30,9 @@ from .metrics import archive_metrics, hypervolume, top_k_mean
 from .problems import MoleculeProblem, fitness
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
 from .selection import nsga2_select, nsga2_so_select
-from .train import DPORoundConfig, run_dpo_round, run_rl_round, run_sft_round
+from .train import ROUND_CONFIGS, round_args, run_dpo_round, run_rl_round, run_sft_round
 
 logger = logging.getLogger(__name__)
-
-MODES = (
-    "single_api",
-    "single_local",
-    "coevolve_frozen",
-    "coevolve_dpo",
-    "coevolve_sft",
-    "coevolve_rl",
-)
 
 
 class ChatLLM(Protocol):
@@ -53,66 +45,6 @@ class ChatLLM(Protocol):
 
 class LLMUnavailableError(RuntimeError):
     """The chat model kept failing; the run stops (its checkpoint allows a resume)."""
-
-
-@dataclass
-class MCCEConfig:
-    """Search settings (spec §3.9; defaults are the official molecule config)."""
-
-    mode: str = "coevolve_dpo"
-    pop_size: int = 50  # repo config
-    n_off: int = 2  # repo --num_offspring
-    budget: int = 5000  # unique valid molecules, initial population included
-    crossover_prob: float = 0.8  # repo config
-    mutation_prob: float = 0.2  # repo config
-    explore_prob: float = 0.0  # repo config
-    experience_prob: float = 0.5  # repo config
-    first_model: str = "local"  # "local" | "api"; repo: the first generation uses the local model
-    train_every: int = 1  # rounds of each model between preference rounds (repo: 1)
-    n_pairs_max: int = 128  # repo: latest 128 trajectory records
-    alpha_top: float = 0.3  # repo makerldata_dpov3
-    alpha_ext: float = 0.5
-    alpha_bottom: float = 0.3
-    bands: list[float] = field(default_factory=lambda: [0.7, 0.6, 0.5])
-    s_max: float = 0.8
-    min_archive_for_training: int = 10  # spec §8
-    conversational: bool = True  # spec §9.4; False = repo_compat raw strings
-    prompt_style: str = "chat"
-    response_sep: str = "\n"
-    hv_ref: float = 1.1
-    hv_top: int = 100
-    auc_freq: int = 100
-    max_llm_failures: int = 3
-    max_stall_generations: int = 50  # stop when no new molecule appears for this many generations
-    repo_compat: bool = False
-    # generation 1 mates within: "all" valid initial molecules (official MOO.run: population =
-    # evaluate(initial)) | "select" (the best pop_size by nsga2_so_select, our earlier rule)
-    initial_population: str = "all"
-    seed: int = 0
-    dpo: DPORoundConfig = field(default_factory=DPORoundConfig)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.pop_size < 2:
-            raise ValueError(f"pop_size must be >= 2 (two parents per call), got {self.pop_size}")
-        if self.n_off < 1:
-            raise ValueError(f"n_off must be >= 1, got {self.n_off}")
-        probs = (self.crossover_prob, self.mutation_prob, self.explore_prob)
-        if min(probs) < 0 or sum(probs) <= 0:
-            raise ValueError(
-                f"operator probabilities must be >= 0 with a positive sum, got {probs}"
-            )
-        if not 0.0 <= self.experience_prob <= 1.0:
-            raise ValueError(f"experience_prob must be in [0, 1], got {self.experience_prob}")
-        if self.initial_population not in ("all", "select"):
-            raise ValueError(
-                f"initial_population must be 'all' or 'select', got {self.initial_population!r}"
-            )
-        if self.first_model not in ("local", "api"):
-            raise ValueError(f"first_model must be 'local' or 'api', got {self.first_model!r}")
-        if isinstance(self.dpo, dict):
-            self.dpo = DPORoundConfig(**self.dpo)
 
 
 @dataclass
@@ -142,6 +74,9 @@ class MCCEOptimizer:
         checkpoint_dir: where the per-generation state is written; a run with the same folder
             resumes from it.
         on_update: called after each training round (e.g. reload the vLLM engine).
+        trainer_args: the training round's TRL config for the mode (``MCCEDPOConfig``,
+            ``MCCESFTConfig`` or ``MCCEGRPOConfig``, built by ``train.round_args``); the class's
+            official defaults when None.
     """
 
     def __init__(
@@ -154,6 +89,7 @@ class MCCEOptimizer:
         ref_model: Any = None,
         checkpoint_dir: str | None = None,
         on_update: Any = None,
+        trainer_args: Any = None,
     ) -> None:
         self.problem, self.api, self.local, self.cfg = problem, api, local, cfg
         needs = {"api": cfg.mode != "single_local", "local": cfg.mode != "single_api"}
@@ -164,6 +100,17 @@ class MCCEOptimizer:
         self.trains = cfg.mode in ("coevolve_dpo", "coevolve_sft", "coevolve_rl")
         if self.trains and not (hasattr(local, "model") and hasattr(local, "tokenizer")):
             raise TypeError("local must expose .model and .tokenizer in a training mode")
+        self.trainer_args = None
+        if self.trains:
+            cls = ROUND_CONFIGS[cfg.mode]
+            if trainer_args is None:
+                trainer_args = round_args(cls)
+            if not isinstance(trainer_args, cls):
+                raise TypeError(
+                    f"trainer_args must be a {cls.__name__} in mode {cfg.mode!r}, "
+                    f"got {type(trainer_args).__name__}"
+                )
+            self.trainer_args = trainer_args
         self.ref_model = ref_model
         if self.trains and cfg.mode in ("coevolve_dpo", "coevolve_rl") and ref_model is None:
             self.ref_model = copy.deepcopy(local.model).eval()
@@ -402,9 +349,11 @@ class MCCEOptimizer:
             sep=cfg.response_sep,
         )
         if cfg.mode == "coevolve_dpo":
-            log = run_dpo_round(self.local.model, self.ref_model, self.local.tokenizer, ds, cfg.dpo)
+            log = run_dpo_round(
+                self.local.model, self.ref_model, self.local.tokenizer, ds, self.trainer_args
+            )
         else:
-            log = run_sft_round(self.local.model, self.local.tokenizer, ds, cfg.dpo)
+            log = run_sft_round(self.local.model, self.local.tokenizer, ds, self.trainer_args)
         log["generation"] = float(st["generation"])
         log["n_unique"] = float(len(self.archive))
         self.train_log.append(log)
@@ -415,7 +364,7 @@ class MCCEOptimizer:
         """GRPO reward of the RL baseline (spec §9.9), in TRL's reward-function signature.
 
         A completion's reward is the mean F of its valid candidates that are new to the archive,
-        0 when all its valid candidates are repeats, and ``cfg.dpo.rl_invalid_reward`` when none is
+        0 when all its valid candidates are repeats, and ``trainer_args.invalid_reward`` when none is
         valid. Scoring new molecules calls the objectives outside the archive (they are not added
         and do not consume the search budget); the count is kept in ``rl_oracle_calls``.
         """
@@ -425,7 +374,7 @@ class MCCEOptimizer:
             canon = [self.problem.canonicalize(c) for c in parse_candidates(text)]
             valid = [c for c in canon if c is not None]
             if not valid:
-                out.append(float(self.cfg.dpo.rl_invalid_reward))
+                out.append(float(self.trainer_args.invalid_reward))
                 continue
             fresh = sorted({c for c in valid if c not in self.archive})
             if not fresh:
@@ -451,7 +400,7 @@ class MCCEOptimizer:
             self.local.tokenizer,
             prompts,
             self.rl_reward,
-            cfg.dpo,
+            self.trainer_args,
             ref=self.ref_model,
         )
         log["generation"] = float(st["generation"])

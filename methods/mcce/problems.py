@@ -101,13 +101,45 @@ def tanimoto(a: str, b: str) -> float:
     return float(DataStructs.TanimotoSimilarity(_fingerprint(a), _fingerprint(b)))
 
 
+def _drd2_features(mol: Any) -> np.ndarray:
+    """TDC's DRD2 featuriser: Morgan feature-invariant counts, radius 3, folded to 2048 ``[1, 2048]``."""
+    from rdkit.Chem import rdFingerprintGenerator as fpgen
+
+    gen = fpgen.GetMorganGenerator(
+        radius=3, atomInvariantsGenerator=fpgen.GetMorganFeatureAtomInvGen()
+    )
+    nfp = np.zeros((1, 2048), np.int32)
+    for idx, v in gen.GetSparseCountFingerprint(mol).GetNonzeroElements().items():
+        nfp[0, idx % 2048] += int(v)
+    return nfp
+
+
+def _kinase_features(mol: Any) -> np.ndarray:
+    """TDC's GSK3B/JNK3 featuriser: Morgan bits, radius 2, 2048 bits ``[1, 2048]``."""
+    from rdkit.Chem import rdFingerprintGenerator as fpgen
+
+    gen = fpgen.GetMorganGenerator(radius=2, fpSize=2048)
+    return gen.GetFingerprintAsNumPy(mol).astype(np.float64).reshape(1, -1)
+
+
+_TDC_FEATURES = {"drd2": _drd2_features, "gsk3b": _kinase_features, "jnk3": _kinase_features}
+
+
 def load_tdc_oracle(name: str, oracle_dir: str = "oracle") -> Callable[[str], float]:
-    """Load a TDC oracle (DRD2/GSK3B/JNK3) from local model files, never from the network.
+    """A TDC oracle (DRD2/GSK3B/JNK3) from its local model file, never from the network.
+
+    Reads the same scikit-learn model files as TDC (``drd2_current.pkl``, ``gsk3b_current.pkl``,
+    ``jnk3_current.pkl``; the official repo ships them under ``oracle/``) and featurises as TDC's
+    ``chem_utils/oracle/oracle.py`` does (DRD2: Morgan feature counts, radius 3, folded to 2048;
+    GSK3B/JNK3: Morgan bits, radius 2, 2048); the score is ``predict_proba[:, 1]``, 0 for an
+    unparsable SMILES. PyTDC itself is not needed.
 
     Raises:
+        ValueError: unknown ``name``.
         FileNotFoundError: the oracle's model file is not in ``oracle_dir`` (TDC would download it).
-        ImportError: PyTDC is not installed.
     """
+    import pickle
+
     fname = TDC_ORACLE_FILES.get(name)
     if fname is None:
         raise ValueError(f"name must be one of {sorted(TDC_ORACLE_FILES)}, got {name!r}")
@@ -117,11 +149,19 @@ def load_tdc_oracle(name: str, oracle_dir: str = "oracle") -> Callable[[str], fl
             f"TDC oracle {name!r} needs its model file {path!r}, which is missing; copy "
             f"{fname} into {oracle_dir!r} (or pass oracles={{{name!r}: callable}}) — the run is offline"
         )
-    try:
-        from tdc import Oracle
-    except ImportError as err:  # pragma: no cover - optional dependency
-        raise ImportError(f"oracle {name!r} needs PyTDC: pip install PyTDC") from err
-    return Oracle(name=name.upper())
+    with open(path, "rb") as fh:
+        clf = pickle.load(fh)  # a scikit-learn classifier, as TDC's load_pickled_model
+    featurise = _TDC_FEATURES[name]
+
+    def oracle(smiles: str) -> float:
+        from rdkit import Chem
+
+        mol = Chem.MolFromSmiles(smiles)
+        if mol is None:
+            return 0.0
+        return float(clf.predict_proba(featurise(mol))[0, 1])
+
+    return oracle
 
 
 @dataclass

@@ -14,77 +14,127 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from trl import DPOConfig, GRPOConfig, SFTConfig
 
 logger = logging.getLogger(__name__)
 
 
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
 @dataclass
-class DPORoundConfig:
-    """Hyper-parameters of one preference round (spec §3.8 table; defaults are the official code's)."""
+class MCCEDPOConfig(DPOConfig):
+    """``trl.DPOConfig`` with the official round's defaults (``training/train_dpo.py``).
 
-    beta: float = 0.1  # repo train_dpo.py
-    label_smoothing: float = 0.1  # repo
-    learning_rate: float = 1e-6  # repo; constant, no warm-up
-    num_train_epochs: float = 1.0  # repo
-    per_device_train_batch_size: int = 2  # repo
-    gradient_accumulation_steps: int = 1  # repo
-    weight_decay: float = 0.01  # repo
-    adam_epsilon: float = 1e-6  # repo
-    max_grad_norm: float = 1.0  # repo
-    max_length: int = 2048  # repo
-    bf16: bool = False  # repo: True on GPU; the toy runs fp32 on CPU
-    gradient_checkpointing: bool = False  # repo: True at 7B scale
-    min_pairs: int = 2  # spec §8: fewer pairs -> the round is skipped
-    # GRPO baseline round (spec §9.9; not in the official code)
-    rl_num_generations: int = 4  # spec §9.9: 4 samples per prompt
-    rl_beta: float = 0.04  # spec §9.9: KL coefficient
-    rl_max_completion_length: int = 128  # repo local sampling: 128 new tokens
-    rl_temperature: float = 0.7  # repo local sampling
-    rl_top_p: float = 0.95  # repo local sampling
-    rl_invalid_reward: float = -0.1  # spec §9.9: reward of a response with no valid molecule
+    The paper's preference round is TRL's DPO with β = 0.1 and conservative label smoothing
+    ε = 0.1 (realised with TRL's own losses, see :func:`_conservative_sigmoid`), a constant
+    learning rate of 1e-6 without warm-up, one epoch, batch 2. Added field: ``min_pairs``.
+    """
 
-    def __post_init__(self) -> None:
-        if self.beta <= 0:
-            raise ValueError(f"beta must be > 0, got {self.beta}")
-        if not 0.0 <= self.label_smoothing < 0.5:
-            raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.rl_num_generations < 2:
-            raise ValueError(f"rl_num_generations must be >= 2, got {self.rl_num_generations}")
-        if self.per_device_train_batch_size < 1:
-            raise ValueError(
-                f"per_device_train_batch_size must be >= 1, got {self.per_device_train_batch_size}"
-            )
+    beta: float = field(default=0.1, metadata=_help("DPO β (official train_dpo.py)."))
+    label_smoothing: float = field(
+        default=0.1, metadata=_help("Conservative-DPO ε (official train_dpo.py).")
+    )
+    learning_rate: float = field(default=1e-6, metadata=_help("Constant lr (official)."))
+    lr_scheduler_type: str = field(default="constant", metadata=_help("Official: constant."))
+    warmup_steps: float = field(default=0, metadata=_help("Official: no warm-up."))
+    num_train_epochs: float = field(default=1.0, metadata=_help("Epochs per round (official)."))
+    per_device_train_batch_size: int = field(default=2, metadata=_help("Official: 2."))
+    weight_decay: float = field(default=0.01, metadata=_help("Official: 0.01."))
+    adam_epsilon: float = field(default=1e-6, metadata=_help("Official: 1e-6."))
+    max_grad_norm: float = field(default=1.0, metadata=_help("Official: 1.0."))
+    max_length: int | None = field(default=2048, metadata=_help("Official: 2048 tokens."))
+    min_pairs: int = field(
+        default=2, metadata=_help("A round with fewer pairs (or fewer than one batch) is skipped.")
+    )
 
 
-def _common_args(cfg: DPORoundConfig, out_dir: str) -> dict[str, Any]:
+@dataclass
+class MCCESFTConfig(SFTConfig):
+    """``trl.SFTConfig`` of the SFT co-evolution baseline (spec §9.9): the DPO round's optimiser
+    settings, trained on the chosen responses only (prompt masked). Added field: ``min_pairs``."""
+
+    learning_rate: float = field(default=1e-6, metadata=_help("As the DPO round (official)."))
+    lr_scheduler_type: str = field(default="constant", metadata=_help("As the DPO round."))
+    warmup_steps: float = field(default=0, metadata=_help("As the DPO round."))
+    num_train_epochs: float = field(default=1.0, metadata=_help("As the DPO round."))
+    per_device_train_batch_size: int = field(default=2, metadata=_help("As the DPO round."))
+    weight_decay: float = field(default=0.01, metadata=_help("As the DPO round."))
+    adam_epsilon: float = field(default=1e-6, metadata=_help("As the DPO round."))
+    max_grad_norm: float = field(default=1.0, metadata=_help("As the DPO round."))
+    max_length: int | None = field(default=2048, metadata=_help("As the DPO round."))
+    completion_only_loss: bool | None = field(
+        default=True, metadata=_help("NLL of the chosen response only.")
+    )
+    min_pairs: int = field(default=2, metadata=_help("A round with fewer pairs is skipped."))
+
+
+@dataclass
+class MCCEGRPOConfig(GRPOConfig):
+    """``trl.GRPOConfig`` of the RL co-evolution baseline (spec §9.9; not in the official code).
+
+    Each past prompt is sampled ``num_generations`` = 4 times at the local model's sampling
+    settings (T = 0.7, top-p 0.95, 128 new tokens, official ``LLM.py``), rewarded by the mean F of
+    the completion's valid new molecules, with a KL coefficient β = 0.04 to the original model.
+    Added fields: ``invalid_reward`` and ``min_pairs``.
+    """
+
+    num_generations: int | None = field(default=4, metadata=_help("Samples per prompt (§9.9)."))
+    beta: float = field(default=0.04, metadata=_help("KL coefficient to the reference (§9.9)."))
+    max_completion_length: int | None = field(
+        default=128, metadata=_help("Official local sampling: 128 new tokens.")
+    )
+    temperature: float = field(default=0.7, metadata=_help("Official local sampling."))
+    top_p: float = field(default=0.95, metadata=_help("Official local sampling."))
+    learning_rate: float = field(default=1e-6, metadata=_help("As the DPO round."))
+    lr_scheduler_type: str = field(default="constant", metadata=_help("As the DPO round."))
+    per_device_train_batch_size: int = field(
+        default=4, metadata=_help("A whole number of prompt groups (num_generations).")
+    )
+    weight_decay: float = field(default=0.01, metadata=_help("As the DPO round."))
+    adam_epsilon: float = field(default=1e-6, metadata=_help("As the DPO round."))
+    invalid_reward: float = field(
+        default=-0.1, metadata=_help("Reward of a completion with no valid molecule (§9.9).")
+    )
+    min_pairs: int = field(default=2, metadata=_help("A round with fewer prompts is skipped."))
+
+
+ROUND_CONFIGS: dict[str, type] = {
+    "coevolve_dpo": MCCEDPOConfig,
+    "coevolve_sft": MCCESFTConfig,
+    "coevolve_rl": MCCEGRPOConfig,
+}
+
+
+def round_args(cls: type, node: dict[str, Any] | None = None, out_dir: str | None = None):
+    """A round's TRL config: the class's official defaults, the YAML trainer node on top.
+
+    The fixed per-round choices (no checkpoints, no reporting, one log line per step, full batches,
+    CPU when there is no GPU, bf16 only on a GPU) are defaults the node may override.
+    """
     import torch
 
-    return {
-        "output_dir": out_dir,
-        "learning_rate": cfg.learning_rate,
-        "lr_scheduler_type": "constant",
-        "warmup_steps": 0,
-        "num_train_epochs": cfg.num_train_epochs,
-        "per_device_train_batch_size": cfg.per_device_train_batch_size,
-        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
-        "weight_decay": cfg.weight_decay,
-        "adam_epsilon": cfg.adam_epsilon,
-        "max_grad_norm": cfg.max_grad_norm,
-        "bf16": cfg.bf16,
-        "gradient_checkpointing": cfg.gradient_checkpointing,
-        "dataloader_drop_last": True,
-        "save_strategy": "no",
-        "report_to": "none",
-        "logging_steps": 1,
-        "use_cpu": not torch.cuda.is_available(),
-        "dataloader_pin_memory": False,
-        "disable_tqdm": True,
-        "seed": 0,
-    }
+    from common.config import trainer_config
+
+    cuda = torch.cuda.is_available()
+    return trainer_config(
+        cls,
+        node,
+        output_dir=out_dir or tempfile.mkdtemp(prefix="mcce_round_"),
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1,
+        dataloader_drop_last=True,
+        dataloader_pin_memory=False,
+        disable_tqdm=True,
+        use_cpu=not cuda,
+        bf16=cuda,
+        seed=0,
+    )
 
 
 def _conservative_sigmoid(eps: float) -> dict[str, Any]:
@@ -124,8 +174,7 @@ def run_dpo_round(
     ref: Any,
     tokenizer: Any,
     dataset: Any,
-    cfg: DPORoundConfig | None = None,
-    out_dir: str | None = None,
+    args: MCCEDPOConfig | None = None,
     save: bool = False,
 ) -> dict[str, float]:
     """One MCCE preference round with ``trl.DPOTrainer`` (spec §3.5 line 19, §3.8).
@@ -135,33 +184,32 @@ def run_dpo_round(
         ref: the frozen reference model (the original base model, never updated).
         tokenizer: the policy's tokenizer.
         dataset: ``prompt/chosen/rejected`` pairs from :func:`build_similarity_pairs`.
-        cfg: round hyper-parameters.
-        out_dir: trainer folder; a temporary one when None.
-        save: write the updated policy to ``out_dir/policy`` (paper scale: reloaded by vLLM).
+        args: the round's TRL config (:func:`round_args` of :class:`MCCEDPOConfig`; its official
+            defaults when None); its ``output_dir`` is the trainer folder.
+        save: write the updated policy to ``output_dir/policy`` (paper scale: reloaded by vLLM).
 
     Returns:
         ``dpo/steps``, ``dpo/loss_first``, ``dpo/loss_last``, ``dpo/accuracies_*``,
-        ``dpo/margins_*``; ``{"dpo/skipped": 1.0}`` when there are fewer than ``cfg.min_pairs`` pairs.
+        ``dpo/margins_*``; ``{"dpo/skipped": 1.0}`` when there are fewer than ``args.min_pairs`` pairs.
     """
-    from trl import DPOConfig, DPOTrainer
+    import dataclasses
 
-    cfg = cfg or DPORoundConfig()
+    from trl import DPOTrainer
+
+    args = args or round_args(MCCEDPOConfig)
+    if not isinstance(args, MCCEDPOConfig):
+        raise TypeError(f"args must be an MCCEDPOConfig, got {type(args).__name__}")
     if ref is None:
         raise ValueError("ref must be the frozen reference model (the original base model)")
-    need = max(cfg.min_pairs, cfg.per_device_train_batch_size)  # drop_last needs one full batch
+    need = max(args.min_pairs, args.per_device_train_batch_size)  # drop_last: one full batch
     if len(dataset) < need:
         logger.warning(
             "DPO round skipped: %d pairs < %d (min_pairs / batch size)", len(dataset), need
         )
         return {"dpo/skipped": 1.0}
-    out_dir = out_dir or tempfile.mkdtemp(prefix="mcce_dpo_")
-    args = DPOConfig(
-        beta=cfg.beta,
-        label_smoothing=cfg.label_smoothing,
-        max_length=cfg.max_length,
-        **_conservative_sigmoid(cfg.label_smoothing),
-        **_common_args(cfg, out_dir),
-    )
+    # TRL 1.16 ignores label_smoothing in "sigmoid": the cDPO loss as a mix of TRL's own losses
+    args = dataclasses.replace(args, **_conservative_sigmoid(args.label_smoothing))
+    out_dir = args.output_dir
     trainer = DPOTrainer(
         model=policy, ref_model=ref, args=args, train_dataset=dataset, processing_class=tokenizer
     )
@@ -178,21 +226,18 @@ def run_sft_round(
     policy: Any,
     tokenizer: Any,
     dataset: Any,
-    cfg: DPORoundConfig | None = None,
-    out_dir: str | None = None,
+    args: MCCESFTConfig | None = None,
 ) -> dict[str, float]:
     """SFT baseline round: ``trl.SFTTrainer`` on (prompt, chosen) of the same pairs (spec §9.9)."""
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
-    cfg = cfg or DPORoundConfig()
-    if len(dataset) < max(cfg.min_pairs, cfg.per_device_train_batch_size):
+    args = args or round_args(MCCESFTConfig)
+    if not isinstance(args, MCCESFTConfig):
+        raise TypeError(f"args must be an MCCESFTConfig, got {type(args).__name__}")
+    if len(dataset) < max(args.min_pairs, args.per_device_train_batch_size):
         logger.warning("SFT round skipped: %d pairs < min_pairs / batch size", len(dataset))
         return {"sft/skipped": 1.0}
     ds = dataset.select_columns(["prompt", "chosen"]).rename_column("chosen", "completion")
-    out_dir = out_dir or tempfile.mkdtemp(prefix="mcce_sft_")
-    args = SFTConfig(
-        max_length=cfg.max_length, completion_only_loss=True, **_common_args(cfg, out_dir)
-    )
     trainer = SFTTrainer(model=policy, args=args, train_dataset=ds, processing_class=tokenizer)
     trainer.train()
     policy.eval()
@@ -204,18 +249,17 @@ def run_rl_round(
     tokenizer: Any,
     prompts: list[Any],
     reward_fn: Callable[..., list[float]],
-    cfg: DPORoundConfig | None = None,
-    out_dir: str | None = None,
+    args: MCCEGRPOConfig | None = None,
     ref: Any = None,
 ) -> dict[str, float]:
     """RL baseline round: ``trl.GRPOTrainer`` on past prompts with a fitness reward (spec §9.9).
 
     The paper's "co-evolution with RL" baseline trains the local model on scalar rewards instead of
     preference pairs. Here each past prompt of the trajectory memory is sampled
-    ``cfg.rl_num_generations`` times; ``reward_fn(prompts, completions, **kw)`` scores every
-    completion (MCCE: the mean F of its valid new molecules, ``cfg.rl_invalid_reward`` when none is
-    valid); TRL's group-normalised GRPO loss with KL coefficient ``cfg.rl_beta`` to the reference
-    (the original base model, as for DPO) updates the policy in place for ``cfg.num_train_epochs``
+    ``args.num_generations`` times; ``reward_fn(prompts, completions, **kw)`` scores every
+    completion (MCCE: the mean F of its valid new molecules, ``args.invalid_reward`` when none is
+    valid); TRL's group-normalised GRPO loss with KL coefficient ``args.beta`` to the reference
+    (the original base model, as for DPO) updates the policy in place for ``args.num_train_epochs``
     passes.
 
     Args:
@@ -223,51 +267,39 @@ def run_rl_round(
         tokenizer: its tokenizer (left padding).
         prompts: past prompts (strings, or chat message lists when the tokenizer has a template).
         reward_fn: TRL reward function ``(prompts, completions, **kw) -> list[float]``.
-        cfg: round hyper-parameters (the ``rl_*`` fields and the shared optimiser settings).
-        out_dir: trainer folder; a temporary one when None.
+        args: the round's TRL config (:func:`round_args` of :class:`MCCEGRPOConfig`).
         ref: the KL reference: a model (saved to ``out_dir/ref`` for TRL to load), a local path or
             hub id, or None for the policy's own ``config._name_or_path`` (at paper scale the hub
-            id of the base model). Unused when ``cfg.rl_beta == 0``.
+            id of the base model). Unused when ``args.beta == 0``.
 
     Returns:
         ``rl/steps``, ``rl/loss_first``, ``rl/loss_last``, ``rl/reward_first``, ``rl/reward_last``
         (mean reward of the first and last generation batch); ``{"rl/skipped": 1.0}`` when there are
-        fewer than ``cfg.min_pairs`` prompts.
+        fewer than ``args.min_pairs`` prompts.
     """
     import datasets
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    cfg = cfg or DPORoundConfig()
+    args = args or round_args(MCCEGRPOConfig)
+    if not isinstance(args, MCCEGRPOConfig):
+        raise TypeError(f"args must be an MCCEGRPOConfig, got {type(args).__name__}")
     if not callable(reward_fn):
         raise TypeError(f"reward_fn must be callable, got {type(reward_fn).__name__}")
-    if len(prompts) < cfg.min_pairs:
-        logger.warning("RL round skipped: %d prompts < min_pairs %d", len(prompts), cfg.min_pairs)
+    if len(prompts) < args.min_pairs:
+        logger.warning("RL round skipped: %d prompts < min_pairs %d", len(prompts), args.min_pairs)
         return {"rl/skipped": 1.0}
-    g = cfg.rl_num_generations
-    # the generation batch must hold whole groups: round the per-device batch up to a multiple of g
-    batch = max(g, -(-cfg.per_device_train_batch_size // g) * g)
-    common = _common_args(cfg, out_dir or tempfile.mkdtemp(prefix="mcce_rl_"))
-    common["per_device_train_batch_size"] = batch
-    args = GRPOConfig(
-        num_generations=g,
-        beta=cfg.rl_beta,
-        max_completion_length=cfg.rl_max_completion_length,
-        temperature=cfg.rl_temperature,
-        top_p=cfg.rl_top_p,
-        **common,
-    )
     ds = datasets.Dataset.from_dict({"prompt": list(prompts)})
     # TRL builds the KL reference from the policy's config._name_or_path: point it at the reference
     old_name = getattr(policy.config, "_name_or_path", "")
     ref_path = old_name
-    if cfg.rl_beta > 0 and ref is not None:
+    if args.beta > 0 and ref is not None:
         if isinstance(ref, str):
             ref_path = ref
         else:
-            ref_path = os.path.join(common["output_dir"], "ref")
+            ref_path = os.path.join(args.output_dir, "ref")
             ref.save_pretrained(ref_path)
-    if cfg.rl_beta > 0 and not ref_path:
-        raise ValueError("ref is required for rl_beta > 0 when the policy has no _name_or_path")
+    if args.beta > 0 and not ref_path:
+        raise ValueError("ref is required for beta > 0 when the policy has no _name_or_path")
     policy.config._name_or_path = ref_path
     try:
         trainer = GRPOTrainer(

@@ -15,9 +15,11 @@ import pytest
 from methods.mcce import (
     Archive,
     Candidate,
-    DPORoundConfig,
     MCCEConfig,
+    MCCEDPOConfig,
+    MCCEGRPOConfig,
     MCCEOptimizer,
+    MCCESFTConfig,
     MoleculeProblem,
     ParseStats,
     PromptBuilder,
@@ -36,6 +38,7 @@ from methods.mcce import (
     official_fronts,
     paper_problem,
     parse_candidates,
+    round_args,
     run_dpo_round,
     tanimoto,
     tiny_gpt,
@@ -316,13 +319,11 @@ def test_dpo_round_loss_matches_closed_form(tiny_selfies_lm):
         ],
     }
     ds = datasets.Dataset.from_dict(rows)
-    cfg = DPORoundConfig(
-        beta=0.1,
-        label_smoothing=0.1,
-        learning_rate=1e-3,
-        per_device_train_batch_size=4,
-        max_length=64,
+    cfg = round_args(
+        MCCEDPOConfig,
+        {"learning_rate": 1e-3, "per_device_train_batch_size": 4, "max_length": 64},
     )
+    assert cfg.beta == 0.1 and cfg.label_smoothing == 0.1  # official train_dpo.py defaults
     expected = np.mean(
         [
             dpo_loss_closed_form(
@@ -470,14 +471,19 @@ def test_bad_inputs_raise():
 
 def test_paper_config_and_chat_template_path(tiny_qwen2):
     """The paper path on tiny stand-ins: composed config, chat prompts, conversational DPO pairs."""
+    from common.config import validate
     from common.llm import ScriptedChat
     from common.registry import compose
+    from methods.mcce.experiments import trainer_args_for
     from methods.mcce.local import TrainableChat
-    from methods.mcce.run import to_config
 
-    rc = to_config(compose(["experiment=mcce_paper"]).method)
-    assert rc.task == "paper" and rc.search.budget == 5000 and rc.search.dpo.beta == 0.1
-    assert rc.search.dpo.label_smoothing == 0.1 and rc.local_model == "Qwen/Qwen2.5-7B-Instruct"
+    run = validate(compose(["experiment=mcce_paper"]))
+    rc = run.method
+    assert rc.stage == "paper" and rc.search.budget == 5000
+    assert run.model.name == "Qwen/Qwen2.5-7B-Instruct" and run.model.dtype == "bfloat16"
+    targs = trainer_args_for(rc, rc.search.mode)
+    assert isinstance(targs, MCCEDPOConfig) and targs.beta == 0.1 and targs.label_smoothing == 0.1
+    assert targs.gradient_checkpointing and targs.learning_rate == 1e-6
     model, tok = tiny_qwen2
     import copy
 
@@ -492,11 +498,18 @@ def test_paper_config_and_chat_template_path(tiny_qwen2):
         budget=40,
         min_archive_for_training=4,
         experience_prob=0.0,
-        dpo=DPORoundConfig(per_device_train_batch_size=2, max_length=4096),
     )
     reloads: list[object] = []
     res = MCCEOptimizer(
-        prob, api, local, cfg, load_seed_smiles()[:12], on_update=reloads.append
+        prob,
+        api,
+        local,
+        cfg,
+        load_seed_smiles()[:12],
+        on_update=reloads.append,
+        trainer_args=round_args(
+            MCCEDPOConfig, {"per_device_train_batch_size": 2, "max_length": 4096}
+        ),
     ).run(max_generations=2)
     assert reloads == [local]  # the engine reload hook runs once per preference round
     assert "<candidate>" in api.calls[0][0]["content"] and "total:" in api.calls[0][0]["content"]
@@ -521,7 +534,10 @@ def test_sft_round_is_completion_only_nll(tiny_selfies_lm):
         pol,
         tok,
         ds,
-        DPORoundConfig(learning_rate=1e-3, per_device_train_batch_size=2, max_length=64),
+        round_args(
+            MCCESFTConfig,
+            {"learning_rate": 1e-3, "per_device_train_batch_size": 2, "max_length": 64},
+        ),
     )
     assert log["sft/steps"] == 2
     assert log["sft/loss_first"] == pytest.approx(expected, rel=1e-4)
@@ -571,8 +587,9 @@ def test_rl_round_reward_and_grpo_update(tiny_selfies_lm):
         return [float(len(c)) for c in completions]
 
     before = copy.deepcopy(pol.state_dict())
-    dcfg = DPORoundConfig(
-        learning_rate=1e-2, per_device_train_batch_size=4, rl_max_completion_length=6
+    dcfg = round_args(
+        MCCEGRPOConfig,
+        {"learning_rate": 1e-2, "per_device_train_batch_size": 4, "max_completion_length": 6},
     )
     prompts = ["[XO] <p>[C][O]</p> <p>[N]</p> =>", "[MUT] <p>[C][C]</p> <p>[O]</p> =>"]
     log = run_rl_round(pol, tok, prompts, reward, dcfg, ref=copy.deepcopy(pol))
@@ -590,19 +607,29 @@ def test_rl_round_reward_and_grpo_update(tiny_selfies_lm):
         conversational=False,
         n_pairs_max=2,
         min_archive_for_training=4,
-        dpo=DPORoundConfig(
-            per_device_train_batch_size=2, rl_num_generations=2, rl_max_completion_length=6
-        ),
+    )
+    targs = round_args(
+        MCCEGRPOConfig,
+        {"per_device_train_batch_size": 2, "num_generations": 2, "max_completion_length": 6},
     )
     local = TinyLMChat(
         tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=64, seed=0),
         tok,
         max_new_tokens=6,
     )
-    res = MCCEOptimizer(toy_problem(), _explorer_chat(0), local, cfg, load_seed_smiles()[:8]).run(
-        max_generations=2
-    )
+    res = MCCEOptimizer(
+        toy_problem(), _explorer_chat(0), local, cfg, load_seed_smiles()[:8], trainer_args=targs
+    ).run(max_generations=2)
     assert len(res.train_log) == 1 and res.train_log[0]["rl/steps"] >= 1
+    with pytest.raises(TypeError, match="MCCEGRPOConfig"):
+        MCCEOptimizer(
+            toy_problem(),
+            _explorer_chat(0),
+            local,
+            cfg,
+            ["CCO"],
+            trainer_args=round_args(MCCEDPOConfig),
+        )
     assert res.archive.n_evaluations == len(res.archive)  # RL rewards never enter the archive
     assert res.metrics["rl_oracle_calls"] == res.train_log[0]["rl_oracle_calls"]
 
@@ -610,26 +637,26 @@ def test_rl_round_reward_and_grpo_update(tiny_selfies_lm):
 def test_build_paper_wires_gpt4o_local_model_and_reload(tmp_path, monkeypatch):
     """The paper driver: OpenAI-compatible GPT-4o, the local model behind TrainableChat (HF here,
     vLLM on GPU) with its reload hook, the 5-objective problem and the ZINC initial file."""
+    from common.config import validate
     from common.llm import OpenAIChat
     from common.registry import compose
+    from methods.mcce.experiments import build_paper
     from methods.mcce.local import TrainableChat
-    from methods.mcce.run import build_paper, to_config
 
     init = tmp_path / "zinc_random1.smi"
     init.write_text("\n".join(load_seed_smiles()[:5]) + "\n")
-    rc = to_config(
+    run = validate(
         compose(
             [
                 "experiment=mcce_paper",
-                "method.local_model=tiny-qwen2",
+                "model=tiny-qwen2",
                 "method.use_vllm=false",
-                "method.local_dtype=float32",
-                f"method.initial_population={init}",
+                f"method.init_file={init}",
                 f"method.oracle_dir={tmp_path}",
             ]
-        ).method
+        )
     )
-    opt = build_paper(rc)
+    opt = build_paper(run.method, run.model, tmp_path)
     assert isinstance(opt.api, OpenAIChat) and isinstance(opt.local, TrainableChat)
     assert opt.on_update == opt.local.reload and opt.cfg.mode == "coevolve_dpo"
     assert opt.problem.goals == ["sa", "drd2", "qed", "gsk3b", "jnk3"]
@@ -716,3 +743,152 @@ def test_experience_pareto_branch_uses_crowding_nsga2(monkeypatch):
     items = opt.archive.items
     assert seen["good"] == [c.value for c in nsga2_select(items, 100)]
     assert seen["good"] != [c.value for c in nsga2_so_select(items, 100)]
+
+
+# ------------------------------------------------------------------ TDC oracle files
+def _fit_oracle(featurise, path: Path) -> None:
+    """A small scikit-learn classifier in TDC's file format (a pickled ``predict_proba`` model)."""
+    import pickle
+
+    from rdkit import Chem
+    from sklearn.linear_model import LogisticRegression
+
+    smiles = load_seed_smiles()[:12]
+    x = np.concatenate([featurise(Chem.MolFromSmiles(s)) for s in smiles])
+    y = np.arange(len(smiles)) % 2
+    path.write_bytes(pickle.dumps(LogisticRegression(max_iter=200).fit(x, y)))
+
+
+def _tdc_drd2_features(mol):
+    # TDC chem_utils/oracle/oracle.py::fingerprints_from_mol, written with the legacy RDKit call
+    from rdkit.Chem import AllChem
+
+    fp = AllChem.GetMorganFingerprint(mol, 3, useCounts=True, useFeatures=True)
+    nfp = np.zeros((1, 2048), np.int32)
+    for idx, v in fp.GetNonzeroElements().items():
+        nfp[0, idx % 2048] += int(v)
+    return nfp
+
+
+def _tdc_kinase_features(mol):
+    # TDC's gsk3b/jnk3: GetMorganFingerprintAsBitVect(mol, 2, nBits=2048) as a [1, 2048] array
+    from rdkit import DataStructs
+    from rdkit.Chem import AllChem
+
+    fp = AllChem.GetMorganFingerprintAsBitVect(mol, 2, nBits=2048)
+    out = np.zeros((1,))
+    DataStructs.ConvertToNumpyArray(fp, out)
+    return out.reshape(1, -1)
+
+
+def make_oracle_dir(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    _fit_oracle(_tdc_drd2_features, folder / "drd2_current.pkl")
+    for name in ("gsk3b", "jnk3"):
+        _fit_oracle(_tdc_kinase_features, folder / f"{name}_current.pkl")
+    return folder
+
+
+def test_tdc_oracle_files_are_read_without_pytdc(tmp_path):
+    """load_tdc_oracle featurises like TDC's oracle.py and scores predict_proba[:, 1] (no PyTDC)."""
+    import pickle
+
+    from rdkit import Chem
+
+    folder = make_oracle_dir(tmp_path / "oracle")
+    feats = {
+        "drd2": _tdc_drd2_features,
+        "gsk3b": _tdc_kinase_features,
+        "jnk3": _tdc_kinase_features,
+    }
+    for name, featurise in feats.items():
+        clf = pickle.loads((folder / f"{name}_current.pkl").read_bytes())
+        oracle = load_tdc_oracle(name, str(folder))
+        for s in load_seed_smiles()[12:16]:
+            want = clf.predict_proba(featurise(Chem.MolFromSmiles(s)))[0, 1]
+            assert oracle(s) == pytest.approx(float(want), abs=1e-12)
+        assert oracle("not a molecule") == 0.0
+    prob = paper_problem(oracle_dir=str(folder))
+    raw = prob.evaluate([prob.canonicalize("CCOc1ccccc1", "smiles")])
+    assert raw.shape == (1, 5) and np.all((raw[:, [1, 3, 4]] >= 0) & (raw[:, [1, 3, 4]] <= 1))
+
+
+# ----------------------------------------------------------------------------- paper smoke
+_SMOKE_SERVERS: list = []
+
+
+def _fake_chat_server(reply):
+    """A local OpenAI-compatible ``/v1/chat/completions`` server answering ``reply(messages)``."""
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            req = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = {
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply(req["messages"])},
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            }
+            out = _json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _SMOKE_SERVERS.append(httpd)  # daemon thread; lives until the test process ends
+    return f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+
+
+def paper_smoke_setup(tmp_path: Path) -> dict[str, str]:
+    """TDC-format oracle files, a SMILES initial population and a fake GPT-4o endpoint.
+
+    The fake API proposes two fresh NCI molecules in its first two calls and repeats them after,
+    so the search stops on its stall rule within a few generations (no algorithm key changed).
+    """
+    fresh = load_nci_smiles(8)
+    calls = {"n": 0}
+
+    def reply(messages):
+        k = min(calls["n"], 1)
+        calls["n"] += 1
+        a, b = fresh[2 * k], fresh[2 * k + 1]
+        return f"<candidate>{a}</candidate>\n<candidate>{b}</candidate>"
+
+    init = tmp_path / "zinc_random1.smi"
+    init.write_text("\n".join(load_seed_smiles()[:12]) + "\n")
+    return {
+        "mcce_oracles": str(make_oracle_dir(tmp_path / "oracle")),
+        "mcce_init": str(init),
+        "mcce_api": _fake_chat_server(reply),
+    }
+
+
+PAPER_SMOKE: dict[str, list[str]] = {
+    "paper": [
+        "model.path={tiny_qwen2}",
+        "model.dtype=float32",
+        "method.use_vllm=false",
+        "method.api_base_url={mcce_api}",
+        "method.init_file={mcce_init}",
+        "method.oracle_dir={mcce_oracles}",
+        "method.checkpoint_dir={tmp}/ckpt",
+        "method.search.pop_size=4",
+        "method.search.max_stall_generations=2",
+        "method.local_max_new_tokens=8",
+        "method.dpo.bf16=false",
+        "+method.dpo.per_device_train_batch_size=2",
+        "+method.dpo.max_length=4096",
+    ],
+}

@@ -1,0 +1,346 @@
+"""The stages of ``icml26 experiment=mcce_toy`` (spec §6) and ``experiment=mcce_paper`` (spec §7).
+
+Toy arms on the same seeds, initial population and warm-up model: the frozen SELFIES explorer alone
+(``explorer_only``), the warmed-up tiny GPT alone (``local_only``), the two alternating without
+training (``coevolve_frozen``) and MCCE, alternating with similarity-pair DPO rounds
+(``coevolve_dpo``); ``coevolve_sft`` and ``coevolve_rl`` are optional. Writes results.json/.md and
+the hypervolume-vs-evaluations curve.
+
+Paper: the API model (GPT-4o) through an OpenAI-compatible endpoint and the local model of the
+model group (Qwen2.5-7B-Instruct) co-evolve on the 5-objective task with the TDC oracles; the
+training round's TRL config comes from the ``dpo`` / ``sft`` / ``grpo`` trainer node.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.config import Run, model_id
+from common.tracking import write_results
+
+from .config import ARM_MODES, MCCERunConfig
+from .optimizer import MCCEOptimizer, MCCEResult
+from .problems import load_nci_smiles, load_seed_smiles, paper_problem, toy_problem
+from .toy import (
+    SelfiesExplorer,
+    TinyLMChat,
+    build_selfies_tokenizer,
+    pretrain_tiny_lm,
+    selfies_vocab,
+    tiny_gpt,
+    warmup_pairs,
+)
+from .train import ROUND_CONFIGS, round_args
+
+logger = logging.getLogger(__name__)
+
+REPORTED = (
+    "hypervolume",
+    "top1_f",
+    "top10_f",
+    "top10_auc",
+    "validity",
+    "uniqueness",
+    "diversity",
+    "local_mean_f",
+    "api_mean_f",
+    "n_unique",
+)
+TRAINER_NODE = {"coevolve_dpo": "dpo", "coevolve_sft": "sft", "coevolve_rl": "grpo"}
+
+
+def trainer_args_for(rc: MCCERunConfig, mode: str, out_dir: str | None = None) -> Any:
+    """The training round's TRL config of ``mode`` from its trainer node (None if it trains not)."""
+    if mode not in ROUND_CONFIGS:
+        return None
+    return round_args(ROUND_CONFIGS[mode], getattr(rc, TRAINER_NODE[mode]), out_dir)
+
+
+def _seed_all(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_toy_models(rc: MCCERunConfig) -> tuple[Any, Any]:
+    """Tokenizer and warmed-up tiny GPT on NCI molecules (shared by every arm and seed)."""
+    import selfies as sf
+
+    problem = toy_problem()
+    smiles = load_nci_smiles(rc.warmup_molecules) + load_seed_smiles()
+    enc = []
+    for s in smiles:
+        try:
+            enc.append(sf.encoder(s))
+        except Exception:  # selfies cannot encode some NCI valences
+            continue
+    tok = build_selfies_tokenizer(selfies_vocab(enc))
+    _seed_all(0)
+    model = tiny_gpt(
+        len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=rc.n_positions, seed=0
+    )
+    pairs = warmup_pairs(
+        smiles,
+        rc.warmup_pairs,
+        SelfiesExplorer(seed=12345, max_edits=rc.explorer_max_edits),
+        random.Random(0),
+        max_tokens=rc.max_parent_tokens,
+    )
+    losses = pretrain_tiny_lm(
+        model,
+        tok,
+        pairs,
+        steps=rc.warmup_steps,
+        batch_size=rc.warmup_batch,
+        lr=rc.warmup_lr,
+        seed=0,
+    )
+    logger.info(
+        "warm-up: loss %.3f -> %.3f",
+        losses[0] if losses else float("nan"),
+        losses[-1] if losses else float("nan"),
+    )
+    del problem
+    return tok, model
+
+
+def _short_seeds(rc: MCCERunConfig) -> list[str]:
+    """Initial population: the toy seeds whose SELFIES fit the prompt budget (and F < init_max_f)."""
+    import selfies as sf
+
+    from .core import Archive
+
+    prob = toy_problem()
+    out = []
+    for s in load_seed_smiles():
+        c = prob.canonicalize(s, "smiles")
+        if c and len(list(sf.split_selfies(sf.encoder(c)))) <= rc.max_parent_tokens:
+            out.append(s)
+    if (
+        rc.init_max_f is not None
+    ):  # drop the strong seeds (celecoxib fragments) so search can improve
+        arc = Archive(prob)
+        f = {c.value: c.total for c in arc.add(out, representation="smiles")}
+        out = [s for s in out if f.get(prob.canonicalize(s, "smiles"), 0.0) < rc.init_max_f]
+    return out
+
+
+def _run_toy(
+    rc: MCCERunConfig, run_dir: Path
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    from common.llm import ScriptedChat
+
+    t0 = time.time()
+    tok, warm = build_toy_models(rc)
+    warm_s = time.time() - t0
+    init = _short_seeds(rc)
+    search = copy.deepcopy(rc.search)
+    per_arm: dict[str, list[dict[str, float]]] = {a: [] for a in rc.arms}
+    curves: dict[str, list[list[tuple[float, float]]]] = {a: [] for a in rc.arms}
+    train_logs: dict[str, list[list[dict[str, float]]]] = {a: [] for a in rc.arms}
+    local_gen_f: dict[str, list[float]] = {a: [] for a in rc.arms}
+    for seed in rc.seeds:
+        for arm in rc.arms:
+            _seed_all(seed)
+            cfg = copy.deepcopy(search)
+            cfg.mode, cfg.seed = ARM_MODES[arm], seed
+            api = ScriptedChat(SelfiesExplorer(seed=1000 + seed, max_edits=rc.explorer_max_edits))
+            local = TinyLMChat(
+                copy.deepcopy(warm),
+                tok,
+                max_new_tokens=rc.local_max_new_tokens,
+                temperature=rc.local_temperature,
+                top_p=rc.local_top_p,
+                seed=seed,
+            )
+            ref = (
+                copy.deepcopy(warm).eval() if cfg.mode in ("coevolve_dpo", "coevolve_rl") else None
+            )
+            t = time.time()
+            res: MCCEResult = MCCEOptimizer(
+                toy_problem(),
+                api,
+                local,
+                cfg,
+                init,
+                ref_model=ref,
+                trainer_args=trainer_args_for(rc, cfg.mode),
+            ).run()
+            m = dict(res.metrics)
+            m["wall_s"] = time.time() - t
+            per_arm[arm].append(m)
+            curves[arm].append([(h["n_unique"], h["hypervolume"]) for h in res.history])
+            train_logs[arm].append(res.train_log)
+            loc = [h["new_mean_f"] for h in res.history if h["model"] == "local" and h["new"] > 0]
+            local_gen_f[arm].extend(loc[-3:])
+            logger.info(
+                "seed %d arm %s: HV %.4f top10 %.3f (%.1fs)",
+                seed,
+                arm,
+                m["hypervolume"],
+                m["top10_f"],
+                m["wall_s"],
+            )
+    table: dict[str, dict[str, float]] = {}
+    for arm, runs in per_arm.items():
+        row: dict[str, float] = {}
+        for k in REPORTED + ("wall_s",):
+            vals = [r[k] for r in runs if k in r]
+            if vals:
+                row[k] = float(np.mean(vals))
+                if k in ("hypervolume", "top10_f") and len(vals) > 1:
+                    row[f"{k}_std"] = float(np.std(vals))
+        if local_gen_f[arm]:
+            row["local_late_new_mean_f"] = float(np.mean(local_gen_f[arm]))
+        accs = [lg.get("dpo/accuracies_mean") for logs in train_logs[arm] for lg in logs]
+        accs = [a for a in accs if a is not None]
+        if accs:
+            row["dpo_acc_first_round"] = float(
+                np.mean(
+                    [
+                        logs[0]["dpo/accuracies_mean"]
+                        for logs in train_logs[arm]
+                        if logs and "dpo/accuracies_mean" in logs[0]
+                    ]
+                )
+            )
+            row["dpo_acc_last_round"] = float(
+                np.mean(
+                    [
+                        logs[-1]["dpo/accuracies_mean"]
+                        for logs in train_logs[arm]
+                        if logs and "dpo/accuracies_mean" in logs[-1]
+                    ]
+                )
+            )
+            row["dpo_rounds"] = float(np.mean([len(logs) for logs in train_logs[arm]]))
+        table[arm] = row
+    _plot(curves, run_dir / "hv_curve.png", rc)
+    extra = {"warmup_s": warm_s, "train_logs": train_logs, "n_initial": len(init)}
+    return table, extra
+
+
+def _plot(
+    curves: dict[str, list[list[tuple[float, float]]]], path: Path, rc: MCCERunConfig
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from common.tracking import save_plot
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm, runs in curves.items():
+        for i, c in enumerate(runs):
+            xs, ys = zip(*c)
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                label=arm if i == 0 else None,
+                color=f"C{list(curves).index(arm)}",
+                alpha=0.8,
+            )
+    ax.set_xlabel("unique valid molecules evaluated")
+    ax.set_ylabel("hypervolume of top-100 (ref 1.1)")
+    ax.set_title(f"MCCE toy: QED/SA/celecoxib-sim, seeds {rc.seeds}")
+    ax.legend()
+    save_plot(fig, path)
+
+
+def build_paper(rc: MCCERunConfig, model: Any, run_dir: str | Path = ".") -> MCCEOptimizer:
+    """The paper's setting (spec §7): GPT-4o + the model group's checkpoint, 5 objectives, TDC.
+
+    The API model is an OpenAI-compatible ``common.llm.OpenAIChat`` (key read at request time);
+    the local model (``model``, a ``common.config.ModelConfig``) is a :class:`TrainableChat`
+    whose vLLM engine is rebuilt from the trained weights after every round (``on_update``).
+    The oracles load lazily from ``oracle_dir``.
+    """
+    from common.llm import OpenAIChat
+    from common.models import load_model, load_tokenizer
+
+    from .local import TrainableChat
+
+    if model is None:
+        raise ValueError("stage=paper needs a model group: model=qwen2_5_7b_instruct")
+    if rc.init_file is None:
+        raise ValueError(
+            "method.init_file must be a SMILES file (ZINC250K 'random1', 100 molecules)"
+        )
+    ckpt = Path(rc.checkpoint_dir or Path(run_dir) / "ckpt")
+    api = OpenAIChat(rc.api_model, base_url=rc.api_base_url, api_key_env=rc.api_key_env)
+    spec = model_id(model)
+    tok = load_tokenizer(spec)
+    if getattr(tok, "chat_template", None) is None:
+        raise ValueError(f"model {spec!r} has no chat template")
+    policy = load_model(spec, dtype=model.dtype)
+    local = TrainableChat(
+        policy,
+        tok,
+        temperature=rc.local_temperature,
+        top_p=rc.local_top_p,
+        max_new_tokens=rc.local_max_new_tokens,
+        use_vllm=rc.use_vllm,
+        export_dir=str(ckpt / "local_policy"),
+        vllm_kwargs={"gpu_memory_utilization": rc.vllm_gpu_memory_utilization},
+    )
+    with open(rc.init_file) as fh:
+        init = [ln.split()[0] for ln in fh if ln.strip() and not ln.startswith("#")]
+    return MCCEOptimizer(
+        paper_problem(oracle_dir=rc.oracle_dir),
+        api,
+        local,
+        rc.search,
+        init,
+        checkpoint_dir=str(ckpt),
+        on_update=local.reload,  # spec §7: rebuild the vLLM engine from the weights after each round
+        trainer_args=trainer_args_for(rc, rc.search.mode, str(ckpt / "trainer")),
+    )
+
+
+HV_NOTE = "HV: top-100 by F, t(x) minimisation form, ref 1.1 (max 1.1^m)."
+
+
+def run_toy(run: Run) -> dict[str, float]:
+    """``stage=toy``: every arm × seed on the CPU toy."""
+    rc: MCCERunConfig = copy.deepcopy(run.method)
+    rc.seeds = [run.seed + s for s in rc.seeds]
+    t0 = time.time()
+    table, extra = _run_toy(rc, run.run_dir)
+    return write_results(
+        run.run_dir,
+        "mcce",
+        table,
+        cfg=run.cfg,
+        extra=extra,
+        wall_time_s=time.time() - t0,
+        notes=HV_NOTE,
+    )
+
+
+def run_paper(run: Run) -> dict[str, float]:
+    """``stage=paper``: one co-evolution run of ``method.search.mode`` at the paper's setting."""
+    rc: MCCERunConfig = copy.deepcopy(run.method)
+    rc.search.seed = run.seed  # one search per process: the run's seed
+    t0 = time.time()
+    res = build_paper(rc, run.model, run.run_dir).run()
+    table = {rc.search.mode: {k: float(v) for k, v in res.metrics.items()}}
+    return write_results(
+        run.run_dir,
+        "mcce",
+        table,
+        cfg=run.cfg,
+        extra={"train_log": res.train_log},
+        wall_time_s=time.time() - t0,
+        notes=HV_NOTE,
+    )
