@@ -728,6 +728,31 @@ def test_pgrpo_trainer_one_step_matches_eq4(toy_tok, toy_setup, tmp_path):
     # env_mask marks exactly the tokens the model generated: TRL's token count == unit completions
     assert int(inputs["num_items_in_batch"]) == n_tok
     torch.testing.assert_close(loss, ref / n_tok, atol=1e-5, rtol=1e-4)
+    # the loss is reduced by common.rl's reduce_loss: loss_type="grpo" is a per-row mean over the
+    # row's trained nodes (then over rows), in train and eval mode alike (no accumulation here)
+    per_row = []
+    with torch.no_grad():
+        for units, a in zip(rows, inputs["advantages"].tolist()):
+            tot, cnt = 0.0, 0
+            for u in units:
+                lp = torch.log_softmax(model(torch.tensor([u.ids])).logits[0], -1)
+                tok_lp = lp[:-1].gather(1, torch.tensor(u.ids[1:])[:, None])[:, 0]
+                tot -= a * tok_lp[u.n_context - 1 :].sum()
+                cnt += len(u.completion)
+            per_row.append((tot, cnt))
+    trainer.loss_type = "grpo"
+    for training in (True, False):
+        model.train(training)
+        with torch.no_grad():
+            got = trainer.policy_loss(model, inputs)
+        # a node shared by two units of a row (same context, same token) is trained once
+        n_nodes = [int(((p.loss_mask) & (p.parent >= 0)).sum()) for p in
+                   [build_packed(sorted(u, key=lambda x: -len(x.ids))) for u in rows]]  # fmt: skip
+        want = sum(t / n for (t, _), n in zip(per_row, n_nodes)) / len(rows)
+        torch.testing.assert_close(
+            got, torch.as_tensor(want, dtype=got.dtype), atol=1e-5, rtol=1e-4
+        )
+    model.train(False)
     with pytest.raises(TypeError, match="PGRPOConfig"):
         PGRPOTrainer(model=model, args=GRPOConfig(**cpu_grpo_kwargs(output_dir=str(tmp_path))),
                      train_dataset=ds, processing_class=toy_tok)  # fmt: skip
