@@ -7,30 +7,40 @@ reached through ``deepspeed=`` / accelerate at GPU scale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from transformers import TrainingArguments
 
 __all__ = ["InductionConfig", "continued_pretrain"]
 
 
 @dataclass
-class InductionConfig:
-    """Training settings; defaults are the repo's ``llama3_full_pt.yaml``."""
+class InductionConfig(TrainingArguments):
+    """HF ``TrainingArguments`` of the induction run plus the tokenisation cutoff.
 
-    output_dir: str = "outputs/induce"
-    learning_rate: float = 1e-5
-    num_train_epochs: float = 61.0
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 8
-    max_len: int = 256
-    lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.1
-    save_steps: int = 10
-    save_strategy: str = "steps"  # "no" for toys (no checkpoint files)
-    bf16: bool = True
-    max_steps: int = -1
-    deepspeed: str | None = None
-    seed: int = 0
+    The official values (``examples/train_full/llama3_full_pt.yaml``: lr 1e-5, 61 epochs, batch 8 x 8,
+    cutoff 256, cosine, warm-up 0.1, a checkpoint every 10 steps, bf16) are the ``trainer`` node of
+    ``configs/experiment/llminertia_induce.yaml``.
+    """
+
+    max_len: int = field(
+        default=256, metadata={"help": "tokenisation cutoff of the corpus texts (official cutoff_len 256)"}
+    )
+    warmup_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "warm-up as a fraction of the training steps (official warmup_ratio 0.1); when > 0 "
+            "it is passed as warmup_steps (a float < 1 is a ratio in transformers 5)"
+        },
+    )
+
+    def __post_init__(self):
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        if self.warmup_fraction > 0:
+            self.warmup_steps = self.warmup_fraction
+        super().__post_init__()
 
 
 def continued_pretrain(
@@ -55,7 +65,7 @@ def continued_pretrain(
     """
     if "text" not in dataset.column_names or len(dataset) == 0:
         raise ValueError("dataset must be a non-empty Dataset with a 'text' column")
-    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+    from transformers import DataCollatorForLanguageModeling, Trainer
 
     if isinstance(model, str):
         from common.models import load_model, load_tokenizer
@@ -69,23 +79,7 @@ def continued_pretrain(
         batched=True,
         remove_columns=dataset.column_names,
     )
-    args = TrainingArguments(
-        output_dir=cfg.output_dir,
-        learning_rate=cfg.learning_rate,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio
-        save_steps=cfg.save_steps,
-        save_strategy=cfg.save_strategy,
-        bf16=cfg.bf16,
-        deepspeed=cfg.deepspeed,
-        seed=cfg.seed,
-        report_to=[],
-        logging_steps=10,
-    )
+    args = cfg
     trainer = Trainer(
         model=model,
         args=args,

@@ -32,11 +32,11 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .config import TrainedToyConfig
 from .core import LLMInertiaPipeline, answer_plain
 from .induction_data import make_cooccurrence_corpus
 from .induction_train import InductionConfig, continued_pretrain
@@ -98,30 +98,6 @@ TOY_PROMPTS = PromptSet(
     reminder_pair="note: {a} {b} unrelated .",
     reminder_generic="note: check .",
 )
-
-
-@dataclass
-class TrainedToyConfig:
-    """Sizes and schedules of the trained toy."""
-
-    n_known: int = 16  # world-knowledge pairs (co-occur in stage 0)
-    n_test: int = 16  # designated induction pairs
-    n_filler_words: int = 16
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    base_steps: int = 500
-    base_batch: int = 64
-    base_lr: float = 3e-3
-    answer_weight: float = 5.0  # loss weight of each stage-0 line's last (answer) token
-    ratios: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
-    induce_steps: int = 100
-    induce_batch: int = 16
-    induce_lr: float = 3e-3
-    step_checkpoints: list[int] = field(default_factory=lambda: [25, 50, 100])
-    n_test_templates: int = 2
-    k: int = 3
-    seed: int = 0
 
 
 class ToyWorld:
@@ -508,6 +484,8 @@ def run_trained_toy(cfg: TrainedToyConfig, out_dir: str) -> tuple[dict, dict]:
             save_strategy="no",
             bf16=False,
             seed=cfg.seed,
+            report_to="none",
+            logging_steps=10,
         )
         cb = _step_eval_callback()(
             cfg.step_checkpoints, lambda m, st, r=ratio: steps_rows.append(measure(m, r, st))

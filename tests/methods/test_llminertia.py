@@ -344,7 +344,8 @@ def test_induction_metrics_edge_cases():
 
 
 def test_toy_mechanism_small():
-    from methods.llminertia.run import LLMInertiaRunConfig, run_toy
+    from methods.llminertia.config import LLMInertiaRunConfig
+    from methods.llminertia.stages import run_toy
 
     rc = LLMInertiaRunConfig(ratios=[0.0, 0.5, 1.0], n_test_templates=2)
     per, _ = run_toy(rc, seed=0)
@@ -361,7 +362,7 @@ def test_toy_mechanism_small():
 
 
 def test_spearman_helper():
-    from methods.llminertia.run import _spearman
+    from methods.llminertia.stages import _spearman
 
     x = [0.0, 0.25, 0.5, 0.75, 1.0]
     assert _spearman(x, [0.1, 0.2, 0.3, 0.4, 0.9]) == pytest.approx(1.0)
@@ -491,8 +492,8 @@ def test_continued_pretrain_raises_association_with_share():
             max_len=24,
             save_strategy="no",
             bf16=False,
-            warmup_ratio=0.0,
             lr_scheduler_type="constant",
+            report_to="none",
         )
         continued_pretrain(m, tok, corpus, cfg)
         gains[ratio] = association_logprob(m.eval(), tok, world.test) - before
@@ -556,8 +557,8 @@ def _paper_script(msgs):
 
 
 def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
-    from common.registry import compose
-    from methods.llminertia import run as run_mod
+    from common.registry import compose, run_method
+    from methods.llminertia import stages as run_mod
 
     calls = []
 
@@ -570,14 +571,15 @@ def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
         [
             "experiment=llminertia_paper",
             "method.pre_model=meta-llama/Llama-3.1-8B-Instruct",
-            "method.model=/ckpt/induced-r100",
+            "model.name=/ckpt/induced-r100",
+            "method.yes_no_rule=lenient",
             f"method.datasets=[{{name: medical, kind: induction, path: "
             f"{FIX / 'explicit_test_sample.jsonl'}, prompt_set: medical}}, {{name: qa, kind: "
             f"halueval, path: {FIX / 'halueval_qa_sample.json'}, task: qa, prompt_set: generic}}]",
         ],
         run_dir=str(tmp_path),
     )
-    out = run_mod.run(cfg)
+    out = run_method(cfg)
     assert calls == ["/ckpt/induced-r100", "meta-llama/Llama-3.1-8B-Instruct"]
     assert out["plain/medical_accuracy"] == 0.0  # the script always says yes without a reminder
     # only item 1 (Headache/Hypertension) has a probed pair in its text -> reminder -> "no"
@@ -591,14 +593,13 @@ def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_paper_driver_hf_backend_tiny_model(tmp_path):
     """The real backend code path (transformers) end to end on a tiny random model."""
-    from common.registry import compose
-    from methods.llminertia.run import run
+    from common.registry import compose, run_method
 
     cfg = compose(
         [
             "experiment=llminertia_paper",
-            "method.backend=hf",
-            "method.model=tiny-qwen2",
+            "method.engine=hf",
+            "model=tiny-qwen2",
             "method.max_tokens=4",
             "method.max_items=2",
             f"method.datasets=[{{name: synthetic, kind: induction, path: "
@@ -606,7 +607,7 @@ def test_paper_driver_hf_backend_tiny_model(tmp_path):
         ],
         run_dir=str(tmp_path),
     )
-    out = run(cfg)
+    out = run_method(cfg)
     for arm in ("plain", "generic", "llminertia"):
         assert 0.0 <= out[f"{arm}/synthetic_accuracy"] <= 1.0
         assert out[f"{arm}/synthetic_n_error"] <= 2.0
@@ -622,16 +623,64 @@ def test_vllm_backend_is_lazy():
             VLLMChat("meta-llama/Llama-3.1-8B-Instruct")
 
 
-def test_induce_cli_uses_repo_hyperparameters(monkeypatch):
-    from methods.llminertia import induce_cli
+def test_induce_preset_uses_official_hyperparameters():
+    from common.config import trainer_config, validate
+    from common.registry import compose
+    from methods.llminertia import InductionConfig
 
-    seen = {}
-    monkeypatch.setattr(
-        induce_cli, "continued_pretrain", lambda m, t, ds, cfg: seen.update(m=m, n=len(ds), cfg=cfg)
-    )
-    induce_cli.main(["org/model", str(FIX / "gongxian_sample_train.json"), "out", "ds.json"])
-    cfg = seen["cfg"]
-    assert seen["m"] == "org/model" and seen["n"] == 3
+    run = validate(compose(["experiment=llminertia_induce"]))
+    node = dict(run.method.trainer)
+    assert node.pop("bf16") is True  # official; a CPU cannot build a bf16 TrainingArguments
+    cfg = trainer_config(InductionConfig, node, output_dir="out")
     assert (cfg.learning_rate, cfg.num_train_epochs, cfg.max_len) == (1e-5, 61.0, 256)
     assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == (8, 8)
-    assert cfg.save_steps == 10 and cfg.deepspeed == "ds.json" and cfg.bf16
+    assert cfg.save_steps == 10 and cfg.warmup_steps == 0.1
+    assert run.model.name == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_schema_rejects_wrong_types_and_keys():
+    from common.config import ConfigError
+    from common.registry import compose
+
+    with pytest.raises(ConfigError, match="method.k"):
+        compose(["experiment=llminertia_toy", "method.k=abc"])
+    with pytest.raises(ConfigError, match="matchr"):
+        compose(["experiment=llminertia_toy", "method.matchr=fuzzy"])
+    with pytest.raises(ConfigError, match="yes_no_rule"):
+        compose(["experiment=llminertia_toy", "method.yes_no_rule=strict"])
+    with pytest.raises(ConfigError, match="learning_rat"):
+        compose(["experiment=llminertia_induce", "+method.trainer.learning_rat=1"])
+
+
+# ---------------------------------------------------------------- paper smoke (tests/test_paper_presets.py)
+
+_SMOKE_SETS = {
+    0: "explicit_test_sample.jsonl",
+    1: "explicit_xugou_test_sample.jsonl",
+    2: "halueval_qa_sample.json",
+    3: "halueval_dialogue_sample.json",
+    4: "halueval_summarization_sample.json",
+    5: "halueval_general_sample.json",
+}
+PAPER_SMOKE = {
+    "paper": [
+        "model.path={tiny_qwen2}",
+        "method.engine=hf",
+        "method.max_tokens=4",
+        "method.max_items=2",
+        *[f"method.datasets.{i}.path={{fix}}/{name}" for i, name in _SMOKE_SETS.items()],
+    ],
+    "llminertia_induce/induce": [
+        "model.path={tiny_qwen2}",
+        "model.dtype=float32",
+        "method.corpus_path={fix}/gongxian_sample_train.json",
+        "+method.trainer.max_steps=1",
+        "method.trainer.per_device_train_batch_size=2",
+        "method.trainer.gradient_accumulation_steps=1",
+        "method.trainer.bf16=false",
+    ],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    return {"fix": str(FIX)}
