@@ -2,29 +2,34 @@
 
 Follows the official ``train_probe.py`` and ``eval_attacks.py`` (Exbilar/SALO).
 
-``evaluate_detectors`` is the model- and data-agnostic core; ``run_paper`` wires it to a model and data
-sets given by hub id or local path (``methods.salo.data`` loaders). Both are exercised in the tests on a
-tiny local Llama with fixture files in the benchmarks' formats; the 7-8B runs need a GPU. Attack placement is always explicit:
-``attack_type`` ∈ {direct, suffix, prefill}; the repo's dataset-name heuristic is not replicated.
+``evaluate_detectors`` is the model- and data-agnostic core; :func:`paper_stage`
+(``icml26 experiment=salo_paper method.stage=paper``) wires it to ``model`` and ``benchmark=salo_safety``
+(hub ids, or local files through ``benchmark.sets.<set>.path``; ``methods.salo.data`` loaders). Both
+are exercised in the tests on a tiny local Llama with fixture files in the benchmarks' formats; the
+7-8B runs need a GPU. Attack placement is always explicit: ``attack_type`` ∈ {direct, suffix,
+prefill}; the repo's dataset-name heuristic is not replicated.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from common.config import Run, dataset_source, model_id
+from common.tracking import write_results
 from methods.salo.baselines import LastTokenProbe, MeanPoolMLP, RepEDirection
 from methods.salo.calibrate import auroc, calibrate_threshold, detection_rate
+from methods.salo.config import ATTACK_SETS, ATTACK_TYPES, CALIBRATION_SET, TRAIN_SETS
 from methods.salo.operator import save_detector
 from methods.salo.train import SALOConfig, TrainConfig, score_detector, train_detector, train_salo
 from methods.salo.volume import collect_volumes
 
 logger = logging.getLogger(__name__)
-ATTACK_TYPES = ("direct", "suffix", "prefill")
 
 
 @dataclass
@@ -136,76 +141,102 @@ def evaluate_detectors(
     return out
 
 
-def run_paper(mc, seed: int = 0, run_dir: str | None = None) -> dict[str, dict[str, float]]:
-    """Paper pipeline from ``mc.paper``: model by hub id or path, data by hub id or local file.
+def paper_stage(run: Run) -> dict[str, float]:
+    """``stage=paper``: SALO and the static baselines on ``model``, data from ``benchmark``.
 
-    ``mc.paper`` keys (see ``configs/experiment/salo_paper*.yaml``): ``model``, ``dtype``,
-    ``train_data.saferlhf`` / ``train_data.toxic_chat`` (``path`` + caps), ``calibration`` (XSTest
-    ``path``), ``attacks.advbench`` (direct + prefill), ``attacks.csv`` (official-code CSVs with an
-    explicit ``attack_type``), ``attacks.jbb`` (JailbreakBench artifacts), ``attacks.autodan`` (AutoDAN
-    results, ``placement`` user or prefill) and ``attacks.gcg_generate`` (run :func:`gcg_attack` on the
-    first ``n_prompts`` AdvBench goals towards their targets). Detectors are saved into ``run_dir``.
+    ``benchmark=salo_safety`` sets by role: ``saferlhf`` / ``toxic_chat`` (clean training prompts,
+    official ``process_data.py`` caps), ``xstest`` (calibration), ``advbench`` (direct + prefill
+    attacks). ``method.paper`` adds the per-model attack files (official CSVs with an explicit
+    ``attack_type``, JailbreakBench artifacts, AutoDAN results with a ``placement``) and
+    ``gcg_generate`` (run :func:`gcg_attack` on the first ``n_prompts`` AdvBench goals towards their
+    targets). Detectors are saved into the run folder.
     """
+    t0 = time.time()
+    metrics = run_paper(run)
+    return write_results(run.run_dir, "salo", metrics, cfg=run.cfg, wall_time_s=time.time() - t0)
+
+
+def run_paper(run: Run) -> dict[str, dict[str, float]]:
+    """The paper pipeline of :func:`paper_stage`; returns ``{detector: {metric: value}}``."""
     from common.models import load_model, load_tokenizer
     from methods.salo import data
     from methods.salo.gcg import gcg_attack
 
-    p = mc.paper
-    model_id = p["model"]
-    model = load_model(model_id, dtype=p.get("dtype", "float16"))
+    mc, p = run.method, run.method.paper
+    if run.model is None or run.benchmark is None:
+        raise ValueError("stage=paper needs model=<checkpoint> and benchmark=salo_safety")
+    spec = model_id(run.model)
+    model = load_model(spec, dtype=run.model.dtype)
     model.eval()
-    tok = load_tokenizer(model_id)
-    td = p["train_data"]
+    tok = load_tokenizer(spec)
+    sets = run.benchmark.sets
+    unknown = set(sets) - {*TRAIN_SETS, CALIBRATION_SET, *ATTACK_SETS}
+    if unknown:
+        raise ValueError(
+            f"benchmark {run.benchmark.name} has sets {sorted(unknown)} without a SALO role; "
+            f"known: train {TRAIN_SETS}, calibration {CALIBRATION_SET!r}, attacks {ATTACK_SETS}"
+        )
+    if CALIBRATION_SET not in sets or not set(TRAIN_SETS) & set(sets):
+        raise ValueError(
+            f"benchmark {run.benchmark.name} needs an {CALIBRATION_SET!r} set and one of {TRAIN_SETS}"
+        )
     train_p, train_y = [], []
-    if td.get("saferlhf"):
-        sp, sy = data.load_saferlhf(td["saferlhf"]["path"], td["saferlhf"].get("cap", 4000))
+    if "saferlhf" in sets:
+        sp, sy = data.load_saferlhf(dataset_source(sets["saferlhf"]), p.saferlhf_cap)
         train_p, train_y = train_p + sp, train_y + sy
-    if td.get("toxic_chat"):
-        t = td["toxic_chat"]
+    if "toxic_chat" in sets:
+        t = sets["toxic_chat"]
         tp, ty = data.load_toxic_chat(
-            t["path"], t.get("config"), t.get("cap_per_class", 1500), t.get("max_chars", 400)
+            dataset_source(t), t.config, p.toxic_chat_cap_per_class, p.toxic_chat_max_chars
         )
         train_p, train_y = train_p + tp, train_y + ty
-    cal = p["calibration"]
-    calib = data.load_xstest(cal["path"], cal.get("split", "test"))
-    att_cfg = p["attacks"]
+    cal = sets[CALIBRATION_SET]
+    calib = data.load_xstest(dataset_source(cal), cal.split)
     attacks: dict[str, AttackSet] = {}
-    if att_cfg.get("advbench"):
-        adv = data.load_advbench(att_cfg["advbench"]["path"], att_cfg["advbench"].get("limit"))
+    if "advbench" in sets:
+        limit = p.advbench_limit or sets["advbench"].limit
+        adv = data.load_advbench(dataset_source(sets["advbench"]), limit)
         attacks["advbench_direct"], attacks["advbench_prefill"] = adv["direct"], adv["prefill"]
-        gen = att_cfg.get("gcg_generate") or {}
-        n_gcg = int(gen.get("n_prompts", 0))
-        if n_gcg > 0:
-            goals = adv["direct"].prompts[:n_gcg]
-            targets = adv["prefill"].injections[:n_gcg]
+        gen = p.gcg_generate
+        if gen.n_prompts > 0:
+            goals = adv["direct"].prompts[: gen.n_prompts]
+            targets = adv["prefill"].injections[: gen.n_prompts]
             sfx = [
                 gcg_attack(
                     model,
                     tok,
                     g,
                     t,
-                    n_tokens=int(gen.get("n_tokens", 20)),
-                    steps=int(gen.get("steps", 250)),
-                    topk=int(gen.get("topk", 256)),
-                    n_candidates=int(gen.get("n_candidates", 512)),
-                    seed=seed + i,
+                    n_tokens=gen.n_tokens,
+                    steps=gen.steps,
+                    topk=gen.topk,
+                    n_candidates=gen.n_candidates,
+                    seed=run.seed + i,
                 ).suffix
                 for i, (g, t) in enumerate(zip(goals, targets, strict=True))
             ]
             attacks["gcg_generated"] = AttackSet(goals, "suffix", sfx)
-    for name, spec in (att_cfg.get("csv") or {}).items():
-        attacks[name] = load_attack_csv(spec["path"], spec["attack_type"])
-    for name, path in (att_cfg.get("jbb") or {}).items():
+    if p.official_gcg_path:
+        attacks["gcg"] = load_attack_csv(p.official_gcg_path, "suffix")
+    if p.official_autodan_path:
+        attacks["autodan"] = load_attack_csv(p.official_autodan_path, "prefill")
+    for name, f in p.csv.items():
+        attacks[name] = load_attack_csv(f["path"], f.get("attack_type", "suffix"))
+    for name, path in p.jbb.items():
         attacks[name] = data.load_jbb_artifact(path)
-    for name, spec in (att_cfg.get("autodan") or {}).items():
-        attacks[name] = data.load_autodan_results(spec["path"], spec.get("placement", "user"))
+    for name, f in p.autodan.items():
+        attacks[name] = data.load_autodan_results(f["path"], f.get("placement", "user"))
     if not attacks:
-        raise ValueError("method.paper.attacks names no attack set")
+        raise ValueError("no attack set: add an advbench set or method.paper.csv/jbb/autodan files")
     op = SALOConfig(mc.n_filters, mc.layer_kernel, list(mc.token_kernels), mc.dropout, "max")
     tcfg = TrainConfig(
-        mc.epochs, mc.batch_size, mc.lr, mc.weight_decay, grad_clip=mc.grad_clip, seed=seed
+        mc.epochs, mc.batch_size, mc.lr, mc.weight_decay, grad_clip=mc.grad_clip, seed=run.seed
     )
-    meta = {"model": model_id, "window": list(mc.window), "hidden_size": model.config.hidden_size}
+    meta = {
+        "model": run.model.name,
+        "window": list(mc.window),
+        "hidden_size": model.config.hidden_size,
+    }
     return evaluate_detectors(
         model,
         tok,
@@ -216,8 +247,8 @@ def run_paper(mc, seed: int = 0, run_dir: str | None = None) -> dict[str, dict[s
         op,
         tcfg,
         mc.target_fpr,
-        batch_size=int(p.get("batch_size", 8)),
+        batch_size=p.batch_size,
         mlp_dim=mc.mlp_dim,
-        save_dir=run_dir,
+        save_dir=str(run.run_dir),
         meta=meta,
     )
