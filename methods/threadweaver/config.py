@@ -223,6 +223,16 @@ class ThreadWeaverRunConfig(MethodConfig):
                     "mask as a dense [B, 1, N, N] tensor, O(N^2) memory)"
                 )
 
+    def check_model(self, model: Any) -> None:
+        """Compose-time check of ``model`` against this run (for ``common.config.validate``).
+
+        Raises:
+            ValueError: the training stages cannot load ``model.attn_implementation`` with this
+                run's trie mask (see :meth:`attn_implementation`).
+        """
+        if self.stage in _TRAINING_STAGES:
+            self.attn_implementation(getattr(model, "attn_implementation", None))
+
     def attn_implementation(self, model_attn: str | None) -> str:
         """The attention implementation to load the model with for this run's trie mask.
 

@@ -511,6 +511,13 @@ def test_config_rejects_bad_values(tmp_path, monkeypatch):
         run_cfg.attn_implementation("sdpa")
     with pytest.raises(ValueError, match="flash_attention_2"):
         ThreadWeaverRunConfig(stage="sft").attn_implementation("flash_attention_2")
+    from common.config import ModelConfig
+
+    with pytest.raises(ValueError, match="flash_attention_2"):
+        ThreadWeaverRunConfig(stage="rl").check_model(
+            ModelConfig(name="x", attn_implementation="flash_attention_2")
+        )
+    ThreadWeaverRunConfig(stage="eval").check_model(ModelConfig(name="x", attn_implementation="x"))
 
 
 def test_flex_mask_on_cpu_is_rejected_at_validation_with_the_reason(monkeypatch):
