@@ -1,4 +1,4 @@
-"""Quantise a causal LM per block and attach per-block LoRA ranks (spec §3.6 steps 1-2, §6 backend).
+"""Quantise a causal LM per block and attach per-block LoRA ranks (official search/phase2_evolution.py steps 1-2, §6 backend).
 
 ``fake_quantize`` is the CPU stand-in for HQQ: asymmetric round-to-nearest, group-wise over the flattened
 weight, with a float scale and offset per group. ``build_quantized_lora_model`` quantises all seven
@@ -76,7 +76,7 @@ def dequantize(
 
 
 def fake_quantize(weight: torch.Tensor, bits: int, group_size: int = 128) -> torch.Tensor:
-    """Quantise-dequantise ``weight`` (any shape) with ``bits`` bits per weight, group-wise (spec §6).
+    """Quantise-dequantise ``weight`` (any shape) with ``bits`` bits per weight, group-wise (our toy design).
 
     Args:
         weight: the full-precision weight; ``numel`` must be divisible by ``group_size``.
@@ -166,7 +166,7 @@ def build_quantized_lora_model(
         group_size: quantisation group size (128 paper, 32 toy).
         lora_dropout: LoRA dropout (0.05 in the repo's SFT).
         copy_model: deep-copy ``model`` first (keep True when building many candidates from one base).
-        q8_as_fp16: the repo's behaviour of leaving 8-bit blocks unquantised (spec §9.2); default off.
+        q8_as_fp16: the repo's behaviour of leaving 8-bit blocks unquantised (our choice (docs deviations)); default off.
 
     Returns:
         A ``peft.PeftModel`` whose base weights are frozen and whose LoRA factors are trainable.

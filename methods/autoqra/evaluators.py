@@ -1,4 +1,4 @@
-"""Evaluator protocol for AutoQRA candidates (spec §4) and the test-only proxy (spec §3.6 "proxy mode").
+"""Evaluator protocol for AutoQRA candidates (our library design) and the test-only proxy (official search/phase2_evolution.py "proxy mode").
 
 An evaluator maps ``(cfg, fidelity)`` to an ``EvalResult``; the search calls it with ``"low"`` for every
 candidate, ``"high"`` for the promoted ones. ``ProxyEvaluator`` is the repo's analytic stand-in: it exercises
@@ -36,7 +36,7 @@ class Evaluator(Protocol):
 
 
 def check_result(res: EvalResult, cfg: QRConfig, fidelity: str) -> EvalResult:
-    """Raise if an evaluator returned a non-finite performance (spec §8)."""
+    """Raise if an evaluator returned a non-finite performance (our bad-input rules)."""
     if not np.isfinite(res.perf):
         raise ValueError(
             f"evaluator returned non-finite perf {res.perf} for {cfg.to_dict()} ({fidelity})"
@@ -45,7 +45,7 @@ def check_result(res: EvalResult, cfg: QRConfig, fidelity: str) -> EvalResult:
 
 
 class ProxyEvaluator:
-    """The repo's proxy (spec §3.6): ``P_low = mean_ℓ I(ℓ)(s_q+s_r)/2 [+ bits bump] [- 2((M-B)/B)²]``.
+    """The repo's proxy (official search/phase2_evolution.py): ``P_low = mean_ℓ I(ℓ)(s_q+s_r)/2 [+ bits bump] [- 2((M-B)/B)²]``.
 
     ``"high"``/``"full"`` add N(0, noise²) drawn from a generator seeded by the config key (deterministic).
     """

@@ -1,4 +1,4 @@
-"""Layer-wise importance priors (spec §3.3, Phase I) and the warm start they feed (Eq. 6).
+"""Layer-wise importance priors (official core/importance.py, Phase I) and the warm start they feed (Eq. 6).
 
 Two raw per-block signals, min-max normalised to [0, 1]: ``I_q`` (fidelity: how much the loss degrades when
 block ℓ alone is quantised to min(Q)) and ``I_r`` (plasticity: Fisher-style ``Σ ||∇_W L_task||_F²`` over the
@@ -35,7 +35,7 @@ def _minmax(x: np.ndarray, name: str) -> np.ndarray:
 
 
 class Importance:
-    """Normalised importance priors (spec §3.3).
+    """Normalised importance priors (official core/importance.py).
 
     Args:
         raw_q: raw quantisation sensitivity per block, shape [L].

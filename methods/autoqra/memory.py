@@ -1,4 +1,4 @@
-"""Analytic memory model of AutoQRA (spec §3.2, Eqs. 1-3).
+"""Analytic memory model of AutoQRA (official core/memory.py, Eqs. 1-3, Eqs. 1-3).
 
 ``M(C) = Σ_ℓ [ |W_ℓ|·q_ℓ/8 + a_ℓ·r_ℓ·p_r/8 + groups_ℓ·2·p_meta/8 ]`` bytes, where ``|W_ℓ|`` is the number of
 weights in the seven projections of block ℓ, ``a_ℓ = Σ_modules (d_in + d_out)`` is the LoRA parameter count
@@ -141,13 +141,13 @@ class MemoryModel:
         return float(sum(self.layer_bytes(i, q, r) for i, (q, r) in enumerate(zip(cfg.q, cfg.r))))
 
     def budget_from_reference(self, bits: int = 4, rank: int = 8, slack: float = 0.0) -> float:
-        """``M(uniform bits, uniform rank)·(1+slack)``: "memory comparable to uniform 4-bit" (spec §9.3)."""
+        """``M(uniform bits, uniform rank)·(1+slack)``: "memory comparable to uniform 4-bit" (our choice (docs deviations))."""
         if slack < 0:
             raise ValueError(f"slack must be >= 0, got {slack}")
         return self.total_bytes(QRConfig.uniform(self.num_layers, bits, rank)) * (1.0 + slack)
 
     def check_budget(self, budget: float, minimum: QRConfig) -> None:
-        """Raise unless ``0 < budget`` and ``M(minimum) <= budget`` (spec §8)."""
+        """Raise unless ``0 < budget`` and ``M(minimum) <= budget`` (our bad-input rules)."""
         if not np.isfinite(budget) or budget <= 0:
             raise ValueError(f"budget must be a positive number of bytes, got {budget}")
         m_min = self.total_bytes(minimum)

@@ -54,7 +54,7 @@ def repair_to_budget(
     """Eqs. 4-5: while ``M(C) > B``, apply the one-step downgrade minimising ``(I_t(ℓ)+ε)/ΔM_t(ℓ)``.
 
     Never raises any variable; a feasible input is returned unchanged. Layers in ``protect`` keep their
-    bits (used after the low-bit cap, spec §9.14). Raises ``BudgetInfeasibleError`` when no downgrade is
+    bits (used after the low-bit cap, our choice (docs deviations)). Raises ``BudgetInfeasibleError`` when no downgrade is
     left and the configuration is still over budget (the repo silently returns it).
     """
     space.validate(cfg)

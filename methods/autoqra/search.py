@@ -1,4 +1,4 @@
-"""AutoQRA search: Stage 1 multi-fidelity evolution (spec §3.6) and Stage 2 trust-region BO (spec §3.7).
+"""AutoQRA search: Stage 1 multi-fidelity evolution (official search/phase2_evolution.py) and Stage 2 trust-region BO (official search/phase3_bo.py).
 
 Stage 1 warm-starts a population from the importance priors, makes offspring with the paper's operators
 (uniform crossover, importance-guided and coupled mutation) and the repo's atomic neighbours, repairs every
@@ -125,7 +125,7 @@ class ParetoResult:
 
 # ----------------------------------------------------------------------------- NSGA-II pieces
 def constrained_fronts(F: np.ndarray, violation: np.ndarray) -> list[np.ndarray]:
-    """Deb's constrained non-dominated sorting (spec §9.7): feasible points by Pareto rank first, then
+    """Deb's constrained non-dominated sorting (our choice (docs deviations)): feasible points by Pareto rank first, then
     infeasible points ordered by violation (lower violation dominates). ``F`` is [n, m], minimised."""
     from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
@@ -175,7 +175,7 @@ def hypervolume_2d(F: np.ndarray, ref: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- Stage 1
 class MultiFidelityEvolution:
-    """Stage 1 (spec §3.6) with checkpoint/resume.
+    """Stage 1 (official search/phase2_evolution.py) with checkpoint/resume.
 
     Args:
         space, memory, importance: the search space, Eq. 1 and the priors.
@@ -293,13 +293,13 @@ class MultiFidelityEvolution:
         return surrogate_features(rec.cfg, rec.plow, rec.mem, self.space, self.importance)
 
     def _fix(self, c: QRConfig) -> QRConfig:
-        """Repair, cap the low-bit layers, repair again protecting them (spec §9.14)."""
+        """Repair, cap the low-bit layers, repair again protecting them (our choice (docs deviations))."""
         c = repair_to_budget(c, self.space, self.memory, self.importance, self.budget)
         c, promoted = cap_lowbit(c, self.space, self.importance, self.cfg.max_lowbit_fraction)
         return repair_to_budget(c, self.space, self.memory, self.importance, self.budget, promoted)
 
     def _perf(self, rec: Record) -> float:
-        # spec §9.5: rank LF-only records by the surrogate's predicted P_high
+        # our choice (docs deviations): rank LF-only records by the surrogate's predicted P_high
         return rec.phigh if rec.phigh is not None else self.surrogate.predict(self._features(rec))
 
     def _add_low(self, c: QRConfig, gen: int, origin: str) -> Record | None:
@@ -372,7 +372,9 @@ class MultiFidelityEvolution:
         self.population = [keys[i] for i in idx]
         front = [recs[i] for i in constrained_fronts(F, viol)[0] if viol[i] <= 0]
         Ff = np.asarray([[-self._perf(r), r.mem] for r in front]) if front else np.zeros((0, 2))
-        if self.hv_ref is None and len(Ff):  # fixed from the initial population (spec §9.6)
+        if self.hv_ref is None and len(
+            Ff
+        ):  # fixed from the initial population (our choice (docs deviations))
             worst = F[:, 0].max()
             self.hv_ref = np.asarray(
                 [0.9 * worst if worst < 0 else 1.1 * worst + 1e-12, 1.1 * F[:, 1].max()]
@@ -486,10 +488,10 @@ def trust_region_bo(
     eps_ei: float = 1e-4,
     seed: int = 0,
 ) -> Selection:
-    """Stage 2 (spec §3.7): GP (Matérn-5/2) + EI over repaired atomic neighbourhoods of the Pareto set.
+    """Stage 2 (official search/phase3_bo.py): GP (Matérn-5/2) + EI over repaired atomic neighbourhoods of the Pareto set.
 
     Utility (Eq. 8) ``f = αP̃ - (1-α)M̃`` with P̃, M̃ min-max normalised over the Pareto set. Proposals are
-    evaluated at high fidelity with the real evaluator (spec §9.8). With fewer than 3 Pareto points the
+    evaluated at high fidelity with the real evaluator (our choice (docs deviations)). With fewer than 3 Pareto points the
     BO is skipped (warning) and the best-utility Pareto point is returned.
     """
     from sklearn.gaussian_process import GaussianProcessRegressor

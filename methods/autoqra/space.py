@@ -1,4 +1,4 @@
-"""Search space of AutoQRA (spec §3.1): per-layer bit-width q_ℓ ∈ Q and LoRA rank r_ℓ ∈ R.
+"""Search space of AutoQRA (official core/config.py): per-layer bit-width q_ℓ ∈ Q and LoRA rank r_ℓ ∈ R.
 
 A configuration ``C = (q, r)`` assigns one bit-width and one rank to every transformer block (all seven
 projections of a block share them). ``SearchSpace`` holds the two ladders, validates configurations and
@@ -70,7 +70,7 @@ def _check_ladder(name: str, values: Sequence[int]) -> tuple[int, ...]:
 
 
 class SearchSpace:
-    """Bit ladder ``Q`` × rank ladder ``R`` over ``num_layers`` blocks (spec §3.1).
+    """Bit ladder ``Q`` × rank ladder ``R`` over ``num_layers`` blocks (official core/config.py).
 
     Args:
         Q: allowed bit-widths (e.g. ``(2, 3, 4, 8)``), distinct and > 0.
@@ -85,7 +85,7 @@ class SearchSpace:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.num_layers = int(num_layers)
 
-    # ordinal scores (spec §3.1)
+    # ordinal scores (official core/config.py)
     def s_q(self, q: int | np.ndarray) -> np.ndarray:
         lo, hi = self.Q[0], self.Q[-1]
         return (np.asarray(q, dtype=float) - lo) / max(hi - lo, 1e-12)

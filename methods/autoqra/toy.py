@@ -1,4 +1,4 @@
-"""CPU toy "AutoQRA-tiny" (spec §6): a tiny Llama pretrained on a sparse 2nd-order Markov source, a shifted
+"""CPU toy "AutoQRA-tiny" (our toy design): a tiny Llama pretrained on a sparse 2nd-order Markov source, a shifted
 downstream source, function-preserving outlier channels, and a fake-quantisation + PEFT-LoRA evaluator.
 
 The evaluator quantises every block to its q_ℓ (group-wise RTN), attaches LoRA with rank r_ℓ, fine-tunes the
@@ -67,7 +67,7 @@ class MarkovSource:
 def tiny_llama(
     num_layers: int = 6, hidden: int = 64, inter: int = 176, vocab: int = 128, seed: int = 0
 ):
-    """Random-init ``LlamaForCausalLM`` of the spec §6 shape."""
+    """Random-init ``LlamaForCausalLM`` of the our toy design shape."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
@@ -119,7 +119,7 @@ def inject_outliers(
     seed: int = 0,
     mode: str = "mlp",
 ):
-    """Function-preserving outlier weights (spec §6); the model's outputs are unchanged.
+    """Function-preserving outlier weights (our toy design); the model's outputs are unchanged.
 
     ``mode="mlp"``: ``up_proj`` rows ×factor with the matching ``down_proj`` columns ÷factor.
     ``mode="input"``: ``channels`` hidden channels of the RMSNorm gains ÷factor and the matching input

@@ -1,4 +1,4 @@
-"""Program assembly ``M = M_simp ⊕ M_sem`` (spec §3.1 E5) and sandboxed execution.
+"""Program assembly ``M = M_simp ⊕ M_sem`` (official model2data.py / run.py E5) and sandboxed execution.
 
 ``assemble_program`` writes the deterministic part (imports, model, data binding, variable
 declarations) around the LLM-generated fragments. Fragments use a gurobipy-style surface
@@ -108,7 +108,7 @@ print("%s " + json.dumps({"status": _status, "objective": _obj}))
 
 
 def assemble_program(state: ProblemState, backend: str = "highspy") -> str:
-    """Assemble a runnable solver program from a state (spec §3.1 E5).
+    """Assemble a runnable solver program from a state (official model2data.py / run.py E5).
 
     ``M_simp``: imports, the model object, parameter values bound to their symbols (as Python
     lists, so ``P[i][j]``), variables declared from V (dicts keyed by index tuples, so ``x[i, j]``;

@@ -1,4 +1,4 @@
-"""Forward generation G and backward reconstruction R (spec §3.1), plus a static pre-check.
+"""Forward generation G and backward reconstruction R (official model2data.py / run.py), plus a static pre-check.
 
 ``generate_fragment`` asks the LLM for the code of one anchor (``c_i = G(D, P, V, a_i)``; with a
 ``negative_ref`` it is the regeneration ``G'``); ``reconstruct`` asks it to describe a fragment
@@ -21,7 +21,7 @@ _DECLARE = {"addVar", "addVars", "addVariable", "addVariables", "Model", "Highs"
 
 
 def static_check(code: str, kind: str = "constraint") -> str | None:
-    """Reasons a fragment is rejected before any LLM check (spec §8), or ``None`` if fine.
+    """Reasons a fragment is rejected before any LLM check (our bad-input rules), or ``None`` if fine.
 
     Rejects: empty code, a syntax error, a variable/model declaration inside a fragment, a chained
     comparison (``a <= x <= b``), imports, and a constraint fragment without ``addConstr`` (or an
@@ -65,10 +65,10 @@ def generate_fragment(
 def reconstruct(
     llm: ChatLLM, state: ProblemState, anchor: Anchor, reference: str | None = None
 ) -> str:
-    """``â = R(D, P, V, c)``: back-translate ``anchor.code`` into a sentence (spec §3.1).
+    """``â = R(D, P, V, c)``: back-translate ``anchor.code`` into a sentence (official model2data.py / run.py).
 
     ``reference`` is the structural example shown to the model; default the anchor's own text
-    (spec §9.2; the repo passes the whole constraint list).
+    (our choice (docs deviations); the repo passes the whole constraint list).
     """
     msg = prompts.reconstruct_prompt(state, anchor.kind, anchor.code, reference or anchor.text)
     return parse_delimited_block(llm.chat(prompts.messages(msg))) or ""

@@ -1,4 +1,4 @@
-"""Converters for the seven cleaned optimisation-modelling benchmarks (spec §3.4, §5).
+"""Converters for the seven cleaned optimisation-modelling benchmarks (official data layout, §5).
 
 The paper evaluates on the *cleaned* benchmarks released with the survey of Xiao et al. 2025
 (github.com/LLM4OR/LLM4OR, folder ``static/clean_benchmarks``). Each source keeps its own file
@@ -32,7 +32,7 @@ separately; the NL4Opt ``sample.json`` inputs are test-harness arguments, not pr
 are kept in ``meta`` and never shown to the model.
 
 Records whose answer is missing or not a finite number are excluded, with the reason returned, so
-the reported denominator is explicit (spec §8).
+the reported denominator is explicit (our bad-input rules).
 """
 
 from __future__ import annotations

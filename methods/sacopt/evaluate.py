@@ -1,4 +1,4 @@
-"""Answer checking, the end-to-end pipeline for one problem, and the benchmark runner (spec §3.2, §5)."""
+"""Answer checking, the end-to-end pipeline for one problem, and the benchmark runner (official run.py, §5)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ __all__ = [
 
 
 def is_correct(pred: Any, gt: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
-    """``|pred - gt| <= max(atol, rtol * |gt|)`` (spec §3.1; tolerance inferred).
+    """``|pred - gt| <= max(atol, rtol * |gt|)`` (official model2data.py / run.py; tolerance inferred).
 
     ``None``, NaN, inf or non-numeric values are never correct; ``gt == 0`` falls back to ``atol``.
     """
@@ -54,7 +54,7 @@ def is_correct(pred: Any, gt: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bo
 def solve_problem(
     llm: ChatLLM, description: str, cfg: SACOptConfig, input_data: dict | None = None
 ) -> dict[str, Any]:
-    """The full SAC-Opt pipeline on one description (spec §3.2); never raises on model output.
+    """The full SAC-Opt pipeline on one description (official run.py); never raises on model output.
 
     Returns a ``result.json`` record: ``status``, ``objective``, ``n_iters``, ``n_debug``,
     ``n_llm_calls``, ``runtime_s``, ``stage`` (where it stopped if it failed), ``state``.
@@ -148,7 +148,7 @@ def load_problems(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
     The official repo's processed layout; see :mod:`methods.sacopt.data` for the benchmarks'
     own formats. Problems without a numeric answer are excluded, with the reason returned
-    (spec §8).
+    (our bad-input rules).
 
     Returns:
         ``(problems, excluded_reasons)``; each problem is ``{id, dataset, description, answer,
@@ -177,7 +177,7 @@ def run_benchmark(
     out_dir: str | Path | None = None,
     sets: dict[str, tuple[str, int | None]] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Paper-scale evaluation: every dataset in ``cfg.datasets``, every seed (spec §5, §7).
+    """Paper-scale evaluation: every dataset in ``cfg.datasets``, every seed (the paper's setup, §7).
 
     Each seed is one full pass over every dataset with a fresh chat client whose request seed is
     ``cfg.llm_seed + seed`` (temperature ``cfg.temperature``); the paper reports the mean over 5

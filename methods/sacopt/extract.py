@@ -75,7 +75,7 @@ def _ask(llm: ChatLLM, prompt: str, parse, retries: int, what: str):
 def extract_parameters(
     llm: ChatLLM, description: str, input_data: dict | None = None, retries: int = 5
 ) -> tuple[list[Parameter], dict[str, Any]]:
-    """Parameters P and their values (spec §3.3 "Parameters"); values go to ``data``, not P.
+    """Parameters P and their values (official parameters.py / variables.py / constraint.py "Parameters"); values go to ``data``, not P.
 
     Returns:
         ``(parameters, data)``.
@@ -116,7 +116,7 @@ def extract_parameters(
 def extract_variables(
     llm: ChatLLM, description: str, parameters: list[Parameter], retries: int = 5
 ) -> list[Variable]:
-    """Decision variables V (spec §3.3 "Variables")."""
+    """Decision variables V (official parameters.py / variables.py / constraint.py "Variables")."""
     plist = {p.symbol: {"definition": p.definition, "shape": p.shape} for p in parameters}
     prompt = (
         f"Problem description:\n-----\n{description.strip()}\n-----\nParameters: {json.dumps(plist)}\n"
@@ -156,7 +156,7 @@ def extract_objective(llm: ChatLLM, state: ProblemState, retries: int = 3) -> An
 
 
 def extract_constraints(llm: ChatLLM, state: ProblemState, retries: int = 3) -> list[str]:
-    """Constraint anchors ``a_1..a_n`` as a Python list of sentences (spec §3.3 "Constraints")."""
+    """Constraint anchors ``a_1..a_n`` as a Python list of sentences (official parameters.py / variables.py / constraint.py "Constraints")."""
     prompt = (
         f"{_ctx(state)}\n\nList every constraint of this problem as one natural-language sentence "
         "each, as a Python list of strings. Include implicit non-negativity only where needed and "

@@ -1,4 +1,4 @@
-"""The semantic-anchor correction loop (spec §3.1 E1-E4, §3.2 lines 9-15)."""
+"""The semantic-anchor correction loop (official model2data.py / run.py E1-E4, §3.2 lines 9-15)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["LoopTrace", "SACOptLoop"]
 
 @dataclass
 class LoopTrace:
-    """Per-round record (spec §3.4 ``trace.jsonl``) and call counts.
+    """Per-round record (official data layout ``trace.jsonl``) and call counts.
 
     ``rounds[t]`` = ``{t, n_checked, n_failed, failed_ids, n_llm_calls, seconds}``; anchor ids
     are ``"c<i>"`` for constraints and ``"objective"``.
@@ -52,9 +52,9 @@ class SACOptLoop:
         verifier: δ (:class:`~methods.sacopt.verify.LLMJudgeVerifier` or
             :class:`~methods.sacopt.verify.EmbeddingVerifier`).
         t_max: Round cap ``T_max`` (>= 0; 0 = no correction, the ablation).
-        verify_objective: Treat the objective as an anchor too (spec §9.1; repo: False).
+        verify_objective: Treat the objective as an anchor too (our choice (docs deviations); repo: False).
         freeze_verified: Freeze anchors that passed (repo); False re-checks every anchor each
-            round (ablation, spec §9.3).
+            round (ablation, our choice (docs deviations)).
     """
 
     def __init__(

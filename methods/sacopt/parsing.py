@@ -1,8 +1,8 @@
-"""Parsers for LLM answers (spec §3.3): the final ``=====`` block, JSON, a list, a 1-5 score.
+"""Parsers for LLM answers (official parameters.py / variables.py / constraint.py): the final ``=====`` block, JSON, a list, a 1-5 score.
 
 Models are asked to reason first and end with a delimited block; these functions take the *last*
 such block, tolerate Markdown fences and trailing prose, and return ``None`` when nothing usable is
-there (callers count the failure and retry, spec §8).
+there (callers count the failure and retry, our bad-input rules).
 """
 
 from __future__ import annotations

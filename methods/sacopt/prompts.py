@@ -1,4 +1,4 @@
-"""Prompt builders (spec §3.3), written in our own words.
+"""Prompt builders (official parameters.py / variables.py / constraint.py), written in our own words.
 
 Every prompt frames the model as an optimisation-modelling expert, restates the description
 between ``-----`` rules, lists parameters and variables as JSON, asks for step-by-step reasoning
@@ -36,12 +36,12 @@ def _context(state: ProblemState) -> str:
 
 
 def messages(user: str) -> list[dict[str, str]]:
-    """System message first, then the user prompt (spec §9.8: conventional order)."""
+    """System message first, then the user prompt (our choice (docs deviations): conventional order)."""
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
 def fragment_prompt(state: ProblemState, kind: str, text: str, negative_ref: str | None) -> str:
-    """Forward generation G / G_obj / regeneration G' (spec §3.1)."""
+    """Forward generation G / G_obj / regeneration G' (official model2data.py / run.py)."""
     what = "objective" if kind == "objective" else "constraint"
     example = (
         "model.setObjective(quicksum(Profit[i] * x[i] for i in range(N)), GRB.MAXIMIZE)"
@@ -63,7 +63,7 @@ def fragment_prompt(state: ProblemState, kind: str, text: str, negative_ref: str
 
 
 def reconstruct_prompt(state: ProblemState, kind: str, code: str, reference: str) -> str:
-    """Backward reconstruction R (spec §3.1): describe the code in words, strictly from the code."""
+    """Backward reconstruction R (official model2data.py / run.py): describe the code in words, strictly from the code."""
     what = "objective" if kind == "objective" else "constraint"
     return (
         f"{_context(state)}\n\nHere is code that implements one {what} of this problem:\n"
@@ -75,7 +75,7 @@ def reconstruct_prompt(state: ProblemState, kind: str, code: str, reference: str
 
 
 def judge_prompt(kind: str, original: str, reconstructed: str) -> str:
-    """LLM judge δ_LLM (spec §3.1 E1)."""
+    """LLM judge δ_LLM (official model2data.py / run.py E1)."""
     what = "objective" if kind == "objective" else "constraint"
     return (
         f"Two descriptions of one {what} of an optimization model follow.\n"
@@ -86,7 +86,7 @@ def judge_prompt(kind: str, original: str, reconstructed: str) -> str:
 
 
 def debug_prompt(description: str, code: str, error: str) -> str:
-    """Solver-error debugging (spec §3.2 lines 17-20)."""
+    """Solver-error debugging (official run.py lines 17-20)."""
     return (
         "You are an operations-research consultant fixing a solver program.\n"
         f"Problem description:\n-----\n{description.strip()}\n-----\n\n"

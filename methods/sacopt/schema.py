@@ -1,4 +1,4 @@
-"""Structured problem state: parameters, variables and semantic anchors (spec §3.1, §3.4).
+"""Structured problem state: parameters, variables and semantic anchors (official model2data.py / run.py, §3.4).
 
 A :class:`ProblemState` is what SAC-Opt builds from a natural-language description: parameters
 P (symbol, definition, shape; values live separately in ``data``), decision variables V, and the
@@ -73,7 +73,7 @@ class Variable:
 
 @dataclass
 class Anchor:
-    """A semantic anchor (spec §3.1): one constraint or the objective, in words and in code.
+    """A semantic anchor (official model2data.py / run.py): one constraint or the objective, in words and in code.
 
     Attributes:
         kind: ``"constraint"`` or ``"objective"``.
@@ -102,7 +102,7 @@ class Anchor:
 
 @dataclass
 class ProblemState:
-    """Everything known about one problem (spec §3.4 ``state.json``)."""
+    """Everything known about one problem (official data layout ``state.json``)."""
 
     description: str
     parameters: list[Parameter] = field(default_factory=list)
@@ -138,7 +138,7 @@ def _is_numeric_array(value: Any) -> bool:
 
 
 def validate_state(state: ProblemState, data: dict[str, Any] | None = None) -> None:
-    """Check symbols and shapes against the data (the repo's ``sanity_check``, spec §8).
+    """Check symbols and shapes against the data (the repo's ``sanity_check``, our bad-input rules).
 
     Rules: symbols are CamelCase identifiers (at most one underscore) and unique; every parameter
     has a numeric value in ``data``; every dimension symbol in a shape is a scalar integer

@@ -1,4 +1,4 @@
-"""CPU toy (spec §6): synthetic production LPs, a simulated error-prone coder, template
+"""CPU toy (our toy design): synthetic production LPs, a simulated error-prone coder, template
 back-translation, and verifier stand-ins.
 
 No real LLM is available offline, so the toy tests the *correction logic* and the verifiers'

@@ -1,4 +1,4 @@
-"""Verification functions δ(a, â) ∈ {0, 1} (spec §3.1 E1).
+"""Verification functions δ(a, â) ∈ {0, 1} (official model2data.py / run.py E1).
 
 * :class:`LLMJudgeVerifier` — δ_LLM: an LLM answers YES/NO to "do these two descriptions agree?"
   (the paper's default, reported more accurate than similarity).

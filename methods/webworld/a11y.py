@@ -1,4 +1,4 @@
-"""A11y-tree parsing and multi-format conversion (paper App. G; spec §3.3 "Format conversion").
+"""A11y-tree parsing and multi-format conversion (paper App. G; paper §3.2-3.6 "Format conversion").
 
 Parse-then-generate: the indentation-based A11y text (one node per line, e.g.
 ``\\t[19] textbox 'Search', clickable, value=''``) becomes a nested :class:`A11yNode` tree, rebuilt

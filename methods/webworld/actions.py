@@ -91,7 +91,7 @@ class Action:
 
 
 def _normalise_bid(value: Any) -> str:
-    # bids appear as '59', 59 or [59] / ['59'] in model outputs (spec §3.9); all map to '59'.
+    # bids appear as '59', 59 or [59] / ['59'] in model outputs (paper Tables 12-13); all map to '59'.
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if isinstance(value, bool) or not isinstance(value, (str, int)):

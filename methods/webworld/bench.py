@@ -1,4 +1,4 @@
-"""WebWorld-Bench judge metrics (spec §3.5; paper §4, App. N.3) and the evaluation driver.
+"""WebWorld-Bench judge metrics (paper §4, App. N.3; paper §4, App. N.3) and the evaluation driver.
 
 * **Factuality** (pointwise): a judge LLM sees the history, the action, the prediction and the real
   next state and returns JSON ``{"reasoning", "action_effect_accuracy_score"}`` on the rubric
@@ -116,7 +116,7 @@ def parse_judge_json(text: str) -> Any:
             return json.loads(c)
         except (json.JSONDecodeError, ValueError):
             continue
-    try:  # optional dependency (spec §3.5 uses it); not required
+    try:  # optional dependency (paper §4, App. N.3 uses it); not required
         import json_repair  # type: ignore[import-not-found]
 
         out = json_repair.loads(text)

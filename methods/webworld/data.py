@@ -1,4 +1,4 @@
-"""Trajectory containers and the trajectory-level filters of spec §3.3 (paper §3.3, App. H)."""
+"""Trajectory containers and the trajectory-level filters of paper §3.2-3.6 (paper §3.3, App. H)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def drop_noop_transitions(
 
 
 def to_chat(traj: Trajectory, **templates: str) -> dict:
-    """Renders a trajectory as one training chat ``{"messages": [...]}`` (spec §3.2).
+    """Renders a trajectory as one training chat ``{"messages": [...]}`` (paper App. N.1).
 
     Every state after ``s_0`` becomes an assistant turn. ``templates`` go to
     :func:`methods.webworld.prompts.build_messages` (``system``, ``first_turn``, ``continue_turn``).

@@ -4,7 +4,7 @@ A tiny causal LM (``common.tiny`` Llama, 2 layers, hidden 64, random init; a Wor
 the site grammar) is warmed up on a random-word lookup task (``common.tiny.induction_warmup``), then
 trained with TRL ``SFTTrainer`` (Stage-1 recipe: loss on every assistant turn) as
 a world model of generated A11y websites (:mod:`methods.webworld.toy_sites`), in the chat format of
-spec §3.2. On held-out sites:
+paper App. N.1. On held-out sites:
 
 1. **data scale**: models trained on a small vs a large crawl set (equal epochs); metric
    ``effect_acc`` = share of transitions whose predicted state shows the main effect of the action
@@ -93,7 +93,7 @@ def evaluate_effects(gen, trajs: list[Trajectory], history: str, tc: WebWorldRun
     """Predicts every transition of ``trajs`` (true history in the context) and scores it.
 
     Transitions that change the title (click, Search, ``go_back``) are scored on the title alone, so
-    their prediction stops after the first line (``tc.title_tokens`` new tokens, spec §6); fill and
+    their prediction stops after the first line (``tc.title_tokens`` new tokens, our toy design); fill and
     checkbox transitions get a full page (``tc.max_new_tokens``), which ``line_f1`` also scores.
     """
     items = []

@@ -1,4 +1,4 @@
-"""Chat format of the world model (spec §3.2): system prompt, first turn, continuation turns.
+"""Chat format of the world model (paper App. N.1): system prompt, first turn, continuation turns.
 
 The default wording is our own (mirrored in ``configs/method/webworld.yaml``); the released
 checkpoints were trained with the model card's exact system string, which callers pass in.

@@ -1,4 +1,4 @@
-"""Inference-time lookahead through the world model (spec §3.7; paper §5.2, Table 6).
+"""Inference-time lookahead through the world model (paper §5.2; paper §5.2, Table 6).
 
 Best-of-k: sample ``k`` candidate actions from the agent, predict the next state of each with the
 simulator (without committing), score every predicted state with a value function and execute the
@@ -68,7 +68,7 @@ def lookahead_search(
         try:
             v = float(value_fn(preds[c][0]))
             v = v if v == v else 0.0
-        except Exception as e:  # noqa: BLE001 - a failing value model scores 0 (spec §8)
+        except Exception as e:  # noqa: BLE001 - a failing value model scores 0 (our bad-input rules)
             logger.debug("value_fn failed on %r: %s", c, e)
             v = 0.0
         values.append(v)

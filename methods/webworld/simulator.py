@@ -1,6 +1,6 @@
-"""The learned browser simulator: a gymnasium-like wrapper around a world-model LLM (spec §3.10).
+"""The learned browser simulator: a gymnasium-like wrapper around a world-model LLM (upstream demo/).
 
-The context is the multi-turn chat of spec §3.2: ``system, user(s0, a0), assistant(s1), user(a1), ...``.
+The context is the multi-turn chat of paper App. N.1: ``system, user(s0, a0), assistant(s1), user(a1), ...``.
 Each :meth:`WebWorldSimulator.step` appends the action, asks the model for the next page state
 ``s_{t+1} ~ P(. | I, h_t)`` (Eq. 1) and appends it. A sliding window keeps at most ``2 * window``
 non-system messages by re-basing the first turn on the first predicted state and the action that

@@ -1,4 +1,4 @@
-"""Agent-trajectory synthesis inside the world model and the agent-SFT data (spec §3.6, §9.1).
+"""Agent-trajectory synthesis inside the world model and the agent-SFT data (paper §5.1, §9.1).
 
 The paper rolls an agent out inside WebWorld for a goal, keeps only rollouts that a value model
 judges successful, re-labels the goal from what was actually done (Abstract-and-Instantiate), and
@@ -75,7 +75,7 @@ def synthesize(
         simulator: a :class:`~methods.webworld.simulator.WebWorldSimulator` (``reset``/``step``).
         tasks: ``(goal, s0)`` pairs (seed tasks).
         success_fn: ``(goal, final_state) -> bool`` (the value model as a success filter).
-        max_steps: step cap (spec §9.1: 15).
+        max_steps: step cap (our choice (docs deviations): 15).
         goal_llm: if given, the kept goal is re-instantiated from the rollout
             (:func:`instantiate_goal`); a ``NONE`` answer drops the rollout.
 

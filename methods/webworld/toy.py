@@ -1,4 +1,4 @@
-"""Generated A11y pages and crawl trajectories for the CPU toy and tests (spec §6, data layer only).
+"""Generated A11y pages and crawl trajectories for the CPU toy and tests (our toy design, data layer only).
 
 The generator produces small sites of tab-indented A11y pages with bids, and random "Level-1" crawls
 over them. Some actions (clicking static text, ``noop``, scrolling a short page) leave the page

@@ -1,4 +1,4 @@
-"""Synthetic A11y websites with a deterministic browser, for the spec §6 "MiniWorld" toy and tests.
+"""Synthetic A11y websites with a deterministic browser, for the our toy design "MiniWorld" toy and tests.
 
 Each :class:`ToySite` has a few pages. A page shows its title as the ``RootWebArea`` name, links to
 other pages (a link's name is the target page's title), a site-specific text, a search textbox with

@@ -1,4 +1,4 @@
-"""World-model SFT recipe (spec §3.4, paper §3.5, Table 9) as thin wrappers over TRL's ``SFTTrainer``.
+"""World-model SFT recipe (paper §3.5, paper §3.5, Table 9) as thin wrappers over TRL's ``SFTTrainer``.
 
 * Stage 1 (transition modelling): every assistant turn of the multi-turn chat is supervised
   (``assistant_only_loss=True``; "history masking off"), lr 2e-5, 1 epoch, packing, 20K context.
@@ -108,7 +108,7 @@ def stage2_config(model_size: str = "8B", output_dir: str = "outputs/webworld/st
 
 
 def chat_dataset(trajs: Iterable[Trajectory], **templates: str) -> Dataset:
-    """Stage-1 training set: one ``{"messages"}`` chat per trajectory (spec §3.2)."""
+    """Stage-1 training set: one ``{"messages"}`` chat per trajectory (paper App. N.1)."""
     rows = [to_chat(t, **templates) for t in trajs]
     if not rows:
         raise ValueError("trajs must contain at least one trajectory")
@@ -141,12 +141,12 @@ _WORD_SPLIT = r" ?[A-Za-z]+| ?\d+| ?[^\sA-Za-z\d]|\n\t*|\t| +"
 def site_tokenizer(
     corpus: Iterable[str], vocab_size: int = 2000, kind: str = "bpe"
 ) -> PreTrainedTokenizerFast:
-    """A small tokenizer fitted to a synthetic-site corpus (toy only; spec §6).
+    """A small tokenizer fitted to a synthetic-site corpus (toy only; our toy design).
 
     Args:
         corpus: texts of the synthetic grammar (chats, word lists).
         vocab_size: upper bound on the vocabulary (special tokens included).
-        kind: ``"word"`` (spec §6: a WordLevel vocabulary of every pre-token in ``corpus``, so that
+        kind: ``"word"`` (our toy design: a WordLevel vocabulary of every pre-token in ``corpus``, so that
             a title or a bid is one token and copying it is a single-token lookup) or ``"bpe"``
             (numbers and quoted names are separate pre-tokens, the layout between them merges).
 

@@ -1,4 +1,4 @@
-"""Tests for SAC-Opt (spec §6 CI list, issue 18 Must show 1-2)."""
+"""Tests for SAC-Opt (our toy design CI list, issue 18 Must show 1-2)."""
 
 from __future__ import annotations
 
@@ -168,7 +168,9 @@ def test_without_objective_verification_the_wrong_sense_survives():
     loop = SACOptLoop(LLMCoder(llm), LLMJudgeVerifier(llm), t_max=5, verify_objective=False)
     state, trace = loop.run(_blank_farmer())
     assert trace.rounds[0]["failed_ids"] == ["c0", "c4"]
-    assert state.objective.code == FARMER_OBJ[2]  # the repo's behaviour (spec §9.1)
+    assert (
+        state.objective.code == FARMER_OBJ[2]
+    )  # the repo's behaviour (our choice (docs deviations))
 
 
 def test_farmer_example_solves_to_30400_and_a_flipped_sense_changes_it():
@@ -497,7 +499,7 @@ def test_offline_minilm_reproduces_reference_similarities():
     }
     sims = v.similarity([a for a, _ in pairs], [b for _, b in pairs])
     np.testing.assert_allclose(sims, list(pairs.values()), atol=1e-3)
-    # The toy's sense flip is invisible to it at tau = 0.75 (spec §6).
+    # The toy's sense flip is invisible to it at tau = 0.75 (our toy design).
     prob = make_toy_problem(0)
     a = prob.state.constraints[0]
     flipped = inject_error(a.meta["truth"], "sense_flip", None, prob)

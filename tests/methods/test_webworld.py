@@ -29,7 +29,7 @@ from methods.webworld import (
 )
 from methods.webworld.toy import random_crawl, random_tree
 
-# One example call per primitive (spec §3.9).
+# One example call per primitive (paper Tables 12-13).
 EXAMPLES = {
     "click": "click('59')",
     "fill": "fill('12', 'red shoes', press_enter=True)",
@@ -374,7 +374,7 @@ def test_to_chat_and_convert_sample_only_touch_the_initial_tree():
 
 
 # ---------------------------------------------------------------------------------------------
-# Simulator, judge metrics, lookahead, synthesis, training recipe, toy sites (spec §3.5-§3.10, §6)
+# Simulator, judge metrics, lookahead, synthesis, training recipe, toy sites (paper §4, App. N.3-§3.10, §6)
 # ---------------------------------------------------------------------------------------------
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
