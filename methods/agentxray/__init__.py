@@ -30,7 +30,7 @@ from .primitives import (
 )
 from .similarity import Similarity, codes_to_content, parse_project, sfe, tfidf_cosine
 
-RedBlackMCTS = AgentXRaySearch  # spec §4 name
+RedBlackMCTS = AgentXRaySearch  # our API name
 
 __all__ = [
     "HUB_ID",

@@ -40,7 +40,7 @@ HIDDEN_CHAIN_LONG: tuple[str, ...] = (
 
 @dataclass
 class MCTSConfig:
-    """Search settings (defaults: official code, spec §3.9)."""
+    """Search settings (defaults: official code, official `search/tree.py`, `config/config.yaml`)."""
 
     iterations: int = 20  # repo CLI default
     max_children: int = 16  # M, repo configs
@@ -54,7 +54,7 @@ class MCTSConfig:
     early_stop: float = 0.8  # repo hard-coded
     min_workflow_len: int = 2  # repo
     pure_random: bool = False  # random tree policy ablation
-    potential_bonus: bool = False  # Deviation: repo's always-on enhanced UCB is off (spec §9.2)
+    potential_bonus: bool = False  # Deviation: repo's always-on enhanced UCB is off (our choice)
     full_profile_quota: bool = True  # repo: each expansion generates A − #agents profiles
     seed: int = 0
 
@@ -122,7 +122,7 @@ class AgentXRayRunConfig(MethodConfig):
     name: str = "agentxray"
     stage: str = "toy"
     search: MCTSConfig = field(default_factory=MCTSConfig)
-    similarity: str = "sfe"  # sfe | tfidf (text domains, spec §9.1)
+    similarity: str = "sfe"  # sfe | tfidf (text domains, our choice per domain)
     similarity_by_set: dict[str, str] = field(default_factory=dict)
     arms: list[str] = field(default_factory=lambda: list(ARMS))
     # toy

@@ -1,4 +1,4 @@
-"""AgentXRay dataset loading (spec §3.1, §8): ``<root>/<name>/{train,test}.json`` item lists.
+"""AgentXRay dataset loading (official `agents/base.py`, `search/tree.py`, bad-input rule): ``<root>/<name>/{train,test}.json`` item lists.
 
 The datasets live on the Hugging Face hub as ``shiowen/AgentXRay-Datasets`` (a dataset repo of
 plain JSON files under ``data/<name>/``; ``maps`` uses ``train_alpaca.json``/``test_alpaca.json``).

@@ -1,4 +1,4 @@
-"""Chain execution Φ(s, τ) of a linear workflow (spec §3.1) and the sandboxed tool primitives.
+"""Chain execution Φ(s, τ) of a linear workflow (official `agents/base.py`, `search/tree.py`) and the sandboxed tool primitives.
 
 ``c_0 = ""`` and ``c_l = exec(s_l, τ, c_{l−1})``. An agent step is one chat call whose prompt
 holds the role profile, the task and the previous content; a tool step is a deterministic
@@ -73,7 +73,7 @@ class WorkflowExecutor:
             self.meter.charge("tool", 0)  # tools make no LLM call
             try:
                 out = fn(content)
-            except Exception as exc:  # a tool crash is a FAILURE (spec §8)
+            except Exception as exc:  # a tool crash is a FAILURE (bad-input rule)
                 logger.debug("tool %s crashed: %s", p.name, exc)
                 out = None
         else:

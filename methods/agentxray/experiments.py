@@ -1,6 +1,6 @@
 """The stages of ``icml26 experiment=agentxray_toy`` and ``agentxray_paper``.
 
-Toy (spec §6, "XRayBench-lite"): a hidden length-5 chain of deterministic code-transforming agents
+Toy (our CPU toy, "XRayBench-lite"): a hidden length-5 chain of deterministic code-transforming agents
 is the black box (clean, and with 10% identifier noise on its outputs). Four arms at the same
 iteration budgets and seeds: ``red_black`` (AgentXRay), ``no_coloring`` (unpruned MCTS),
 ``pure_random`` (random tree policy) and ``direct_random`` (random chains of length 1–L_max with
@@ -295,7 +295,7 @@ def _set_pairs(
 
 
 def _run_paper(cfg: AgentXRayRunConfig, bench) -> tuple[dict[str, dict[str, float]], dict]:
-    """Spec §7: every set × arm × seed; rows ``<set>/<arm>`` (mean over seeds, CI)."""
+    """paper setting: every set × arm × seed; rows ``<set>/<arm>`` (mean over seeds, CI)."""
     unknown = [s for s in cfg.sets if s not in bench.sets]
     if unknown:
         raise ValueError(
@@ -306,7 +306,7 @@ def _run_paper(cfg: AgentXRayRunConfig, bench) -> tuple[dict[str, dict[str, floa
     if not arms:
         raise ValueError(f"stage=paper runs arms from {PAPER_ARMS}; got {cfg.arms}")
     if cfg.base_url is None and not os.environ.get(cfg.llm_api_key_env):
-        # fail before any download or search (spec §8); a local server needs no key
+        # fail before any download or search (bad-input rule); a local server needs no key
         raise ValueError(
             f"stage=paper against the hosted API needs {cfg.llm_api_key_env} set "
             "(or set method.base_url to a local OpenAI-compatible server)"

@@ -1,4 +1,4 @@
-"""Red-Black MCTS over linear workflows (spec §3.3–3.7, official code ``search/tree.py``).
+"""Red-Black MCTS over linear workflows (official `search/tree.py`, official code ``search/tree.py``).
 
 Tree statistics: visit count N(v), value sum W(v), mean Q̄(v) = W/N. Red-Black colouring, redone
 at the start of each iteration:
@@ -9,8 +9,8 @@ at the start of each iteration:
 
 A red node is pruned from expansion: it only descends by UCB,
 ``UCB(c) = Q̄(c) + C_p·sqrt(2·ln N(v) / N(c))`` (+∞ for an unvisited child). A black node with
-fewer than M children expands one new child (agent/tool quotas of §3.5). A new node runs one
-random rollout to depth L_max (§3.6); rewards are backed up along the path.
+fewer than M children expands one new child (agent/tool quotas of official `search/tree.py::best_child_for_train`). A new node runs one
+random rollout to depth L_max (official `search/tree.py`); rewards are backed up along the path.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ RED, BLACK = "red", "black"
 
 @dataclass
 class Node:
-    """A tree node: the primitive applied at depth d(v) after its ancestors' chain (§3.3)."""
+    """A tree node: the primitive applied at depth d(v) after its ancestors' chain (official `search/tree.py`)."""
 
     primitive: Primitive | None  # None at the root
     depth: int = 0
@@ -113,7 +113,7 @@ class SearchResult:
 
 
 class AgentXRaySearch:
-    """MCTS with Red-Black pruning over chains of primitives (spec §3.3–3.7).
+    """MCTS with Red-Black pruning over chains of primitives (official `search/tree.py`).
 
     Args:
         space: Primitive space Ω.
@@ -217,7 +217,7 @@ class AgentXRaySearch:
         return None
 
     def select_or_expand(self, v: Node, task: str) -> Node | None:
-        """Black and not full → expand a new child; otherwise descend by UCB (§3.5)."""
+        """Black and not full → expand a new child; otherwise descend by UCB (official `search/tree.py::best_child_for_train`)."""
         cfg = self.cfg
         if cfg.pure_random:
             if not v.children:
@@ -239,7 +239,7 @@ class AgentXRaySearch:
         return 0.0 if not out else float(self.sim(out, target))
 
     def rollout(self, c: Node, task: str, target: str) -> float:
-        """Random completion of the chain from ``c`` down to L_max (§3.6); nodes are not kept."""
+        """Random completion of the chain from ``c`` down to L_max (official `search/tree.py`); nodes are not kept."""
         cfg = self.cfg
         depth, content, agents, tools = c.depth, c.content, 0, 0
         terminal, last_tools = (
@@ -280,7 +280,7 @@ class AgentXRaySearch:
 
     # ------------------------------------------------------------------ main loop
     def iterate(self, task: str, target: str) -> float:
-        """One MCTS iteration (§3.4); returns the backed-up reward."""
+        """One MCTS iteration (official `search/tree.py`); returns the backed-up reward."""
         self.color_tree()
         v, reward = self.root, 0.0
         while not v.terminal:
@@ -346,7 +346,7 @@ class AgentXRaySearch:
         )
 
     def best_workflow(self) -> list[Primitive]:
-        """Greedy arg-max-Q̄ path over visited children, leading tools dropped, length ≥ 2 (§3.7)."""
+        """Greedy arg-max-Q̄ path over visited children, leading tools dropped, length ≥ 2 (official `search/tree.py`, `experiment.py`)."""
         path: list[Node] = []
         v = self.root
         while not v.terminal:

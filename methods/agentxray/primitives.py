@@ -1,9 +1,9 @@
-"""Primitive space Ω of AgentXRay (spec §3.2, official code ``agents/base.py``).
+"""Primitive space Ω of AgentXRay (official `search/node_search.py`, official code ``agents/base.py``).
 
 A primitive is either an agent ``⟨role, model, reasoning pattern, local tools⟩`` or a tool. Agent
 primitives are created lazily by a profile generator (an LLM in the paper, a sampler over a fixed
 pool in the toy), which sees the task and the sibling agents so that new profiles differ. Every
-generator call is charged to a ``CostMeter`` under ``generator`` (reported separately, spec §9.5).
+generator call is charged to a ``CostMeter`` under ``generator`` (reported separately, our choice).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ TOOL_POOL: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Primitive:
-    """One workflow step: an agent (LLM call) or a deterministic tool (spec §3.2)."""
+    """One workflow step: an agent (LLM call) or a deterministic tool (official `search/node_search.py`)."""
 
     kind: Literal["agent", "tool"]
     name: str
@@ -226,7 +226,7 @@ class ProfileGenerator(Protocol):
 
 @dataclass
 class StaticProfileGenerator:
-    """Generator stub: samples an unused agent from a fixed pool (toy and tests, spec §6).
+    """Generator stub: samples an unused agent from a fixed pool (toy and tests, our CPU toy).
 
     Each call is charged to ``meter`` under ``generator`` as the LLM call it stands for: with
     ``tokens_per_profile=None`` (default) the tokenizer count of the generator prompt that
@@ -273,7 +273,7 @@ def generator_prompt(
     model_menu: Sequence[str] = MODEL_MENU,
     reasoning_menu: Sequence[str] = REASONING_MENU,
 ) -> str:
-    """The profile generator's prompt (spec §3.2): task, sibling profiles, model/pattern menus."""
+    """The profile generator's prompt (official `search/node_search.py`): task, sibling profiles, model/pattern menus."""
     sib = "\n".join(f"- {s.name}: {s.role}. {s.profile}" for s in siblings) or "(none)"
     return (
         "Design one new software agent for the task below, different from the existing ones.\n"
@@ -343,7 +343,7 @@ def parse_profile(
 
 
 class LLMProfileGenerator:
-    """Profile generator backed by a ``common.llm.ChatLLM`` (spec §3.2; paper path).
+    """Profile generator backed by a ``common.llm.ChatLLM`` (official `search/node_search.py`; paper path).
 
     Args:
         llm: Chat client (``common.llm.OpenAIChat`` for hosted or vLLM-served models).
@@ -385,7 +385,7 @@ class LLMProfileGenerator:
 
 
 class PrimitiveSpace:
-    """The search space Ω: named tools plus agents created by a profile generator (spec §3.2).
+    """The search space Ω: named tools plus agents created by a profile generator (official `search/node_search.py`).
 
     Args:
         tool_names: Tool primitives available to the search (empty or ``agent_only`` → none).
@@ -421,7 +421,7 @@ class PrimitiveSpace:
         return Primitive("tool", name)
 
     def new_agents(self, task: str, siblings: Sequence[Primitive], k: int) -> list[Primitive]:
-        """Call the generator ``k`` times (spec §3.5 ``employee_search``), distinct names only."""
+        """Call the generator ``k`` times (official `search/tree.py::best_child_for_train` ``employee_search``), distinct names only."""
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         out: list[Primitive] = []

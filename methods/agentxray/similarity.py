@@ -1,10 +1,10 @@
-"""Output-only similarity proxies for AgentXRay (spec §3.8, official code ``evaluation.py``).
+"""Output-only similarity proxies for AgentXRay (official `evaluation.py`, official code ``evaluation.py``).
 
 ``sfe`` is Static Functional Equivalence: both outputs are parsed into projects
 ``{filename: code}`` and compared on three AST feature groups,
 ``SFE = 0.20·I + 0.50·L + 0.30·S`` (interface, logic, semantics). If either side yields no
 project, the score falls back to TF-IDF cosine on the raw strings (``tfidf_cosine``), which is
-also the similarity used for text-only domains (spec §9.1).
+also the similarity used for text-only domains (our choice per domain).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 _FENCE = re.compile(r"```[\w+.-]*[ \t]*\n(.*?)```", re.DOTALL)
 _HEADER = re.compile(r"^\s*(?:file\s*:\s*)?[`*#\s]*([\w./\\-]+\.[A-Za-z0-9]+)[`*:\s]*$", re.I)
 
-# Synonym heads used by ``_norm`` (spec §3.8: add/subtract/…/merge/filter/sort/update lists).
+# Synonym heads used by ``_norm`` (official `evaluation.py`: add/subtract/…/merge/filter/sort/update lists).
 _SYNONYMS: dict[str, tuple[str, ...]] = {
     "add": ("add", "sum", "plus", "append", "insert", "total"),
     "subtract": ("subtract", "minus", "diff", "difference"),
@@ -78,13 +78,13 @@ _CONTROL = (ast.For, ast.While, ast.If, ast.Try, ast.With)
 
 
 class Similarity(Protocol):
-    """Pluggable similarity ``Sim(pred, ref) -> [0, 1]`` (spec §4)."""
+    """Pluggable similarity ``Sim(pred, ref) -> [0, 1]`` (our API)."""
 
     def __call__(self, pred: str, ref: str) -> float: ...
 
 
 def parse_project(text: str) -> dict[str, str]:
-    """Parse an agent's output into a project ``{filename: code}`` (spec §3.8 "Parsing").
+    """Parse an agent's output into a project ``{filename: code}`` (official `evaluation.py` "Parsing").
 
     Text before the first header is ignored; each ``File: name`` header followed by one fenced
     block becomes a file; a fence with no header becomes ``main.py``; bare parseable code with no
@@ -307,7 +307,7 @@ def _recursive(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def sfe(pred: str, ref: str, *, return_report: bool = False) -> float | tuple[float, dict]:
-    """Static Functional Equivalence between two outputs (spec §3.8).
+    """Static Functional Equivalence between two outputs (official `evaluation.py`).
 
     ``SFE = 0.20·I + 0.50·L + 0.30·S`` with
     ``I = 0.5·F + 0.3·C + 0.2·Mo`` (functions, classes, modules),

@@ -1,4 +1,4 @@
-"""XRayBench-lite: the CPU toy of spec §6.
+"""XRayBench-lite: the CPU toy of our CPU toy.
 
 Twelve deterministic code-transforming "agents" and four tools act on a project
 ``{filename: code}`` rendered as ``File: x.py`` + fenced blocks. A hidden chain of five of them is
@@ -212,7 +212,7 @@ TOY_AGENTS: dict[str, Callable[[Project, str], Project]] = {
 }
 
 
-# Distractors (spec §6 "more primitives"): near-misses of the chain's agents — same intent,
+# Distractors (our CPU toy "more primitives"): near-misses of the chain's agents — same intent,
 # different code — so a chain must pick the right variant, not just the right kind of step.
 def _while_loop(tree: ast.Module, files: Project, task: str) -> None:
     for f in _all_fns(tree):
@@ -343,7 +343,7 @@ def _dependency_extractor(content: str) -> str | None:
 
 
 def toy_syntax_check(content: str) -> str | None:
-    """Toy tool (spec §6): FAILURE (``None``) when a ``.py`` file does not parse, else pass through.
+    """Toy tool (our CPU toy): FAILURE (``None``) when a ``.py`` file does not parse, else pass through.
 
     The paper path's ``executor.syntax_check`` instead appends a report and passes the content on.
     """

@@ -55,8 +55,8 @@ class MCCEConfig:
     alpha_bottom: float = 0.3
     bands: list[float] = field(default_factory=lambda: [0.7, 0.6, 0.5])
     s_max: float = 0.8
-    min_archive_for_training: int = 10  # spec §8
-    conversational: bool = True  # spec §9.4; False = repo_compat raw strings
+    min_archive_for_training: int = 10  # bad-input rule
+    conversational: bool = True  # our choice; False = repo_compat raw strings
     prompt_style: str = "chat"
     response_sep: str = "\n"
     hv_ref: float = 1.1
@@ -135,7 +135,7 @@ class MCCERunConfig(MethodConfig):
     dpo: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
     grpo: dict[str, Any] = field(default_factory=dict)
-    # toy: local model warm-up and sampling (spec §6)
+    # toy: local model warm-up and sampling (our CPU toy)
     warmup_steps: int = 80
     warmup_batch: int = 16
     warmup_lr: float = 3e-3

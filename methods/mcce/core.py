@@ -1,4 +1,4 @@
-"""Candidates and the evaluation archive (spec §3.1, official `algorithm/base.py`).
+"""Candidates and the evaluation archive (official `problem/molecules/evaluator.py`, official `algorithm/base.py`).
 
 The archive keeps every unique valid molecule ever evaluated, in insertion order. Proposals are
 canonicalised; invalid strings and repeats (against the whole history) are counted but never
@@ -71,7 +71,7 @@ class Candidate:
 
 @dataclass
 class Archive:
-    """All unique valid molecules evaluated so far (spec §3.1 "Budget").
+    """All unique valid molecules evaluated so far (official `problem/molecules/evaluator.py` "Budget").
 
     Counters are kept per origin: ``generated`` (every proposal string), ``invalid`` (failed
     canonicalisation), ``repeat`` (canonical duplicate of the history or of an earlier proposal in
@@ -160,7 +160,7 @@ class Archive:
         return sorted(pool, key=lambda c: (-c.total, c.index))[:k]
 
     def stats(self, origin: str | None = None) -> dict[str, float]:
-        """Validity = 1 − invalid/generated, uniqueness = 1 − repeats/generated (spec §3.2)."""
+        """Validity = 1 − invalid/generated, uniqueness = 1 − repeats/generated (official `algorithm/MOO.py::log_results`)."""
         if origin is None:
             g, inv, rep = (sum(c.values()) for c in (self.generated, self.invalid, self.repeat))
         else:

@@ -1,4 +1,4 @@
-"""Similarity-based DPO pair synthesis (spec §3.7, official `tools/makerldata_dpov3.py`).
+"""Similarity-based DPO pair synthesis (official `tools/makerldata_dpov3.py`, official `tools/makerldata_dpov3.py`).
 
 For each recent prompt, "chosen" = two archive molecules from the top α of the archive by F and
 "rejected" = two from the bottom α, both preferring molecules whose Tanimoto similarity to the
@@ -32,7 +32,7 @@ def _pick(
     k: int,
     rng: random.Random,
 ) -> tuple[list[Candidate], list[float]]:
-    """Pick k pool members similar to the parents (spec §3.7 Pick2, steps a–c)."""
+    """Pick k pool members similar to the parents (official `tools/makerldata_dpov3.py` Pick2, steps a–c)."""
     if not pool:
         return [], []
     sims = [max(sim_fn(p, c.value) for p in parents) if parents else 0.0 for c in pool]
@@ -72,19 +72,19 @@ def build_similarity_pairs(
     sep: str = "\n",
     full: bool = False,
 ) -> Any:
-    """Build the DPO preference set from trajectory records and the archive (spec §3.7).
+    """Build the DPO preference set from trajectory records and the archive (official `tools/makerldata_dpov3.py`).
 
     Args:
         records: trajectory records (both models' prompts), oldest first; the latest
             ``n_pairs_max`` are used, at most ⌊N/2⌋ of them.
         archive: the evaluation archive.
-        sim_fn: similarity in [0, 1] between two canonical SMILES (Tanimoto, spec §9.5).
+        sim_fn: similarity in [0, 1] between two canonical SMILES (Tanimoto, our choice).
         to_text: renders a canonical SMILES as it appears in responses (SELFIES for the toy).
         alpha_top / alpha_ext / alpha_bottom: High = top ⌊α_top N⌋, Ext = top ⌊α_ext N⌋ (fallback for
             chosen), Low = bottom ⌊α_bottom N⌋ of the archive by F.
         bands: lower similarity thresholds τ, tried in descending order with upper bound ``s_max``.
         k: molecules per response (n_off).
-        conversational: emit ``[{"role": ..., "content": ...}]`` messages (default; spec §9.4) or
+        conversational: emit ``[{"role": ..., "content": ...}]`` messages (default; our choice) or
             raw strings (``repo_compat``; the toy's tokenizer has no chat template).
         sep: separator between candidate tags in a response.
         full: keep diagnostic columns (SMILES, totals, similarities of chosen and rejected).

@@ -1,4 +1,4 @@
-"""The stages of ``icml26 experiment=mcce_toy`` (spec §6) and ``experiment=mcce_paper`` (spec §7).
+"""The stages of ``icml26 experiment=mcce_toy`` (our CPU toy) and ``experiment=mcce_paper`` (paper setting).
 
 Toy arms on the same seeds, initial population and warm-up model: the frozen SELFIES explorer alone
 (``explorer_only``), the warmed-up tiny GPT alone (``local_only``), the two alternating without
@@ -259,7 +259,7 @@ def _plot(
 
 
 def build_paper(rc: MCCERunConfig, model: Any, run_dir: str | Path = ".") -> MCCEOptimizer:
-    """The paper's setting (spec §7): GPT-4o + the model group's checkpoint, 5 objectives, TDC.
+    """The paper's setting (paper setting): GPT-4o + the model group's checkpoint, 5 objectives, TDC.
 
     The API model is an OpenAI-compatible ``common.llm.OpenAIChat`` (key read at request time);
     the local model (``model``, a ``common.config.ModelConfig``) is a :class:`TrainableChat`
@@ -303,7 +303,7 @@ def build_paper(rc: MCCERunConfig, model: Any, run_dir: str | Path = ".") -> MCC
         rc.search,
         init,
         checkpoint_dir=str(ckpt),
-        on_update=local.reload,  # spec §7: rebuild the vLLM engine from the weights after each round
+        on_update=local.reload,  # paper setting: rebuild the vLLM engine from the weights after each round
         trainer_args=trainer_args_for(rc, rc.search.mode, str(ckpt / "trainer")),
     )
 

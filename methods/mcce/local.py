@@ -1,4 +1,4 @@
-"""The trainable local model at paper scale (spec §3.4, §7): Qwen2.5-7B-Instruct behind a ``ChatLLM``.
+"""The trainable local model at paper scale (official `model/LLM.py`, paper setting): Qwen2.5-7B-Instruct behind a ``ChatLLM``.
 
 Generation goes through vLLM when ``use_vllm`` (the engine is rebuilt from the new weights after each
 DPO round, as the official code reloads its HF model) or through ``common.generation.HFGenerator``.

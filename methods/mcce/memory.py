@@ -1,4 +1,4 @@
-"""Trajectory memory shared by both models (spec §3.5 line 11, §4 `memory.py`).
+"""Trajectory memory shared by both models (official `algorithm/MOO.py::run` line 11, our API `memory.py`).
 
 Every LLM call leaves one record ``{prompt, response, parents, children, model, generation}``; the
 similarity-based DPO builder reads the latest records. JSON layout follows the official

@@ -1,4 +1,4 @@
-"""The paper's metrics (spec §3.2, official `algorithm/MOO.py::log_results`, `model/util.py`).
+"""The paper's metrics (official `algorithm/MOO.py::log_results`, official `algorithm/MOO.py::log_results`, `model/util.py`).
 
 Top-k fitness, PMO-style top-k AUC over the number of evaluations, hypervolume of the top-100 by
 scalar fitness on the minimisation vectors t(x) with reference point (1.1, …, 1.1), diversity
@@ -24,7 +24,7 @@ def _hv_points(points: np.ndarray, ref: np.ndarray) -> float:
 def hypervolume(
     cands: Sequence[Candidate] | np.ndarray, ref: float = 1.1, top: int | None = 100
 ) -> float:
-    """Hypervolume HV = Λ_m(∪_y [y, r]) of the top-``top`` candidates by F (spec §3.2).
+    """Hypervolume HV = Λ_m(∪_y [y, r]) of the top-``top`` candidates by F (official `algorithm/MOO.py::log_results`).
 
     Args:
         cands: candidates (their ``t`` vectors are used), or a ``[n, m]`` array of t vectors (then
@@ -68,7 +68,7 @@ def top_k_mean(cands: Sequence[Candidate], k: int) -> float:
 def top_k_auc(
     scores: Sequence[float], k: int, n_max: int, freq: int = 100, finished: bool = True
 ) -> float:
-    """PMO-style area under the top-k-mean curve over evaluations, divided by n_max (spec §3.2).
+    """PMO-style area under the top-k-mean curve over evaluations, divided by n_max (official `algorithm/MOO.py::log_results`).
 
     ȳ_k(n) is the mean of the k best among the first n scores, with ȳ_k(0) = 0. The curve is sampled
     every ``freq`` evaluations and integrated with trapezoids; a finished run shorter than n_max is
@@ -113,7 +113,7 @@ def diversity(smiles: Sequence[str]) -> float:
 
 
 def archive_metrics(archive: Archive, n_max: int, finished: bool = True) -> dict[str, float]:
-    """All the paper's metrics for one archive (spec §3.2)."""
+    """All the paper's metrics for one archive (official `algorithm/MOO.py::log_results`)."""
     items = archive.items
     top100 = archive.top_k(100)
     st = archive.stats()

@@ -1,4 +1,4 @@
-"""The MCCE co-evolution loop (spec §3.5, official `algorithm/MOO.py::run`).
+"""The MCCE co-evolution loop (official `algorithm/MOO.py::run`, official `algorithm/MOO.py::run`).
 
 Two chat models take turns, one generation each: a frozen explorer (GPT-4o in the paper) and a
 trainable local model (Qwen2.5-7B). Each generation makes ⌈pop/n_off⌉ calls with two random parents
@@ -61,7 +61,7 @@ class MCCEResult:
 
 
 class MCCEOptimizer:
-    """Multi-LLM collaborative co-evolution (spec §3.5).
+    """Multi-LLM collaborative co-evolution (official `algorithm/MOO.py::run`).
 
     Args:
         problem: the molecule problem.
@@ -259,7 +259,7 @@ class MCCEOptimizer:
         )[0]
 
     def generation(self) -> list[Candidate]:
-        """One generation (spec §3.5 lines 4–17); returns the new candidates."""
+        """One generation (official `algorithm/MOO.py::run` lines 4–17); returns the new candidates."""
         cfg, st = self.cfg, self.state
         who = self._which()
         st[f"rounds_{who}"] += 1
@@ -361,7 +361,7 @@ class MCCEOptimizer:
             self.on_update(self.local)
 
     def rl_reward(self, prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
-        """GRPO reward of the RL baseline (spec §9.9), in TRL's reward-function signature.
+        """GRPO reward of the RL baseline (our baseline; not in the official code), in TRL's reward-function signature.
 
         A completion's reward is the mean F of its valid candidates that are new to the archive,
         0 when all its valid candidates are repeats, and ``trainer_args.invalid_reward`` when none is
@@ -426,7 +426,7 @@ class MCCEOptimizer:
 
     # ------------------------------------------------------------------- run
     def run(self, max_generations: int | None = None) -> MCCEResult:
-        """Run until the budget of unique valid molecules is spent (spec §3.5 line 21)."""
+        """Run until the budget of unique valid molecules is spent (official `algorithm/MOO.py::run` line 21)."""
         if not self._load_checkpoint():
             self._initialise()
             self.save_checkpoint()

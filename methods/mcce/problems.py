@@ -1,4 +1,4 @@
-"""Molecular multi-objective problems for MCCE (spec §3.1).
+"""Molecular multi-objective problems for MCCE (official `problem/molecules/evaluator.py`).
 
 A problem turns candidate strings (SMILES, or SELFIES for the CPU toy) into canonical SMILES, raw objective
 values f_j(x), normalised values, and the minimisation-form vector t(x) with the scalar fitness
@@ -50,7 +50,7 @@ CELECOXIB = "Cc1ccc(-c2cc(C(F)(F)F)nn2-c2ccc(S(N)(=O)=O)cc2)cc1"
 
 @runtime_checkable
 class Problem(Protocol):
-    """What the optimiser needs from a problem (spec §4, `problems/base.py`)."""
+    """What the optimiser needs from a problem (our API, `problems/base.py`)."""
 
     goals: list[str]
     directions: list[Direction]
@@ -95,7 +95,7 @@ def _morgan_generator() -> Any:
 
 
 def tanimoto(a: str, b: str) -> float:
-    """Tanimoto similarity of Morgan r=2, 2048-bit fingerprints (spec §9.5: used everywhere)."""
+    """Tanimoto similarity of Morgan r=2, 2048-bit fingerprints (our choice: used everywhere)."""
     from rdkit import DataStructs
 
     return float(DataStructs.TanimotoSimilarity(_fingerprint(a), _fingerprint(b)))
@@ -166,7 +166,7 @@ def load_tdc_oracle(name: str, oracle_dir: str = "oracle") -> Callable[[str], fl
 
 @dataclass
 class MoleculeProblem:
-    """Multi-objective molecule problem (spec §3.1).
+    """Multi-objective molecule problem (official `problem/molecules/evaluator.py`).
 
     Args:
         goals: objective names, e.g. ``["sa", "drd2", "qed", "gsk3b", "jnk3"]``.
@@ -328,7 +328,7 @@ def paper_problem(
 
 
 def toy_problem(representation: Literal["smiles", "selfies"] = "selfies") -> MoleculeProblem:
-    """The CPU toy's 3 RDKit objectives: QED↑, SA↓, Tanimoto to celecoxib↑ (spec §6)."""
+    """The CPU toy's 3 RDKit objectives: QED↑, SA↓, Tanimoto to celecoxib↑ (our CPU toy)."""
     return MoleculeProblem(
         goals=["qed", "sa", "celecoxib_sim"],
         directions=["max", "min", "max"],

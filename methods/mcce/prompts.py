@@ -1,4 +1,4 @@
-"""Prompts and response parsing (spec §3.3, official `algorithm/PromptTemplate.py`).
+"""Prompts and response parsing (official `algorithm/PromptTemplate.py`, official `algorithm/PromptTemplate.py`).
 
 Two prompt styles share one builder: ``"chat"`` is the paper's single user turn (task, requirements,
 glossary, optional experience, parents with raw values and totals, operator instruction, format rule);
@@ -42,7 +42,7 @@ class ParseStats:
 
 
 def parse_candidates(text: str, stats: ParseStats | None = None) -> list[str]:
-    """Extract candidates from ``<candidate>…</candidate>`` tags, in order (spec §3.3).
+    """Extract candidates from ``<candidate>…</candidate>`` tags, in order (official `algorithm/PromptTemplate.py`).
 
     Matches use a non-greedy DOTALL regex, as the official code does; in addition, a match that
     contains another opening tag (nested/unclosed) or is empty is dropped and counted as malformed,
@@ -82,7 +82,7 @@ def parse_candidates(text: str, stats: ParseStats | None = None) -> list[str]:
 
 @dataclass
 class PromptBuilder:
-    """Builds operator and experience prompts for a problem (spec §3.3).
+    """Builds operator and experience prompts for a problem (official `algorithm/PromptTemplate.py`).
 
     Args:
         problem: the molecule problem (goals, directions, descriptions, representation).
@@ -117,7 +117,7 @@ class PromptBuilder:
         )
 
     def operator_prompt(self, op: str, parents: Sequence[Candidate], experience: str = "") -> str:
-        """The generation prompt for one LLM call (spec §3.3 blocks 1–6)."""
+        """The generation prompt for one LLM call (official `algorithm/PromptTemplate.py` blocks 1–6)."""
         if op not in OPERATORS:
             raise ValueError(f"op must be one of {OPERATORS}, got {op!r}")
         if self.style == "compact":
@@ -169,7 +169,7 @@ class PromptBuilder:
         n_show: int = 10,
         repo_compat: bool = False,
     ) -> str:
-        """Ask the model to merge good/poor examples and the old experience into a summary (spec §3.3).
+        """Ask the model to merge good/poor examples and the old experience into a summary (official `algorithm/PromptTemplate.py`).
 
         "Good" items are ``n_show`` random picks from ``good_from`` (the top-100 by F, or the NSGA-II
         best 100). "Poor" items come from the *worse* half of the archive sorted by F.
@@ -178,7 +178,7 @@ class PromptBuilder:
         good_pool = list(good_from) if good_from is not None else archive.top_k(100)
         asc = sorted(archive.items, key=lambda c: (c.total, c.index))  # worst first
         half = len(asc) // 2
-        # Deviation (spec §9.3): the official code samples "poor" items from asc[half:], the better half.
+        # Deviation (our choice): the official code samples "poor" items from asc[half:], the better half.
         poor_pool = asc[half:] if repo_compat else asc[: max(half, 1)]
         good = rng.sample(good_pool, min(n_show, len(good_pool)))
         poor = rng.sample(poor_pool, min(n_show, len(poor_pool)))
@@ -197,7 +197,7 @@ class PromptBuilder:
 def pick_parents(
     population: Sequence[Candidate], rng: random.Random, n: int = 2
 ) -> list[Candidate]:
-    """Uniform sample of n distinct population members (spec §3.5 line 7)."""
+    """Uniform sample of n distinct population members (official `algorithm/MOO.py::run` line 7)."""
     if len(population) < n:
         raise ValueError(f"population must hold at least {n} members, got {len(population)}")
     return rng.sample(list(population), n)

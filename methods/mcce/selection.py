@@ -36,7 +36,7 @@ def non_dominated_fronts(t: np.ndarray) -> list[np.ndarray]:
 
 
 def nsga2_so_select(cands: Sequence[Candidate], k: int) -> list[Candidate]:
-    """Select k survivors from the archive (spec §3.6).
+    """Select k survivors from the archive (official `model/util.py`).
 
     1. the ⌊k/2⌋ items with the highest F;
     2. then, front by front (non-dominated sort on t), items by descending F not yet chosen,

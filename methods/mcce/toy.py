@@ -1,4 +1,4 @@
-"""Offline stand-ins for the two LLMs of MCCE, used by the CPU toy (spec §6).
+"""Offline stand-ins for the two LLMs of MCCE, used by the CPU toy (our CPU toy).
 
 * The frozen explorer replaces GPT-4o: a STONED-style SELFIES editor (one-point splice crossover of
   the two parents, then 1–3 random token replacements/insertions/deletions). It is never trained.
@@ -89,7 +89,7 @@ def build_selfies_tokenizer(vocab: Sequence[str]) -> Any:
 def tiny_gpt(
     vocab_size: int, pad_id: int, eos_id: int, n_positions: int = 384, seed: int = 0
 ) -> Any:
-    """A 2-layer, 64-wide GPT-2 with random weights (spec §6)."""
+    """A 2-layer, 64-wide GPT-2 with random weights (our CPU toy)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
@@ -110,7 +110,7 @@ def tiny_gpt(
 
 
 class SelfiesExplorer:
-    """Frozen rule-based explorer: STONED-style edits on the parents' SELFIES (spec §6).
+    """Frozen rule-based explorer: STONED-style edits on the parents' SELFIES (our CPU toy).
 
     Call it with chat messages; it reads the parents from ``<p>…</p>`` and answers ``n_off`` tagged
     children. Deterministic given ``seed``.

@@ -1,4 +1,4 @@
-"""Training rounds of the trainable model (spec §3.8, official `training/train_dpo.py`).
+"""Training rounds of the trainable model (official `training/train_dpo.py`).
 
 MCCE's round is TRL's DPO with the sigmoid loss and conservative label smoothing ε:
 L = −(1−ε)·log σ(β h) − ε·log σ(−β h), h = [log πθ(y_w|x) − log π_ref(y_w|x)] − [log πθ(y_l|x) −
@@ -55,7 +55,7 @@ class MCCEDPOConfig(DPOConfig):
 
 @dataclass
 class MCCESFTConfig(SFTConfig):
-    """``trl.SFTConfig`` of the SFT co-evolution baseline (spec §9.9): the DPO round's optimiser
+    """``trl.SFTConfig`` of the SFT co-evolution baseline (our baseline; not in the official code): the DPO round's optimiser
     settings, trained on the chosen responses only (prompt masked). Added field: ``min_pairs``."""
 
     learning_rate: float = field(default=1e-6, metadata=_help("As the DPO round (official)."))
@@ -75,7 +75,7 @@ class MCCESFTConfig(SFTConfig):
 
 @dataclass
 class MCCEGRPOConfig(GRPOConfig):
-    """``trl.GRPOConfig`` of the RL co-evolution baseline (spec §9.9; not in the official code).
+    """``trl.GRPOConfig`` of the RL co-evolution baseline (our baseline; not in the official code).
 
     Each past prompt is sampled ``num_generations`` = 4 times at the local model's sampling
     settings (T = 0.7, top-p 0.95, 128 new tokens, official ``LLM.py``), rewarded by the mean F of
@@ -83,8 +83,12 @@ class MCCEGRPOConfig(GRPOConfig):
     Added fields: ``invalid_reward`` and ``min_pairs``.
     """
 
-    num_generations: int | None = field(default=4, metadata=_help("Samples per prompt (§9.9)."))
-    beta: float = field(default=0.04, metadata=_help("KL coefficient to the reference (§9.9)."))
+    num_generations: int | None = field(
+        default=4, metadata=_help("Samples per prompt (our RL baseline).")
+    )
+    beta: float = field(
+        default=0.04, metadata=_help("KL coefficient to the reference (our RL baseline).")
+    )
     max_completion_length: int | None = field(
         default=128, metadata=_help("Official local sampling: 128 new tokens.")
     )
@@ -98,7 +102,8 @@ class MCCEGRPOConfig(GRPOConfig):
     weight_decay: float = field(default=0.01, metadata=_help("As the DPO round."))
     adam_epsilon: float = field(default=1e-6, metadata=_help("As the DPO round."))
     invalid_reward: float = field(
-        default=-0.1, metadata=_help("Reward of a completion with no valid molecule (§9.9).")
+        default=-0.1,
+        metadata=_help("Reward of a completion with no valid molecule (our RL baseline)."),
     )
     min_pairs: int = field(default=2, metadata=_help("A round with fewer prompts is skipped."))
 
@@ -138,7 +143,7 @@ def round_args(cls: type, node: dict[str, Any] | None = None, out_dir: str | Non
 
 
 def _conservative_sigmoid(eps: float) -> dict[str, Any]:
-    """TRL loss settings whose weighted sum is the official code's cDPO loss (spec §3.8).
+    """TRL loss settings whose weighted sum is the official code's cDPO loss (official `training/train_dpo.py`).
 
     TRL 1.16's ``"sigmoid"`` loss ignores ``label_smoothing`` (older TRL, used by the official code,
     applied it). With S = −log σ(βh), the identity −log σ(−x) = −log σ(x) + x gives
@@ -177,7 +182,7 @@ def run_dpo_round(
     args: MCCEDPOConfig | None = None,
     save: bool = False,
 ) -> dict[str, float]:
-    """One MCCE preference round with ``trl.DPOTrainer`` (spec §3.5 line 19, §3.8).
+    """One MCCE preference round with ``trl.DPOTrainer`` (official `algorithm/MOO.py::run` line 19, official `training/train_dpo.py`).
 
     Args:
         policy: the trainable model, updated in place (continual across rounds).
@@ -228,7 +233,7 @@ def run_sft_round(
     dataset: Any,
     args: MCCESFTConfig | None = None,
 ) -> dict[str, float]:
-    """SFT baseline round: ``trl.SFTTrainer`` on (prompt, chosen) of the same pairs (spec §9.9)."""
+    """SFT baseline round: ``trl.SFTTrainer`` on (prompt, chosen) of the same pairs (our baseline; not in the official code)."""
     from trl import SFTTrainer
 
     args = args or round_args(MCCESFTConfig)
@@ -252,7 +257,7 @@ def run_rl_round(
     args: MCCEGRPOConfig | None = None,
     ref: Any = None,
 ) -> dict[str, float]:
-    """RL baseline round: ``trl.GRPOTrainer`` on past prompts with a fitness reward (spec §9.9).
+    """RL baseline round: ``trl.GRPOTrainer`` on past prompts with a fitness reward (our baseline; not in the official code).
 
     The paper's "co-evolution with RL" baseline trains the local model on scalar rewards instead of
     preference pairs. Here each past prompt of the trajectory memory is sampled
@@ -325,7 +330,7 @@ def run_rl_round(
 def dpo_loss_closed_form(
     pol_w: float, pol_l: float, ref_w: float, ref_l: float, beta: float, eps: float
 ) -> float:
-    """L = −(1−ε)·log σ(β h) − ε·log σ(−β h) for summed log-probs (spec §3.8); used by the tests."""
+    """L = −(1−ε)·log σ(β h) − ε·log σ(−β h) for summed log-probs (official `training/train_dpo.py`); used by the tests."""
     h = (pol_w - ref_w) - (pol_l - ref_l)
 
     def log_sigmoid(x: float) -> float:

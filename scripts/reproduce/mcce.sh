@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MCCE (arXiv 2510.06270) at paper scale (spec §7): GPT-4o (OpenAI-compatible) + Qwen2.5-7B-Instruct,
+# MCCE (arXiv 2510.06270) at paper scale (paper setting): GPT-4o (OpenAI-compatible) + Qwen2.5-7B-Instruct,
 # 5 objectives (SA, DRD2, QED, GSK3B, JNK3), budget 5000 unique molecules, population 50, 10 seeds.
 #
 # Needs: OPENAI_API_KEY (or an OpenAI-compatible endpoint in API_BASE_URL), GPUs for the local model

@@ -1,4 +1,4 @@
-"""Tests for methods.agentxray (spec §6 CI list, §8 bad input)."""
+"""Tests for methods.agentxray (our CPU toy CI list, bad-input rule bad input)."""
 
 from __future__ import annotations
 
@@ -520,7 +520,7 @@ def test_paper_path_needs_key_before_search(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_toy_claim_red_black_extracts_longer_workflows():
-    """Spec §6 claim check: at N = 20 Red-Black extracts longer chains than unpruned MCTS."""
+    """our CPU toy claim check: at N = 20 Red-Black extracts longer chains than unpruned MCTS."""
     hidden = [Primitive("agent", n) for n in HIDDEN_CHAIN]
     bb = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
     train = [(t, bb.run(hidden, t)) for t in make_tasks(4, 0)]

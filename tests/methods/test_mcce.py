@@ -1,4 +1,4 @@
-"""Tests for methods/mcce (spec §6 CI list): parsing, archive budget, transform, sorting, selection,
+"""Tests for methods/mcce (our CPU toy CI list): parsing, archive budget, transform, sorting, selection,
 hypervolume, AUC, similarity pairs, DPO loss identity, resume, oracle path and bad input."""
 
 from __future__ import annotations
