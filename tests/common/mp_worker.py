@@ -1,0 +1,130 @@
+"""Worker of the multi-process test: two training steps of one trainer, parameters saved.
+
+Run directly (one process) or under ``accelerate launch --config_file
+configs/accelerate/multi_cpu.yaml`` (two processes, gloo). Completions are deterministic functions of
+the prompt and of the completion's position in the global batch, so one process and two processes
+with the same global batch see the same rollouts and must end with the same parameters.
+
+    python tests/common/mp_worker.py --trainer maxrl --per-device 4 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("ICML26_PROGRESS", "0")
+
+import torch  # noqa: E402
+
+N = 4  # completions per prompt
+PROMPTS = ["2 + 3 =", "7 - 4 =", "1 + 1 =", "9 - 2 ="]
+
+
+def _length_reward(completions, completion_ids, **_):
+    """A binary reward that varies inside a group: 1 for completions of 3+ tokens."""
+    return [float(len(ids) >= 3) for ids in completion_ids]
+
+
+def _deterministic(base):
+    """A trainer whose rollouts depend only on the prompt and the global position (no sampling)."""
+
+    class Deterministic(base):
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):  # fmt: skip
+            rank, local = self.accelerator.process_index, len(prompt_ids)
+            step = self.state.global_step
+            out = []
+            for i, ids in enumerate(prompt_ids):
+                j = (rank * local + i) % num_generations  # position inside the group
+                seed = (sum(ids) + 31 * step) % 97
+                length = 1 + (j + seed) % 4  # 1..4 tokens: rewards differ within a group
+                out.append([5 + (seed + 3 * k + j) % 200 for k in range(length)])
+            return out, None
+
+    return Deterministic
+
+
+def _grpo_args(out: str, per_device: int, **extra):
+    from common.rl import cpu_grpo_kwargs
+
+    return cpu_grpo_kwargs(
+        output_dir=out,
+        per_device_train_batch_size=per_device,
+        num_generations=N,
+        max_completion_length=4,
+        max_steps=2,
+        learning_rate=0.5,
+        optim="sgd",  # Adam's normalisation would magnify reduction-order noise in tiny gradients
+        lr_scheduler_type="constant",
+        loss_type="grpo",
+        shuffle_dataset=False,
+        **extra,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainer", choices=["grpo", "maxrl", "sft"], required=True)
+    parser.add_argument("--per-device", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    from datasets import Dataset
+
+    from common.tiny import tiny_causal_lm
+
+    torch.manual_seed(0)
+    model, tok = tiny_causal_lm("qwen2", seed=0)
+    out = Path(args.out)
+    if args.trainer == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        data = Dataset.from_dict({"text": [p + " " + str(i) for i, p in enumerate(PROMPTS * 2)]})
+        config = SFTConfig(
+            output_dir=str(out / "trl"), per_device_train_batch_size=args.per_device,
+            max_steps=2, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", use_cpu=True, report_to="none", save_strategy="no",
+            bf16=False, dataloader_pin_memory=False, disable_tqdm=True, seed=0,
+            shuffle_dataset=False,
+        )  # fmt: skip
+        trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tok)
+    else:
+        data = Dataset.from_dict({"prompt": PROMPTS})
+        if args.trainer == "maxrl":
+            from methods.maxrl.trainer import MaxRLConfig, MaxRLTrainer
+
+            base, config = (
+                MaxRLTrainer,
+                MaxRLConfig(**_grpo_args(str(out / "trl"), args.per_device)),
+            )
+        else:
+            from trl import GRPOConfig
+
+            from common.rl import GroupAdvantageGRPOTrainer
+
+            base = GroupAdvantageGRPOTrainer
+            config = GRPOConfig(**_grpo_args(str(out / "trl"), args.per_device))
+        trainer = _deterministic(base)(
+            model=model, reward_funcs=_length_reward, args=config, train_dataset=data,
+            processing_class=tok,
+        )  # fmt: skip
+    trainer.train()
+    acc = trainer.accelerator
+    record = {"world": acc.num_processes}
+    if args.trainer != "sft":
+        record["rewards"] = trainer.last_rewards.tolist()  # [B, N], gathered over processes
+        record["advantages"] = trainer.last_advantages.tolist()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"record{acc.process_index}.json").write_text(json.dumps(record))
+    if acc.is_main_process:
+        state = {
+            k: v.detach().cpu() for k, v in acc.unwrap_model(trainer.model).state_dict().items()
+        }
+        torch.save(state, out / "params.pt")
+
+
+if __name__ == "__main__":
+    main()
