@@ -528,6 +528,18 @@ def test_llm_judge_accepts_only_an_exact_yes_like_the_official_code():
         LLMJudgeVerifier(ScriptedChat(["x"]), match="fuzzy")
 
 
+# Fixture: tests/fixtures/sacopt/judge_official.json, the official judge rule
+# (`extract_code_from_end(reply) == "YES"`, model2data.py + util.py of github.com/Forrest-Stone/SAC-Opt
+# @ 464a40d, run from a local copy) applied to ten fixed replies (docs/methods/sacopt.md).
+def test_llm_judge_agrees_with_the_official_rule_on_fixed_replies():
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "fixtures" / "sacopt" / "judge_official.json"
+    cases = json.loads(path.read_text())
+    judge = LLMJudgeVerifier(ScriptedChat([c["reply"] for c in cases]))
+    assert [judge("a", "b") for _ in cases] == [c["official_pass"] for c in cases]
+
+
 def test_fence_only_replies_are_read_for_fragments_and_repairs():
     from methods.sacopt import parse_code_block
 
