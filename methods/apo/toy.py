@@ -1,4 +1,4 @@
-"""Toy A1 of the spec (§6): a shared-parameter contextual bandit that shows Recursive Space Contraction.
+"""Toy A1: a shared-parameter contextual bandit that shows Recursive Space Contraction.
 
 P prompts, A actions. Policy logits are ``s + E_x W`` with a shared bias ``s`` [A] and a shared map
 ``W`` [D, A] (sharing is what lets easy prompts starve hard ones). The reference π_ref is the initial
@@ -11,7 +11,7 @@ one on-policy SGD step on ``(s, W)`` with the arm's loss. Every arm calls the li
 Arms (one shared hyper-parameter setting): ``grpo`` (λ = 1, β = 0), ``grpo_kl`` (+ exact
 KL(π‖π_ref) per sampled prompt), ``kl_on_wrong`` (the same KL only on negative-advantage samples)
 and ``apo`` (λ, β, K from the config). Extra arms: ``apo_beta<β>`` (the paper form with larger β) and
-``apo_<form>_beta<β>`` (the non-paper diagnostic anchor forms of spec §9.7, labelled as such).
+``apo_<form>_beta<β>`` (the diagnostic anchor forms) and ``apo_anchor_old`` (the anchor ratio to π_old).
 
 Metrics are exact (no sampling): p_x = Σ_{a valid} π(a|x), Pass@k = mean_x [1 − (1 − p_x)^k], split
 into easy and hard prompts, and the safe-manifold mass Σ_{TopK(π_ref)} π.
@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from methods.apo.loss import ANCHOR_FORMS, ANCHOR_RATIO_TO, CLIP_MODES, apo_policy_loss
+from methods.apo.config import BanditArm, BanditConfig
+from methods.apo.loss import apo_policy_loss
 
 logger = logging.getLogger(__name__)
 
@@ -37,95 +41,11 @@ __all__ = [
     "BanditProblem",
     "arm_from_dict",
     "base_metrics",
+    "main_arms",
     "make_bandit",
     "run_bandit_arm",
+    "run_toy",
 ]
-
-
-@dataclass
-class BanditConfig:
-    """Toy A1 sizes and training settings (spec §6).
-
-    Attributes:
-        n_actions: A, the vocabulary of the bandit.
-        n_prompts: P.
-        emb_dim: D; prompt embeddings are N(0, 1/D).
-        frac_easy: share of easy prompts.
-        steps: SGD steps per arm.
-        prompts_per_step: B.
-        group_size: G samples per prompt.
-        lr: SGD step size on (s, W).
-        kl_coef: coefficient of the exact KL for ``grpo_kl`` and ``kl_on_wrong``.
-        adv_eps: ε in A = (R − mean) / (std + ε) (std with Bessel's correction).
-        eval_every: steps between evaluations (curves).
-        pass_ks: the k of the exact Pass@k metrics.
-    """
-
-    n_actions: int = 16
-    n_prompts: int = 200
-    emb_dim: int = 8
-    frac_easy: float = 0.7
-    steps: int = 600
-    prompts_per_step: int = 32
-    group_size: int = 8
-    lr: float = 0.5
-    kl_coef: float = 0.05
-    adv_eps: float = 1e-6
-    eval_every: int = 25
-    pass_ks: list[int] = field(default_factory=lambda: [1, 8, 64])
-
-    def __post_init__(self) -> None:
-        if self.n_actions < 9:
-            raise ValueError(f"n_actions must be >= 9 (ranks 2-8 must exist), got {self.n_actions}")
-        if not 0 < self.frac_easy < 1:
-            raise ValueError(f"frac_easy must be in (0, 1), got {self.frac_easy}")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (group std), got {self.group_size}")
-        if self.prompts_per_step > self.n_prompts:
-            raise ValueError(
-                f"prompts_per_step ({self.prompts_per_step}) must be <= n_prompts ({self.n_prompts})"
-            )
-
-
-@dataclass
-class BanditArm:
-    """One training arm: the loss settings for :func:`run_bandit_arm`.
-
-    Attributes:
-        name: the arm's label in tables and plots.
-        lam: push coefficient λ (1.0 and ``beta=0`` give GRPO).
-        beta: pull coefficient β.
-        k: safe-manifold size K.
-        kl: ``"none"``, ``"all"`` (GRPO+KL) or ``"wrong"`` (KL-on-Wrong).
-        clip_mode: see :data:`methods.apo.CLIP_MODES`.
-        anchor_form: see :data:`methods.apo.ANCHOR_FORMS` (``paper_linear`` is the paper's).
-        anchor_ratio_to: ``ref`` or ``old`` (:data:`methods.apo.ANCHOR_RATIO_TO`): the policy the
-            virtual anchor ratio is taken against (the source is ambiguous; both are offered).
-    """
-
-    name: str
-    lam: float = 1.0
-    beta: float = 0.0
-    k: int = 8
-    kl: str = "none"
-    clip_mode: str = "rectified"
-    anchor_form: str = "paper_linear"
-    anchor_ratio_to: str = "ref"
-
-    def __post_init__(self) -> None:
-        if self.anchor_ratio_to not in ANCHOR_RATIO_TO:
-            raise ValueError(
-                f"anchor_ratio_to must be one of {list(ANCHOR_RATIO_TO)}, got "
-                f"{self.anchor_ratio_to!r}"
-            )
-        if self.kl not in ("none", "all", "wrong"):
-            raise ValueError(f"kl must be 'none', 'all' or 'wrong', got {self.kl!r}")
-        if self.clip_mode not in CLIP_MODES:
-            raise ValueError(f"clip_mode must be one of {list(CLIP_MODES)}, got {self.clip_mode!r}")
-        if self.anchor_form not in ANCHOR_FORMS:
-            raise ValueError(
-                f"anchor_form must be one of {list(ANCHOR_FORMS)}, got {self.anchor_form!r}"
-            )
 
 
 @dataclass
@@ -250,6 +170,110 @@ def run_bandit_arm(
 def base_metrics(problem: BanditProblem, cfg: BanditConfig) -> dict[str, float]:
     """The reference policy's exact metrics (the untrained row of the table)."""
     return _evaluate(problem, problem.ref_logp, cfg.pass_ks, 8)
+
+
+def main_arms(mc: Any) -> list[BanditArm]:
+    """GRPO, GRPO+KL and KL-on-Wrong with the APO arm's K, then the APO arm itself."""
+    k = mc.apo_arm.k
+    return [
+        BanditArm("grpo", lam=1.0, beta=0.0, k=k),
+        BanditArm("grpo_kl", lam=1.0, beta=0.0, k=k, kl="all"),
+        BanditArm("kl_on_wrong", lam=1.0, beta=0.0, k=k, kl="wrong"),
+        mc.apo_arm,
+    ]
+
+
+def _mean_std(rows: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key in rows[0]:
+        vals = torch.tensor([r[key] for r in rows], dtype=torch.float64)
+        out[key] = float(vals.mean())
+        if len(rows) > 1 and "/" in key:
+            out[f"{key}_std"] = float(vals.std())
+    return out
+
+
+def _plot(curves: dict[str, list[list[dict[str, float]]]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, key in zip(axes, ["easy/pass@1", "hard/pass@1", "hard/pass@64"]):
+        for arm, per_seed in curves.items():
+            steps = [r["step"] for r in per_seed[0]]
+            vals = torch.tensor([[r[key] for r in c] for c in per_seed]).mean(0)
+            ax.plot(steps, vals, label=arm, lw=1.5, ls="--" if arm == "base" else "-")
+        ax.set_xlabel("SGD step")
+        ax.set_ylabel(f"{key} (exact)")
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+    axes[-1].legend(fontsize=7)
+    fig.suptitle(title)
+    from common.tracking import save_plot
+
+    save_plot(fig, path)
+
+
+def run_toy(run: Any) -> dict[str, float]:
+    """``stage=toy``: every arm and seed of the bandit; results and curves into ``run.run_dir``."""
+    from common.tracking import MetricsLogger, progress, write_results
+
+    mc, cfg = run.method, run.cfg
+    toy = mc.toy
+    arms = main_arms(mc) + list(mc.extra_arms)
+    run_dir = Path(run.run_dir)
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(mc.threads)
+    start = time.time()
+    mlog = MetricsLogger(run_dir, use_wandb=str(cfg.get("logger")) == "wandb")
+    finals: dict[str, list[dict[str, float]]] = {"base": []}
+    curves: dict[str, list[list[dict[str, float]]]] = {}
+    try:
+        jobs = [(s, a) for s in mc.seeds for a in arms]
+        problems = {s: make_bandit(toy, int(s)) for s in mc.seeds}
+        for s in mc.seeds:
+            finals["base"].append(base_metrics(problems[s], toy))
+        for seed, arm in progress(jobs, desc="apo toy arms", unit="arm"):
+            final, curve = run_bandit_arm(problems[seed], toy, arm, int(seed))
+            finals.setdefault(arm.name, []).append(
+                {k: v for k, v in final.items() if "/" in k or k in ("safe_mass", "entropy")}
+            )
+            curves.setdefault(arm.name, []).append(curve)
+            for row in curve:
+                mlog.log(
+                    {f"{arm.name}/seed{seed}/{k}": v for k, v in row.items() if k != "step"},
+                    step=int(row["step"]),
+                )
+    finally:
+        torch.set_num_threads(torch_threads)
+        mlog.close()
+    metrics = {arm: _mean_std(rows) for arm, rows in finals.items()}
+    _plot(
+        curves,
+        run_dir / "curves.png",
+        f"APO toy A1: {toy.n_actions}-armed contextual bandit, {toy.n_prompts} prompts, "
+        f"mean over seeds {list(mc.seeds)}",
+    )
+    wall = time.time() - start
+    notes = (
+        "Exact metrics of the trained policy (no sampling noise); mean over seeds, `_std` across "
+        "seeds. `base` is the reference policy. Arms whose name contains `ref_xent` or `log` use a "
+        "diagnostic anchor form; `apo_anchor_old` takes the anchor ratio against π_old instead of "
+        "π_ref (the source leaves this open). With clip_mode=rectified and β > λ − (1 − ε_low) every "
+        "negative token is clipped at initialisation (λ − β < 0.8), so such arms train on positive "
+        "samples only."
+    )
+    return write_results(
+        run_dir,
+        "apo",
+        metrics,
+        cfg=cfg,
+        extra={"arms": [dataclasses.asdict(a) for a in arms], "toy": dataclasses.asdict(toy)},
+        wall_time_s=wall,
+        notes=notes,
+    )
 
 
 def arm_from_dict(d: dict) -> BanditArm:

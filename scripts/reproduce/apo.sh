@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# APO paper-scale reproduction (spec §7). GPUs, vLLM (pip install -e .[vllm]) and network for hub
+# APO paper-scale reproduction (icml26 experiment=apo_paper). GPUs, vLLM (pip install -e .[vllm]) and network for hub
 # checkpoints and data. One launch per arm, same seed and settings (configs/experiment/apo_paper.yaml).
 # Usage: bash scripts/reproduce/apo.sh [model] [num_gpus]
 set -euo pipefail
@@ -11,7 +11,7 @@ mkdir -p "$APO_DATA"
 unset HF_HUB_OFFLINE
 
 # 1. Data -> local jsonl with columns problem / answer (load_math_dataset layout). The hub ids are
-#    common public copies, not checked against the paper (spec §5: benchmarks inferred).
+#    common public copies, not checked against the paper (benchmarks inferred).
 python - <<'PY'
 import json, os
 from pathlib import Path
@@ -50,9 +50,14 @@ for name, (hub, split) in sets.items():
 PY
 
 # 2. One arm per launch: APO, GRPO, GRPO+KL, KL-on-Wrong (each also evaluates the base model).
+#    Local copies: model.path=<folder>, benchmark.sets.<set>.path=<file>, method.train_data.path=<file>.
 for ARM in apo grpo grpo_kl kl_on_wrong; do
   accelerate launch --config_file configs/accelerate/multi_gpu_fsdp.yaml --num_processes "$NGPU" \
-    -m scripts.run experiment=apo_paper model.name="$MODEL" "method.train.arms=[$ARM]" \
+    -m common.cli experiment=apo_paper model.name="$MODEL" "method.arms=[$ARM]" \
+    method.train_data.path="$APO_TRAIN" \
+    benchmark.sets.aime24.path="$APO_DATA/aime24.jsonl" benchmark.sets.aime25.path="$APO_DATA/aime25.jsonl" \
+    benchmark.sets.amc23.path="$APO_DATA/amc23.jsonl" benchmark.sets.math500.path="$APO_DATA/math500.jsonl" \
+    benchmark.sets.minerva.path="$APO_DATA/minerva.jsonl" \
     run_dir="outputs/apo/paper/$ARM"
 done
-# Results: outputs/apo/paper/<arm>/results.md (Avg Pass@1 ... Pass@64 per benchmark).
+# Results: outputs/apo/paper/<arm>/results.md (Avg Pass@k and Pass@k per benchmark).

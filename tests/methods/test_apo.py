@@ -489,34 +489,82 @@ def test_bandit_toy_shows_collapse_and_identity_arm(tmp_path):
 
 
 def test_demo_run_writes_results_with_headline(tmp_path):
-    from common.registry import compose
-    from methods.apo.run import DEMO_OVERRIDES, HEADLINE, run
+    from common.registry import compose, run_method
+    from methods.apo.run import DEMO_OVERRIDES, HEADLINE
 
-    out = run(compose(["experiment=apo_toy", *DEMO_OVERRIDES, "method.toy.steps=10"], tmp_path))
+    cfg = compose(["experiment=apo_toy", *DEMO_OVERRIDES, "method.toy.steps=10"], tmp_path)
+    out = run_method(cfg)
     assert all(isinstance(v, float) for v in out.values())
     assert set(HEADLINE) <= set(out)
     assert (tmp_path / "results.json").exists() and (tmp_path / "curves.png").exists()
 
 
-def test_paper_preset_code_path_on_tiny_model(tmp_path):
-    # the apo_paper preset with tiny sizes: math task from local files, boxed rewards, pass@k eval
+def test_run_config_schema_checks_at_compose():
+    """A wrong type, a misspelt key and bad values are rejected when the config is composed."""
     from common.registry import compose
-    from common.tasks import FIXTURES
-    from methods.apo.run import run
 
-    math = str(FIXTURES / "math500_mini.jsonl")
-    overrides = [
-        "experiment=apo_paper", "model.name=tiny-qwen2", "model.dtype=float32",
-        f"method.train.train_path={math}", f"method.train.eval_paths=[{math}]",
-        "method.train.max_steps=1", "method.train.per_device_train_batch_size=4",
-        "method.train.gradient_accumulation_steps=1", "method.train.num_generations=2",
-        "method.train.max_completion_length=4", "method.train.use_vllm=false",
-        "method.train.bf16=false", "method.train.gradient_checkpointing=false",
-        "method.train.eval_n=2", "method.train.eval_ks=[1,2]", "method.train.n_eval=2",
-        "method.train.eval_max_new_tokens=4", "method.train.extra={}",
-    ]  # fmt: skip
-    out = run(compose(overrides, tmp_path))
-    assert {"base/avg/pass@1", "apo/avg/pass@2", "apo/safe_manifold_mass_last"} <= set(out)
+    cfg = compose(["experiment=apo_toy"])
+    assert cfg.method.apo_arm.lam == 1.05 and cfg.method.stage == "toy"
+    assert [a.name for a in cfg.method.extra_arms][0] == "apo_anchor_old"
+    with pytest.raises(Exception, match="lam"):
+        compose(["experiment=apo_toy", "method.apo_arm.lam=abc"])
+    with pytest.raises(Exception, match="lamda"):
+        compose(["experiment=apo_toy", "method.apo_arm.lamda=1.0"])
+    with pytest.raises(ValueError, match="anchor_ratio_to"):
+        compose(["experiment=apo_toy", "method.apo_arm.anchor_ratio_to=behaviour"])
+    with pytest.raises(ValueError, match="arms"):
+        compose(["experiment=apo_paper", "method.arms=[ppo]"])
+    with pytest.raises(Exception, match="apo_lamda"):
+        compose(["experiment=apo_paper", "+method.trainer.apo_lamda=1.0"])
+
+
+def test_config_name_tuples_match_the_library():
+    from methods.apo import ANCHOR_FORMS, ANCHOR_RATIO_TO, CLIP_MODES
+    from methods.apo.config import ANCHOR_FORM_NAMES, ANCHOR_RATIO_NAMES, CLIP_MODE_NAMES
+
+    assert tuple(ANCHOR_FORMS) == ANCHOR_FORM_NAMES
+    assert ANCHOR_RATIO_TO == ANCHOR_RATIO_NAMES and CLIP_MODES == CLIP_MODE_NAMES
+
+
+def test_arm_overrides_turn_the_apo_node_into_each_baseline():
+    from methods.apo.paper import arm_overrides
+
+    node = {"apo_lambda": 1.05, "apo_beta": 0.1, "learning_rate": 1e-6}
+    assert arm_overrides("apo", node, 0.01) == node
+    grpo = arm_overrides("grpo", node, 0.01)
+    assert grpo["apo_lambda"] == 1.0 and grpo["apo_beta"] == 0.0 and grpo["learning_rate"] == 1e-6
+    assert arm_overrides("grpo_kl", node, 0.01)["apo_kl_coef"] == 0.01
+    assert arm_overrides("kl_on_wrong", node, 0.01)["apo_kl_on_wrong"] == 0.01
+    with pytest.raises(ValueError, match="arm"):
+        arm_overrides("ppo", node, 0.01)
+
+
+_MATH = "{repo}/common/tasks/fixtures/math500_mini.jsonl"
+PAPER_SMOKE = {
+    "paper": [
+        "model.path={tiny_qwen2}",
+        "model.dtype=float32",
+        f"method.train_data.path={_MATH}",
+        "method.train_data.limit=4",
+        *(
+            f"benchmark.sets.{s}.path={_MATH}"
+            for s in ("aime24", "aime25", "amc23", "math500", "minerva")
+        ),
+        *(
+            f"benchmark.sets.{s}.limit=1"
+            for s in ("aime24", "aime25", "amc23", "math500", "minerva")
+        ),
+        "method.eval.n=2",
+        "method.eval.max_new_tokens=4",
+        "method.trainer.max_steps=1",
+        "method.trainer.per_device_train_batch_size=4",
+        "method.trainer.gradient_accumulation_steps=1",
+        "+method.trainer.num_generations=2",
+        "method.trainer.max_completion_length=4",
+        "method.trainer.use_vllm=false",
+        "method.trainer.bf16=false",
+    ],
+}
 
 
 def test_apo_trainer_peft_uses_disabled_adapter_as_reference(tiny_lm, tmp_path):
