@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -22,49 +21,11 @@ from methods.sv_features.alignment import (
     orthogonality_gap,
 )
 
+from methods.sv_features.config import ToyConfig
+
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class ToyConfig:
-    """Toy hyper-parameters (paper §3.1). ``pairs``: ``[i, j, weight]`` entries of the template ``T``."""
-
-    n_features: int = 20
-    d_model: int = 10
-    d_head: int = 10
-    n_keys: int = 8
-    feature_prob: float = 0.1
-    importance_decay: float = 1.0
-    lam: float = 1.0
-    lr: float = 1e-3
-    batch: int = 1024
-    steps: int = 10_000
-    logit_scale: float = 1.0
-    attn_loss: str = "ce"
-    recon_on_keys: bool = False
-    lr_schedule: str = "constant"  # or "cosine" (decay to 0: separates near-degenerate sigma_k)
-    pairs: tuple = ((0, 1, 1.0),)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("n_features", "d_model", "d_head", "batch"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.n_keys < 1:
-            raise ValueError(f"n_keys must be >= 1, got {self.n_keys}")
-        if not 0 < self.feature_prob <= 1:
-            raise ValueError(f"feature_prob must be in (0, 1], got {self.feature_prob}")
-        if self.lam < 0:
-            raise ValueError(f"lam must be >= 0, got {self.lam}")
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise ValueError(
-                f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}"
-            )
-        if self.attn_loss not in ("ce", "mse"):
-            raise ValueError(f"attn_loss must be 'ce' or 'mse', got {self.attn_loss!r}")
-        self.pairs = tuple(tuple(p) for p in self.pairs)
 
 
 def pair_template(n_features: int, pairs: Sequence[Sequence[float]]) -> torch.Tensor:

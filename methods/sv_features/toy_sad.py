@@ -10,35 +10,14 @@ after training, in the singular basis and in a random-rotation basis (the contro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from methods.sv_features.config import MatchTaskConfig
 from methods.sv_features.sad import sparse_attention_decomposition
 
 
-@dataclass
-class MatchTaskConfig:
-    """Sizes of the matching task and of the one-layer model."""
-
-    n_classes: int = 8
-    tokens_per_class: int = 6
-    seq_len: int = 8
-    d_model: int = 32
-    n_heads: int = 2
-    steps: int = 1500
-    batch: int = 64
-    lr: float = 3e-3
-    n_eval: int = 128
-    tau: float = 0.9
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.seq_len - 1 > self.n_classes:
-            raise ValueError("seq_len - 1 must be <= n_classes (distinct classes before the query)")
-        if self.seq_len < 3:
-            raise ValueError(f"seq_len must be >= 3, got {self.seq_len}")
 
 
 def sample_match_batch(

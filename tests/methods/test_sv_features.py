@@ -584,14 +584,14 @@ def _save_tiny_gpt_models(root, seed=0):
 def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
     from common.registry import compose
     from methods.sv_features.real_models import ioi_prompts, load_causal_lm, select_ioi_head
-    from methods.sv_features.run import run
+    from common.registry import run_method as run
 
     tok = _save_tiny_gpt_models(tmp_path)
     out = run(
         compose(
             [
                 "experiment=sv_features_gpt2_ioi",
-                f"method.real.model={tmp_path / 'gpt2'}",
+                f"model.path={tmp_path / 'gpt2'}",
                 "method.real.n_prompts=4",
                 "method.real.firing_thresh=0.0",
             ],
@@ -619,7 +619,7 @@ def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
         compose(
             [
                 "experiment=sv_features_pythia",
-                f"method.real.model={tmp_path / 'pythia'}",
+                f"model.path={tmp_path / 'pythia'}",
                 "method.real.checkpoints=[step0,step1000]",
                 "method.real.n_prompts=4",
             ],
@@ -638,7 +638,7 @@ def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
         compose(
             [
                 "experiment=sv_features_gpt2_ioi",
-                f"method.real.model={tmp_path / 'llama'}",
+                f"model.path={tmp_path / 'llama'}",
                 "method.real.n_prompts=2",
                 "method.real.heads=[[1,0],[1,3]]",
                 "method.real.firing_thresh=0.0",
@@ -647,9 +647,49 @@ def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
         )
     )
     assert out["ioi_heads/n_firing_heads"] == 2.0 and 0 < out["ioi_heads/median_sparseness"] <= 1
-    with pytest.raises(ValueError, match="unknown keys"):
-        run(
-            compose(
-                ["experiment=sv_features_gpt2_ioi", "+method.real.bogus=1"], run_dir=str(tmp_path)
+    from common.config import ConfigError
+
+    with pytest.raises(ConfigError, match="bogus"):
+        compose(["experiment=sv_features_gpt2_ioi", "method.real.bogus=1"])
+    with pytest.raises(ConfigError, match="method.real.n_prompts"):
+        compose(["experiment=sv_features_gpt2_ioi", "method.real.n_prompts=abc"])
+    with pytest.raises(ConfigError, match="rope_basis"):
+        compose(["experiment=sv_features_gpt2_ioi", "method.real.rope_basis=tracer"])
+
+
+# ---------------------------------------------------------------- paper smoke (tests/test_paper_presets.py)
+
+PAPER_SMOKE = {
+    "synthetic": [
+        "method.single.steps=20",
+        "method.single.batch=64",
+        "method.multi.steps=10",
+        "method.multi.batch=64",
+        "method.closed_form.samples=2000",
+    ],
+    "sv_features_gpt2_ioi/ioi": ["model.path={tiny_gpt2}", "method.real.n_prompts=4"],
+    "sv_features_pythia/checkpoints": [
+        "model.path={tiny_pythia}",
+        "method.real.n_checkpoints=12",
+        "method.real.n_prompts=4",
+    ],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """A tiny GPT-2 and a 12-revision tiny Pythia sweep (folders named like the hub revisions)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from methods.sv_features.real_models import pythia_revisions
+
+    tok = _save_tiny_gpt_models(tmp_path)
+    for k, rev in enumerate(pythia_revisions(12)):
+        torch.manual_seed(k)
+        neox = GPTNeoXForCausalLM(
+            GPTNeoXConfig(
+                vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, rotary_pct=0.25, max_position_embeddings=64,
             )
-        )
+        )  # fmt: skip
+        neox.save_pretrained(tmp_path / "pythia" / rev)
+    return {"tiny_gpt2": str(tmp_path / "gpt2"), "tiny_pythia": str(tmp_path / "pythia")}
