@@ -1,6 +1,6 @@
 """Chat format of the world model (paper App. N.1): system prompt, first turn, continuation turns.
 
-The default wording is our own (mirrored in ``configs/method/webworld.yaml``); the released
+The default wording is our own (mirrored in ``methods/webworld/config.py``); the released
 checkpoints were trained with the model card's exact system string, which callers pass in.
 """
 

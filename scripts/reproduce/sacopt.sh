@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# SAC-Opt paper setting (spec §5/§7): the seven cleaned OR benchmarks, 5 runs (mean ± std), GPT-4o or
+# SAC-Opt paper setting (icml26 experiment=sacopt_paper, stage `paper`, benchmark=or_clean7): the seven cleaned OR benchmarks, 5 runs (mean ± std), GPT-4o or
 # an open model behind an OpenAI-compatible endpoint. Inference only: no training, no GPU for GPT-4o.
 #
 # Data: the cleaned benchmarks of Xiao et al. 2025, github.com/LLM4OR/LLM4OR, folder
-# static/clean_benchmarks (NL4Opt/, IndustryOR.jsonl, Mamo/Mamo_{easy,complex}_lp_clean.jsonl, NL4LP/,
+# static/clean_benchmarks, read through SACOPT_DATA by configs/benchmark/or_clean7.yaml (NL4Opt/, IndustryOR.jsonl, Mamo/Mamo_{easy,complex}_lp_clean.jsonl, NL4LP/,
 # ReSocratic.jsonl, ComplexOR/), read as published by methods/sacopt/data.py. The official SAC-Opt
 # repo's processed layout <dataset>/<id>/{description.txt, answer.txt} works too.
 #
