@@ -8,13 +8,24 @@ degenerate setting ``min_block_len == max_block_len`` with ``tau_min == tau_max`
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from common.config import MethodConfig
 
 logger = logging.getLogger(__name__)
 
 METRICS = ("entropy", "confidence", "varentropy", "gap", "gini", "topk_entropy")
 CACHE_MODES = ("none", "prefix", "dual")
 CONFIDENCE_DTYPES = ("float64", "float32")
+# names of methods.swordsman.threshold.SCHEDULES (official names + the earlier aliases)
+SCHEDULE_NAMES = (
+    "power_decay", "linear", "square", "cubic", "sqrt", "sigmoid", "step", "sine", "elliptical",
+    "exp", "log", "cosine", "circular", "exponential", "logarithmic",
+)  # fmt: skip
+THRESHOLD_RULES = ("official", "unscaled")
+FAMILIES = ("auto", "llada", "dream", "masked_lm")
+ENGINES = ("lm_eval", "local")
 
 
 @dataclass
@@ -62,8 +73,6 @@ class SwordsmanConfig:
     dream_first_token_greedy: bool = False
 
     def __post_init__(self) -> None:
-        from methods.swordsman.threshold import SCHEDULES, THRESHOLD_RULES
-
         if int(self.min_block_len) < 1:
             raise ValueError(f"min_block_len must be >= 1, got {self.min_block_len}")
         if self.max_block_len < self.min_block_len:
@@ -83,8 +92,10 @@ class SwordsmanConfig:
             raise ValueError(f"tau_min ({self.tau_min}) must be <= tau_max ({self.tau_max})")
         if self.gamma <= 0:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
+        if self.schedule not in SCHEDULE_NAMES:
+            raise ValueError(
+                f"schedule must be one of {sorted(SCHEDULE_NAMES)}, got {self.schedule!r}"
+            )
         if self.threshold_rule not in THRESHOLD_RULES:
             raise ValueError(
                 f"threshold_rule must be one of {THRESHOLD_RULES}, got {self.threshold_rule!r}"
@@ -119,3 +130,87 @@ class SwordsmanConfig:
                 self.max_block_len,
                 self.gen_length,
             )
+
+
+@dataclass
+class ToyConfig:
+    """Sizes of the CPU toy."""
+
+    gen_length: int = 32
+    max_phrases: int = 6
+    typo_prob: float = 0.15
+    hidden_size: int = 64
+    num_layers: int = 2
+    train_steps: int = 800
+    batch_size: int = 32
+    lr: float = 3e-3
+    weighting: str = (
+        "elbo"  # "elbo" = LLaDA's 1/t-weighted loss; "mean" = mean CE over masked tokens
+    )
+    n_eval: int = 100
+    block_len: int = 8  # fixed-block baseline size = M_max of the adaptive partition
+    stress_tau_min: float = 0.3
+    n_oracle: int = 100  # prompts decoded with the exact grammar posterior (0 = skip)
+
+
+@dataclass
+class EvalConfig:
+    """The paper stage: accuracy and TPS / latency / NFE of ``model`` (paper Table 1).
+
+    Attributes:
+        engine: ``lm_eval`` (lm-evaluation-harness on ``tasks``, as the official code) or ``local``
+            (the ``benchmark`` sets decoded here, 0-shot, last-number match; a CPU-sized check).
+        tasks: lm-eval task -> few-shot count (official ``llada/test.sh``: GSM8K 5, MATH 4,
+            HumanEval 0, MBPP 3).
+        limit: examples per task / set (None = all).
+        family: ``auto`` (Dream if the id contains "dream", else LLaDA), ``llada``, ``dream`` or
+            ``masked_lm`` (any ``*ForMaskedLM``, e.g. the tiny test model).
+        baseline: also run the Fast-dLLM baseline (fixed blocks of ``baseline_block_len``, τ =
+            ``baseline_tau``) on the same inputs.
+    """
+
+    engine: str = "lm_eval"
+    tasks: dict[str, int] = field(
+        default_factory=lambda: {"gsm8k": 5, "minerva_math": 4, "humaneval": 0, "mbpp": 3}
+    )
+    limit: int | None = None
+    family: str = "auto"
+    baseline: bool = True
+    baseline_block_len: int = 32  # official Fast-dLLM comparison
+    baseline_tau: float = 0.9
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"method.eval.engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"method.eval.family must be one of {FAMILIES}, got {self.family!r}")
+
+
+@dataclass
+class SwordsmanRunConfig(MethodConfig):
+    """``method=swordsman``: the CPU toy (``stage=toy``) and the paper evaluation (``paper``).
+
+    Attributes:
+        decoder: the decoder (:class:`SwordsmanConfig`; official LLaDA defaults).
+        toy: the toy's sizes.
+        eval: the paper stage.
+    """
+
+    STAGES: ClassVar[dict[str, str]] = {
+        "toy": "tiny masked-diffusion LM on a phrase grammar: fixed vs adaptive blocks, +/- DPU",
+        "paper": "accuracy + TPS / latency / NFE of `model` with Swordsman and Fast-dLLM",
+    }
+    PAPER_STAGES: ClassVar[tuple[str, ...]] = ("paper",)
+    MODEL_KINDS: ClassVar[tuple[str, ...]] = ("masked_diffusion",)
+    BENCHMARK_FORMATS: ClassVar[tuple[str, ...]] = ("math",)
+
+    name: str = "swordsman"
+    stage: str = "toy"
+    decoder: SwordsmanConfig = field(default_factory=SwordsmanConfig)
+    toy: ToyConfig = field(default_factory=ToyConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def decoder_config(self, **overrides) -> SwordsmanConfig:
+        import dataclasses
+
+        return dataclasses.replace(self.decoder, **overrides)

@@ -5,12 +5,11 @@ Fast-dLLM decode and returns the text plus the throughput statistics the paper r
 counting generated tokens up to the stop sequence, excluding EOS; latency; NFE). ``register_lm_eval``
 registers the model name ``swordsman_dlm`` with lm-eval (imported lazily: it is the optional ``eval``
 extra); the request handling itself lives in ``SwordsmanHarnessLM`` and runs without lm-eval.
-Command line: ``python -m methods.swordsman.eval_harness --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k``.
+Run through the paper stage: ``icml26 experiment=swordsman_paper`` (methods/swordsman/paper.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 import torch
 
-from methods.swordsman.adapters import DLMAdapter, DreamAdapter, LLaDAAdapter
+from methods.swordsman.adapters import DLMAdapter, DreamAdapter, HFMaskedLMAdapter, LLaDAAdapter
 from methods.swordsman.config import SwordsmanConfig
 from methods.swordsman.decoder import fixed_block_generate, swordsman_generate
 
@@ -131,12 +130,31 @@ class SwordsmanHarnessLM:
         used only when the path contains "instruct" (as in the official evaluation scripts).
         """
         family = _family(model_path) if family == "auto" else family
-        if family not in ("llada", "dream"):
-            raise ValueError(f"family must be 'auto', 'llada' or 'dream', got {family!r}")
-        cls = DreamAdapter if family == "dream" else LLaDAAdapter
+        if family not in ("llada", "dream", "masked_lm"):
+            raise ValueError(
+                f"family must be 'auto', 'llada', 'dream' or 'masked_lm', got {family!r}"
+            )
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        adapter, tok = cls.from_pretrained(model_path, dtype=dtype, device=device, mask_id=mask_id)
+        if family == "masked_lm":  # any *ForMaskedLM with a mask token (tests, small MDMs)
+            from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+            torch_dtype = getattr(torch, dtype) if dtype != "auto" else None
+            model = AutoModelForMaskedLM.from_pretrained(model_path, dtype=torch_dtype).to(device)
+            tok = AutoTokenizer.from_pretrained(model_path)
+            if tok.mask_token_id is None:
+                raise ValueError(f"{model_path}: the tokenizer has no mask token")
+            eos = {int(tok.eos_token_id)} if tok.eos_token_id is not None else set()
+            mid = int(mask_id if mask_id is not None else tok.mask_token_id)
+            adapter = HFMaskedLMAdapter(model.eval(), mask_id=mid, eos_ids=eos)
+        else:
+            cls = DreamAdapter if family == "dream" else LLaDAAdapter
+            adapter, tok = cls.from_pretrained(
+                model_path, dtype=dtype, device=device, mask_id=mask_id
+            )
+        from common.tracking import record_model_load
+
+        record_model_load(model_path, cls=type(adapter.model).__name__, dtype=dtype)
         return adapter, tok, "instruct" in model_path.lower(), family == "dream"
 
     @classmethod
@@ -239,6 +257,12 @@ def register_lm_eval() -> type:
 
 
 def _family(model_path: str) -> str:
+    """Dream if the id says so; a local ``*ForMaskedLM`` folder is ``masked_lm``; else LLaDA."""
+    cfg = Path(model_path) / "config.json"
+    if cfg.is_file():
+        archs = json.loads(cfg.read_text()).get("architectures") or []
+        if any(a.endswith("ForMaskedLM") for a in archs):
+            return "masked_lm"
     return "dream" if "dream" in model_path.lower() else "llada"
 
 
@@ -268,47 +292,3 @@ def summarize(stats: list[dict[str, Any]]) -> dict[str, float]:
         "latency_s": secs / len(stats),
         "nfe": sum(s["nfe"] for s in stats) / len(stats),
     }
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", required=True, help="hub id or path (LLaDA or Dream)")
-    p.add_argument("--task", required=True)
-    p.add_argument("--num_fewshot", type=int, default=0)
-    p.add_argument("--baseline", choices=["fixed"], default=None)
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--out", default="outputs/swordsman_paper")
-    p.add_argument(
-        "--cache", choices=["none", "prefix", "dual"], default=None, help="KV cache (dual = on)"
-    )
-    p.add_argument("--decoder", nargs="*", default=[], help="key=value SwordsmanConfig fields")
-    a = p.parse_args(argv)
-    kw = dict(item.split("=", 1) for item in a.decoder)
-    if a.cache is not None:
-        kw["cache"] = a.cache
-    cls = register_lm_eval()  # ImportError with the install hint when lm-eval is missing
-    import lm_eval
-
-    lm = cls(a.model, baseline=a.baseline, **kw)
-    res = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=[a.task],
-        num_fewshot=a.num_fewshot,
-        batch_size=1,
-        limit=a.limit,
-        confirm_run_unsafe_code=True,
-    )
-    if res is None:  # non-zero ranks get no results under data parallel
-        return
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    payload = {"results": res["results"], "throughput": lm.throughput(), "args": vars(a)}
-    cache = kw.get("cache", "none")
-    name = f"{a.model.replace('/', '_')}_{a.task}_{a.baseline or 'swordsman'}_{cache}.json"
-    (out / name).write_text(json.dumps(payload, indent=2, default=str))
-    logger.info("wrote %s", out / name)
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    main()

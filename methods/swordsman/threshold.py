@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from methods.swordsman.config import SCHEDULE_NAMES, THRESHOLD_RULES
+
 
 def _step(r: float, k: float) -> float:
     # Official three-level staircase: 1 above r = 0.8, 0.7 above r = 0.4, else 0.
@@ -63,7 +65,8 @@ ALIASES = {
     "logarithmic": "log",
 }
 SCHEDULES.update({alias: SCHEDULES[name] for alias, name in ALIASES.items()})
-THRESHOLD_RULES = ("official", "unscaled")
+if set(SCHEDULES) != set(SCHEDULE_NAMES):  # config.py keeps the names for the light CLI import
+    raise RuntimeError("methods/swordsman/config.py SCHEDULE_NAMES is out of sync with SCHEDULES")
 
 _EPS = 1e-6
 

@@ -46,7 +46,9 @@ def select_transfer(
             f"{tuple(x_blk.shape)}"
         )
     if confidence_dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"confidence_dtype must be torch.float32 or torch.float64, got {confidence_dtype}")
+        raise TypeError(
+            f"confidence_dtype must be torch.float32 or torch.float64, got {confidence_dtype}"
+        )
     masked = x_blk == mask_id  # [1, ℓ]
     logp = torch.log_softmax(logits.to(confidence_dtype), dim=-1)  # [1, ℓ, V]
     # Deviation: the mask token itself is never proposed (the official code can "commit" a mask, which

@@ -266,7 +266,9 @@ def test_threshold_bad_input():
 
 
 OFFICIAL = json.loads(
-    (Path(__file__).resolve().parents[2] / "methods/swordsman/fixtures/official_thresholds.json").read_text()
+    (
+        Path(__file__).resolve().parents[2] / "methods/swordsman/fixtures/official_thresholds.json"
+    ).read_text()
 )
 
 
@@ -283,10 +285,14 @@ def test_threshold_matches_official_every_schedule():
 def test_threshold_official_rescaling_vs_unscaled():
     # γ = 2, r = 0.5: official rescales r -> 2*0.5 - 1 = 0 -> τ_min; unscaled linear gives the midpoint.
     assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "linear") == pytest.approx(0.3)
-    assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "linear", rule="unscaled") == pytest.approx(0.6)
+    assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "linear", rule="unscaled") == pytest.approx(
+        0.6
+    )
     # power_decay keeps the raw ratio under both rules: r**γ = 0.25
     for rule in ("official", "unscaled"):
-        assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "power_decay", rule) == pytest.approx(0.45)
+        assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 2.0, "power_decay", rule) == pytest.approx(
+            0.45
+        )
     # k floor: γ = 0.01 behaves as k = 0.1 for exp (official), as k = 0.01 unscaled
     k = 0.1
     want = 0.3 + 0.6 * (1 - math.exp(-k * 0.5)) / (1 - math.exp(-k))
@@ -294,11 +300,15 @@ def test_threshold_official_rescaling_vs_unscaled():
     assert dynamic_threshold(1.0, 2.0, 0.9, 0.3, 0.01, "exp", "unscaled") != pytest.approx(want)
     # step: three levels
     assert [dynamic_threshold(h, 1.0, 0.9, 0.3, 1.0, "step") for h in (0.3, 0.5, 0.9)] == [
-        pytest.approx(0.3), pytest.approx(0.3 + 0.6 * 0.7), pytest.approx(0.9)
+        pytest.approx(0.3),
+        pytest.approx(0.3 + 0.6 * 0.7),
+        pytest.approx(0.9),
     ]
     # old names are aliases of the official ones
     for old, new in (("cosine", "sigmoid"), ("circular", "elliptical"), ("exponential", "exp")):
-        assert dynamic_threshold(0.7, 1.5, 0.9, 0.3, 1.5, old) == dynamic_threshold(0.7, 1.5, 0.9, 0.3, 1.5, new)
+        assert dynamic_threshold(0.7, 1.5, 0.9, 0.3, 1.5, old) == dynamic_threshold(
+            0.7, 1.5, 0.9, 0.3, 1.5, new
+        )
     with pytest.raises(ValueError, match="rule"):
         dynamic_threshold(1.0, 1.0, rule="official2")
 
@@ -816,15 +826,13 @@ def test_harness_model_generate_until_without_lm_eval(tiny_hub):
 
 
 def test_lm_eval_registration_is_lazy():
-    from methods.swordsman.eval_harness import main, register_lm_eval
+    from methods.swordsman.eval_harness import register_lm_eval
 
     try:
         import lm_eval  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match=r"icml26\[eval\]"):
             register_lm_eval()
-        with pytest.raises(ImportError, match="lm-eval"):
-            main(["--model", "x", "--task", "gsm8k", "--cache", "dual"])
     else:
         from lm_eval.api.registry import get_model
 
@@ -832,16 +840,27 @@ def test_lm_eval_registration_is_lazy():
 
 
 def test_paper_configs_load_with_repo_decoder_values():
+    from common.config import ConfigError, validate
     from common.registry import compose
-    from methods.swordsman.run import _to_config
+    from methods.swordsman.config import SCHEDULE_NAMES
+    from methods.swordsman.threshold import SCHEDULES
 
-    llada = _to_config(compose(["experiment=swordsman_paper"]).method)
-    dream = _to_config(compose(["experiment=swordsman_paper_dream"]).method)
-    for cfg in (llada, dream):
-        d = cfg.decoder_config()
-        assert (d.gen_length, d.max_block_len, d.tau_max, d.cache) == (512, 32, 0.9, "dual")
-    assert (llada.tau_min, llada.gamma) == (0.7, 1.0) and "LLaDA" in llada.paper["model"]
-    assert (dream.tau_min, dream.gamma) == (0.0, 0.5) and "Dream" in dream.paper["model"]
+    llada = validate(compose(["experiment=swordsman_paper"]))
+    dream = validate(compose(["experiment=swordsman_paper_dream"]))
+    for run in (llada, dream):
+        d = run.method.decoder
+        assert (d.gen_length, d.max_block_len, d.tau_max, d.cache) == (512, 32, 0.9, "none")
+        assert run.method.eval.tasks == {"gsm8k": 5, "minerva_math": 4, "humaneval": 0, "mbpp": 3}
+    assert (llada.method.decoder.tau_min, llada.method.decoder.gamma) == (0.7, 1.0)
+    assert "LLaDA" in llada.model.name and "Dream" in dream.model.name
+    assert (dream.method.decoder.tau_min, dream.method.decoder.gamma) == (0.0, 0.5)
+    assert set(SCHEDULES) == set(SCHEDULE_NAMES)
+    with pytest.raises(ConfigError, match="method.decoder.tau_min"):
+        compose(["experiment=swordsman_paper", "method.decoder.tau_min=abc"])
+    with pytest.raises(ConfigError, match="tau_mni"):
+        compose(["experiment=swordsman_paper", "method.decoder.tau_mni=0.5"])
+    with pytest.raises(ConfigError, match="threshold_rule"):
+        compose(["experiment=swordsman_toy", "method.decoder.threshold_rule=x"])
 
 
 def test_train_mdm_weighting_options(mdm):
@@ -854,3 +873,38 @@ def test_train_mdm_weighting_options(mdm):
         assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
     with pytest.raises(ValueError, match="weighting"):
         train_mdm(model, g, steps=1, weighting="uniform")
+
+
+# ---------------------------------------------------------------- paper smoke (tests/test_paper_presets.py)
+
+PAPER_SMOKE = {
+    "paper": [
+        "model.path={tiny_mdm}",
+        "model.dtype=float32",
+        "method.eval.engine=local",
+        "method.eval.limit=2",
+        "method.decoder.gen_length=8",
+        "benchmark.sets.gsm8k.path={repo}/common/tasks/fixtures/gsm8k_mini.jsonl",
+    ],
+}
+PAPER_SMOKE["swordsman_paper_dream/paper"] = PAPER_SMOKE["paper"]
+
+
+def paper_smoke_setup(tmp_path):
+    """A tiny BertForMaskedLM + tokenizer with a mask token, saved like a hub checkpoint."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from common.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tok.add_special_tokens({"mask_token": "[MASK]"})
+    torch.manual_seed(0)
+    model = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=512, type_vocab_size=1,
+        )
+    )  # fmt: skip
+    model.save_pretrained(tmp_path / "tiny_mdm")
+    tok.save_pretrained(tmp_path / "tiny_mdm")
+    return {"tiny_mdm": str(tmp_path / "tiny_mdm")}
