@@ -1,4 +1,4 @@
-"""Subset–query distances in representation space (spec §3.4, §9.4).
+"""Subset–query distances in representation space (paper §4, docs/methods/instruction_selection.md).
 
 The paper reads each selector as an approximate minimiser of a distance between the empirical
 distributions of the chosen subset ``P̂_S`` and the queries ``P̂_Q``. We report three: the

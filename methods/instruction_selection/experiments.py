@@ -1,4 +1,4 @@
-"""The distance-quantile protocol and its Spearman table (spec §3.5).
+"""The distance-quantile protocol and its Spearman table (paper §4, official ``evaluation/``).
 
 RR orders the whole pool; the ordering is cut into ``n_quantiles`` contiguous chunks (chunk 0 =
 closest to the queries), the first ``per_quantile`` of each chunk are fine-tuned on, and the

@@ -1,8 +1,8 @@
-"""Paper-scale data and warm-up (spec §3.1, §7): Tulu pools, the five target tasks, HF-Trainer LoRA warm-up.
+"""Paper-scale data and warm-up (official ``common/data.py``, official README): Tulu pools, the five target tasks, HF-Trainer LoRA warm-up.
 
 * :func:`load_pool` reads a Tulu-style pool (``{"id", "dataset", "messages": [...]}`` rows) from a
   local JSON/JSONL file or a hub id (``Harvard-DCML/tulu-v2-197K-processed``), drops rows with no
-  assistant turn and rejects duplicate ids (spec §8).
+  assistant turn and rejects duplicate ids (docs/methods/instruction_selection.md).
 * :func:`load_queries` reads the processed query set (``{"prompts", "labels"}``; hub
   ``Harvard-DCML/targeted-query-set-processed``, one config per task) or a local file of that format.
 * :data:`TASK_CONVERTERS` turn the raw benchmark formats of the five target tasks (BBH task JSON,
@@ -22,6 +22,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ def load_pool(source: str, split: str = "train", limit: int | None = None) -> li
         seen.add(r["id"])
         msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"]]
         if not any(m["role"] == "assistant" and str(m["content"]).strip() for m in msgs):
-            dropped += 1  # spec §8: no supervised tokens
+            dropped += 1  # docs/methods/instruction_selection.md: no supervised tokens
             continue
         rows.append({"id": r["id"], "dataset": r.get("dataset", ""), "messages": msgs})
         if limit is not None and len(rows) >= limit:
@@ -113,7 +114,7 @@ def load_queries(
 
 
 def _query(prompt: str, label: str, **extra: Any) -> dict[str, Any]:
-    """A query row with the Tulu generation prompt (spec §3.1: prompts end in ``<|assistant|>``)."""
+    """A query row with the Tulu generation prompt (official ``common/data.py``: prompts end in ``<|assistant|>``)."""
     return {"prompts": USER + prompt.strip() + ASSISTANT, "labels": label, **extra}
 
 
@@ -216,7 +217,7 @@ def load_trainer_checkpoint(model: torch.nn.Module, ckpt_dir: str, lr: float) ->
 
     The adapter weights are loaded into ``model`` (``peft.set_peft_model_state_dict``) and read
     back by parameter name; ``optimizer.pt`` holds the AdamW moments by position, which are mapped
-    to names in the Trainer's group order and shape-checked (spec §8: never trust order alone).
+    to names in the Trainer's group order and shape-checked (docs/methods/instruction_selection.md: never trust order alone).
     """
     from peft import set_peft_model_state_dict
 
@@ -245,11 +246,35 @@ def load_trainer_checkpoint(model: torch.nn.Module, ckpt_dir: str, lr: float) ->
     return LESSCheckpoint(params=params, exp_avg=m, exp_avg_sq=v, lr=lr)
 
 
+def _training_arguments_cls():
+    from transformers import TrainingArguments
+
+    return TrainingArguments
+
+
+@dataclass
+class TuluTrainingArguments(_training_arguments_cls()):
+    """``transformers.TrainingArguments`` for the paper's two Tulu trainings (the ``warmup`` and
+    ``finetune`` trainer nodes).
+
+    Only ``warmup_steps`` is re-declared, with a float default: the official 3 % warm-up is a ratio
+    (transformers 5 reads a float < 1 as one), which then passes common.config's trainer-node type
+    check (it takes the type from the default, TrainingArguments' int 0).
+    """
+
+    warmup_steps: float = field(
+        default=0.0,
+        metadata={"help": "Warm-up steps, or a ratio of the total steps when < 1 (repo: 0.03)."},
+    )
+
+
 def _tulu_items(rows, tokenizer, max_length: int) -> list[tuple[list[int], list[int]]]:
     eos = tokenizer.eos_token or ""
     items = [_supervised_ids(_segments(r["messages"], eos), tokenizer, max_length) for r in rows]
     kept = [(i, y) for i, y in items if any(t != -100 for t in y)]
-    if len(kept) < len(items):  # spec §8: drop and count fully truncated examples
+    if len(kept) < len(
+        items
+    ):  # docs/methods/instruction_selection.md: drop and count fully truncated examples
         logger.warning(
             "dropped %d rows truncated to zero supervised tokens", len(items) - len(kept)
         )
@@ -285,12 +310,16 @@ def train_tulu(
     max_length: int = 2048,
     bf16: bool = False,
     save_strategy: str = "no",
+    args: Any | None = None,
 ) -> Any:
-    """``transformers.Trainer`` on Tulu rows with the assistant-only loss (spec §3.1, §7).
+    """``transformers.Trainer`` on Tulu rows with the assistant-only loss (official
+    ``training/train_sft.py``).
 
     The paper's recipe for both the LESS warm-up (LoRA, 4 epochs, ``save_strategy="epoch"``) and the
     fine-tuning on a selected subset (full, 2 epochs): AdamW, lr 2e-5, linear schedule with 3 %
-    warm-up, batch 1 × accumulation 128, no weight decay. Returns the trainer after training.
+    warm-up, batch 1 × accumulation 128, no weight decay. ``args``: a ready
+    ``TrainingArguments`` (the stages build it from the preset's trainer node); when given, the
+    keyword settings above are ignored. Returns the trainer after training.
     """
     import datasets
     from transformers import Trainer, TrainingArguments
@@ -304,6 +333,11 @@ def train_tulu(
         {"input_ids": [i for i, _ in kept], "labels": [y for _, y in kept]}
     )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if args is not None:
+        trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=_collator(pad))
+        trainer.train()
+        model.eval()
+        return trainer
     args = TrainingArguments(
         output_dir=out_dir,
         num_train_epochs=epochs,
@@ -342,17 +376,30 @@ def less_warmup_trainer(
     seed: int = 0,
     max_length: int = 2048,
     bf16: bool = False,
+    args: Any | None = None,
 ) -> list[LESSCheckpoint]:
-    """The paper's LESS warm-up with ``transformers.Trainer`` (spec §3.2.3, §7).
+    """The paper's LESS warm-up with ``transformers.Trainer`` (official ``training/train_sft.py``
+    with LoRA, ``representation/less/``).
 
     LoRA training of ``model`` (a PEFT model) through :func:`train_tulu` with a checkpoint per
     epoch (paper: 4 epochs, lr 2e-5, batch 1 × accumulation 128). Returns one
     :class:`LESSCheckpoint` per epoch whose ``lr`` is the mean learning rate of that epoch's
     optimizer steps (the LR weight ``η̄_t``).
 
+    ``args``: a ready ``TrainingArguments`` (its ``save_strategy`` must be ``"epoch"`` and its
+    ``output_dir`` is used instead of ``out_dir``); when given, ``epochs`` is its
+    ``num_train_epochs``.
+
     Raises:
-        ValueError: if ``epochs < 1`` or every row is truncated to zero supervised tokens.
+        ValueError: if ``epochs < 1``, ``args.save_strategy`` is not ``"epoch"``, or every row is
+            truncated to zero supervised tokens.
     """
+    if args is not None:
+        if str(getattr(args.save_strategy, "value", args.save_strategy)) != "epoch":
+            raise ValueError(
+                f"the LESS warm-up needs save_strategy='epoch', got {args.save_strategy!r}"
+            )
+        out_dir, epochs = args.output_dir, int(args.num_train_epochs)
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     trainer = train_tulu(
@@ -369,6 +416,7 @@ def less_warmup_trainer(
         max_length=max_length,
         bf16=bf16,
         save_strategy="epoch",
+        args=args,
     )
     lrs = {
         int(h["step"]): float(h["learning_rate"])
@@ -398,7 +446,7 @@ def query_loss(
     queries: Sequence[Mapping[str, Any]],
     max_length: int = 2048,
 ) -> float:
-    """Mean token cross-entropy on the query labels (spec §3.5 "query loss").
+    """Mean token cross-entropy on the query labels (paper §4, official ``evaluation/``).
 
     Each query is ``tok(prompt) ⧺ tok(label + EOS)``; only the label tokens are scored. Tokens are
     pooled over all queries (a long label weighs more), as in the official evaluation.
@@ -437,12 +485,15 @@ def finetune_subset(
     max_length: int = 2048,
     dtype: str = "bfloat16",
     queries: Sequence[Mapping[str, Any]] | None = None,
+    args: Any | None = None,
+    pool_split: str = "train",
 ) -> dict[str, float]:
-    """Full fine-tuning of ``model_id`` on the pool rows listed in ``subset_file`` (spec §7).
+    """Full fine-tuning of ``model_id`` on the pool rows listed in ``subset_file``.
 
-    The paper's step 2: 2 epochs, lr 2e-5, linear schedule, 3 % warm-up, batch 1 × 128, Tulu
-    format, assistant-only loss. Saves the model to ``out_dir`` and returns ``{"n_train",
-    "query_loss"}`` (the latter when ``queries`` are given).
+    The paper's step 2 (official ``training/train_sft.py``): 2 epochs, lr 2e-5, linear schedule,
+    3 % warm-up, batch 1 × 128, Tulu format, assistant-only loss. ``args``: a ready
+    ``TrainingArguments`` (then the keyword settings are ignored). Saves the model to ``out_dir``
+    and returns ``{"n_train", "query_loss"}`` (the latter when ``queries`` are given).
     """
     from common.models import load_model, load_tokenizer
 
@@ -451,7 +502,7 @@ def finetune_subset(
     wanted = set(ids)
     if len(wanted) != len(ids):
         raise ValueError(f"{subset_file} lists duplicate ids")
-    rows = [r for r in load_pool(pool_source) if r["id"] in wanted]
+    rows = [r for r in load_pool(pool_source, pool_split) if r["id"] in wanted]
     if len(rows) != len(wanted):
         raise ValueError(f"{len(wanted) - len(rows)} subset ids are not in the pool {pool_source}")
     model = load_model(model_id, dtype=dtype)
@@ -469,6 +520,7 @@ def finetune_subset(
         seed=seed,
         max_length=max_length,
         bf16=dtype == "bfloat16" and torch.cuda.is_available(),
+        args=args,
     )
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
@@ -478,39 +530,3 @@ def finetune_subset(
     with open(os.path.join(out_dir, "finetune.json"), "w") as fh:
         json.dump(out, fh)
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - thin CLI
-    """``python -m methods.instruction_selection.paper finetune --model M --pool P --subset S ...``."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="methods.instruction_selection.paper")
-    ap.add_argument("command", choices=["finetune"])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--pool", required=True)
-    ap.add_argument("--subset", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--queries", default=None, help="query set (hub id or file) for the query loss")
-    ap.add_argument("--task", default="bbh", choices=TARGET_TASKS)
-    ap.add_argument("--epochs", type=float, default=2.0)
-    ap.add_argument("--grad-accum", type=int, default=128)
-    ap.add_argument("--dtype", default="bfloat16")
-    a = ap.parse_args(argv)
-    q = load_queries(a.queries, a.task) if a.queries else None
-    res = finetune_subset(
-        a.model,
-        a.pool,
-        a.subset,
-        a.out,
-        seed=a.seed,
-        epochs=a.epochs,
-        grad_accum=a.grad_accum,
-        dtype=a.dtype,
-        queries=q,
-    )
-    logger.info("fine-tuned %s: %s", a.out, res)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,4 +1,4 @@
-"""The query–candidate similarity matrix shared by every selector (spec §3.2).
+"""The query–candidate similarity matrix shared by every selector (official ``representation/``).
 
 All representations are L2-normalised, so the similarity is a cosine: ``S[i, j] = ⟨φ(q_i), φ(z_j)⟩``
 with rows = queries (M) and columns = pool candidates (N). Shapes: M queries, N candidates, D features.

