@@ -1,4 +1,4 @@
-"""AgentLab-format step records, trajectory reconstruction and the final subset (spec §3.1, §3.6).
+"""AgentLab-format step records, trajectory reconstruction and the final subset (official ``postprocess_dataset.py``).
 
 One record is one step: chat messages ``[system, user, assistant]``. The user prompt carries the
 ``## Goal:``, ``## AXTree:`` and interaction-history sections of BrowserGym's GenericAgent; the
@@ -57,7 +57,7 @@ def parse_agentlab_prompt(user_prompt: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One parsed training step (spec §4)."""
+    """One parsed training step (official ``postprocess_dataset.py``)."""
 
     messages: list[dict]
     index: int
@@ -86,7 +86,7 @@ def _find(messages: list[dict], role: str, pos: int) -> dict | None:
 def parse_records(
     records: Sequence[dict], allow_missing_goal: bool = False
 ) -> tuple[list[StepRecord], dict[str, int]]:
-    """Parses chat records into :class:`StepRecord` (spec §3.1, §8).
+    """Parses chat records into :class:`StepRecord` (official ``postprocess_dataset.py``, docs/methods/weasel.md).
 
     Records without a user or assistant message are skipped and counted.
 
@@ -136,7 +136,7 @@ def parse_records(
 
 
 def segment_by_goal(records: Sequence[StepRecord]) -> list[Trajectory]:
-    """Groups records by goal and splits each group into runs of consecutive indices (spec §3.1).
+    """Groups records by goal and splits each group into runs of consecutive indices (official ``postprocess_dataset.py``).
 
     Warns when one goal yields several segments (unrelated trajectories sharing a goal string are
     then split silently otherwise). Trajectories come out ordered by their first index.
@@ -169,7 +169,7 @@ def build_subset(
     dedupe: bool = False,
     preserve_order: bool = False,
 ) -> list[dict]:
-    """The final training set from selected indices (spec §3.6).
+    """The final training set from selected indices (official ``postprocess_dataset.py``).
 
     Drops records whose user prompt is longer than ``max_user_chars`` (before sampling), then keeps
     a ``random.Random(seed).sample`` of ``max_examples`` if more remain.

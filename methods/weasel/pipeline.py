@@ -1,4 +1,4 @@
-"""End-to-end Weasel selection (spec §3.9): prune → segment → score → greedy → subset."""
+"""End-to-end Weasel selection (official README pipeline): prune → segment → score → greedy → subset."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class WeaselSelector:
         return pruned, selected
 
     def run(self, records: Sequence[dict], sidecar: str | Path | None = None) -> list[dict]:
-        """The selected, pruned, length-filtered and capped training records (spec §3.6)."""
+        """The selected, pruned, length-filtered and capped training records (official ``postprocess_dataset.py``)."""
         pruned, selected = self.select_indices(records)
         c = self.cfg
         out = build_subset(pruned, selected, c.max_user_chars, c.max_examples, c.seed)

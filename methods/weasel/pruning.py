@@ -1,4 +1,4 @@
-"""Target-centred AXTree pruning of training prompts (spec §3.2).
+"""Target-centred AXTree pruning of training prompts (official ``prune_axtree.py``).
 
 Every kept step's accessibility tree is cut to the ``2w + 1`` bid lines centred on the element that
 the gold action targets (plus the non-bid lines between them and the tree's root line). Steps whose
@@ -6,10 +6,10 @@ action has no target, whose target is not in the tree, or whose window would pru
 to the first ``F`` bid lines. Only training prompts are pruned: the target is unknown at test time.
 
 A *bid line* is a line of the AXTree section that carries a BrowserGym element id. By default the id
-is the line-leading ``[a12]`` token (spec §9.4); ``compat_repo_regex=True`` takes the first bracket
+is the line-leading ``[a12]`` token (docs/methods/weasel.md); ``compat_repo_regex=True`` takes the first bracket
 anywhere on the line, like the official code.
 
-Deviations from the official code (both named in the spec): the window's last kept line is always
+Deviations from the official code (both listed in docs/methods/weasel.md): the window's last kept line is always
 followed by a newline before ``# History of interaction with the task:``, and the root line is never
 emitted twice.
 """
@@ -59,7 +59,7 @@ _BID_REPO = re.compile(r"\[([^\]]+)\]")
 
 @dataclass
 class PruneStats:
-    """Per-dataset pruning counters (spec §3.2 step 4, §8)."""
+    """Per-dataset pruning counters (official ``prune_axtree.py``, docs/methods/weasel.md)."""
 
     centered: int = 0
     fallback_threshold: int = 0  # had a target, but it was absent or nothing was pruned
@@ -77,7 +77,7 @@ class PruneStats:
 
 
 def extract_target_bid(action_text: str) -> tuple[str | None, str | None]:
-    """The action name and the bid it targets (spec §3.2, "Target extraction").
+    """The action name and the bid it targets (official ``prune_axtree.py``, "Target extraction").
 
     Reads the ``<action>…</action>`` content if present, else the whole string. Element actions
     target their first quoted argument; ``drag_and_drop`` targets the bid with the larger integer
@@ -134,7 +134,7 @@ def _split(prompt: str) -> tuple[str, str, str] | None:
 def _join(head: str, kept_lines: list[str], body: str, tail: str) -> str:
     trailing = body[len(body.rstrip()) :] or "\n"
     if "\n" not in trailing:
-        trailing = "\n"  # Deviation: the official centred branch drops this newline (spec §3.2)
+        trailing = "\n"  # Deviation: the official centred branch drops this newline (official ``prune_axtree.py``)
     return head + "\n".join(kept_lines) + trailing + tail
 
 
@@ -146,7 +146,7 @@ def _check_window(name: str, value: int, low: int) -> None:
 
 
 def prune_axtree_prefix(prompt: str, max_bids: int = 120, compat_repo_regex: bool = False) -> str:
-    """Keeps the AXTree lines up to and including the ``max_bids``-th bid line (spec §3.2 step 3).
+    """Keeps the AXTree lines up to and including the ``max_bids``-th bid line (official ``prune_axtree.py``).
 
     The prompt outside the AXTree body is returned byte-identical; a prompt without an AXTree
     section is returned unchanged.
@@ -175,7 +175,7 @@ def prune_axtree_prefix(prompt: str, max_bids: int = 120, compat_repo_regex: boo
 def prune_axtree_centered(
     prompt: str, bid: str, window: int = 60, compat_repo_regex: bool = False
 ) -> str:
-    """Keeps the bid lines within ``window`` positions of ``bid`` (spec §3.2 step 2).
+    """Keeps the bid lines within ``window`` positions of ``bid`` (official ``prune_axtree.py``).
 
     With bids ``B`` in line order and ``k* = B.index(bid)``, the kept set is
     ``S = B[max(k*−w, 0) : k*+w+1]``. Walking the lines after the root, output starts at the first

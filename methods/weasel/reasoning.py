@@ -1,4 +1,4 @@
-"""Style-consistent rationale synthesis for reasoning-native targets (spec §3.7).
+"""Style-consistent rationale synthesis for reasoning-native targets (paper §3, rationale synthesis).
 
 For each selected step, the target model is shown the normal agent prompt plus a hint naming the
 gold action, and asked to think about why that action is right and then output it. The generated
@@ -6,7 +6,7 @@ gold action, and asked to think about why that action is right and then output i
 (after normalising whitespace and quotes); otherwise it is resampled, and after ``max_tries`` the
 expert rationale is kept and a failure counted. The hint never enters the emitted training prompt.
 
-The paper's prompt and decoding settings are unpublished; the hint wording is ours (spec §9.6).
+The paper's prompt and decoding settings are unpublished; the hint wording is ours (docs/methods/weasel.md).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ _ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 
 @dataclass
 class SynthesisConfig:
-    """Settings of rationale synthesis (spec §3.7; hint wording and tries are our choice)."""
+    """Settings of rationale synthesis (paper §3, rationale synthesis; hint wording and tries are our choice)."""
 
     hint: str = (
         "The correct next action is {action}. Think about why it is correct, then output it as "
         "<action>{action}</action>."
     )
-    max_tries: int = 5  # 1 + 4 resamples (spec §3.7 step 5)
-    temperature: float = 0.6  # spec §3.7 step 3
+    max_tries: int = 5  # 1 + 4 resamples (paper §3, rationale synthesis)
+    temperature: float = 0.6  # paper §3, rationale synthesis
     top_p: float = 0.95
     max_new_tokens: int = 1024
 
@@ -71,7 +71,7 @@ def normalize_action(action: str) -> str:
 def synthesize_rationales(
     records: Sequence[dict], llm, cfg: SynthesisConfig | None = None
 ) -> tuple[list[dict], SynthStats]:
-    """Replaces each record's expert rationale with one written by ``llm`` (spec §3.7).
+    """Replaces each record's expert rationale with one written by ``llm`` (paper §3, rationale synthesis).
 
     Args:
         records: chat records ``{"messages": [system, user, assistant]}``; the assistant text is

@@ -1,4 +1,4 @@
-"""Importance Φ and pairwise distance D from a text similarity (spec §3.3–§3.4).
+"""Importance Φ and pairwise distance D from a text similarity (official ``prepare_scores.py``).
 
 * Importance (§3.3): ``r_t = F1(candidate = obs_history_t, reference = goal)``, then min–max
   normalised per trajectory (the official code's default), or raw, or the positive increment
@@ -12,7 +12,7 @@ layer 4), special tokens are dropped, token vectors are L2-normalised, and each 
 matched to its most similar token in the other text (precision = mean over candidate tokens, recall =
 mean over reference tokens, F1 their harmonic mean; no idf, no baseline rescaling).
 
-Deviation: the spec asks for ``bert_score.BERTScorer``; that package is not installed here, so the
+Deviation: the official code uses ``bert_score.BERTScorer``; that package is not installed here, so the
 same greedy matching is written out in :meth:`TokenMatchSimilarity._f1` (see docs/methods/weasel.md).
 """
 
@@ -169,7 +169,7 @@ class TokenMatchSimilarity:
     def _f1(cand: np.ndarray, ref: np.ndarray) -> float:
         """Greedy matching F1: P = mean_c max_r c·r, R = mean_r max_c c·r, F1 = 2PR/(P+R)."""
         if cand.shape[0] == 0 or ref.shape[0] == 0:
-            return 0.0  # undefined for an empty text; treated as 0 (spec §8), warned by callers
+            return 0.0  # undefined for an empty text; treated as 0 (docs/methods/weasel.md), warned by callers
         sim = cand @ ref.T  # [Lc, Lr]
         p = float(sim.max(axis=1).mean())
         r = float(sim.max(axis=0).mean())
@@ -201,7 +201,7 @@ def importance(
     sim: TextSimilarity,
     normalize: Literal["minmax", "raw", "increment"] = "minmax",
 ) -> np.ndarray:
-    """Unary importance Φ of each step of one trajectory (spec §3.3).
+    """Unary importance Φ of each step of one trajectory (official ``prepare_scores.py``).
 
     ``r_t = sim.score(texts_t, goal)``; ``minmax``: ``(r − min r)/(max r − min r)`` (zeros if r is
     constant; official-code default); ``raw``: ``r``; ``increment``: ``max(0, r_t − r_{t−1})`` with
@@ -235,7 +235,7 @@ def distance_matrix(
     sim: TextSimilarity,
     combine: Literal["max", "mean", "state", "response"] = "max",
 ) -> np.ndarray:
-    """Pairwise distance ``D`` (spec §3.4): ``max(1 − sim(s_i, s_j), 1 − sim(y_i, y_j))``.
+    """Pairwise distance ``D`` (official ``prepare_scores.py``): ``max(1 − sim(s_i, s_j), 1 − sim(y_i, y_j))``.
 
     Each component is clipped to [0, 1]; the diagonal is 0. ``responses=None`` uses states only
     (the official ``--skip-response-distance``).

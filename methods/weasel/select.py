@@ -1,4 +1,4 @@
-"""The importance–diversity objective and its greedy maximiser (spec §3.5).
+"""The importance–diversity objective and its greedy maximiser (official ``select_greedy.py``).
 
 For one trajectory of ``n`` steps, Weasel picks a subset ``J`` of size ``T0`` that maximises the
 max-sum-diversification objective
@@ -66,7 +66,7 @@ def _check_budget(budget: int) -> int:
 def objective(
     J: Sequence[int], importance: np.ndarray, distance: np.ndarray, lam: float = 1.0
 ) -> float:
-    """The selection objective ``F(J) = Σ_{j∈J} Φ(j) + λ Σ_{i<j∈J} D(i,j)`` (spec §3.5).
+    """The selection objective ``F(J) = Σ_{j∈J} Φ(j) + λ Σ_{i<j∈J} D(i,j)`` (official ``select_greedy.py``).
 
     Args:
         J: distinct step indices in ``[0, n)``.
@@ -95,7 +95,7 @@ def objective(
 def greedy_select(
     importance: np.ndarray, distance: np.ndarray, budget: int, lam: float = 1.0
 ) -> list[int]:
-    """Greedy maximiser of the Weasel objective (spec §3.5), vectorised.
+    """Greedy maximiser of the Weasel objective (official ``select_greedy.py``), vectorised.
 
     1. ``n = 0`` → ``[]``; ``n ≤ budget`` → all steps; ``budget = 1`` → ``[argmax Φ]``.
     2. Start from the best pair ``argmax_{i<j} Φ(i) + Φ(j) + λ D(i,j)`` (ties: lexicographically
@@ -211,7 +211,7 @@ def brute_force_select(
 def compute_budget(
     n: int, mode: Literal["fixed", "percentage"] = "fixed", fixed: int = 3, pct: float = 0.25
 ) -> int:
-    """Per-trajectory budget T0 (spec §3.5, official code).
+    """Per-trajectory budget T0 (official ``select_greedy.py``, official code).
 
     ``fixed``: ``clip(fixed, 1, n)``; ``percentage``: ``clip(ceil(pct·n), 1, n)``. Returns 0 for
     an empty trajectory.
