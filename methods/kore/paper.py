@@ -23,9 +23,17 @@ from methods.kore.config import LLAVA_TARGETS, EvokeConfig, PaperConfig
 from methods.kore.covariance import collect_input_covariances
 from methods.kore.model import apply_kore, export_standard_lora
 
-__all__ = ["LLAVA_TARGETS", "PaperConfig", "encode_record", "evoke_stage", "paper_stage", "train_paper"]
+__all__ = [
+    "LLAVA_TARGETS",
+    "PaperConfig",
+    "encode_record",
+    "evoke_stage",
+    "paper_stage",
+    "train_paper",
+]
 
 logger = logging.getLogger(__name__)
+
 
 def load_vlm(model_cfg):
     """``(model, processor)`` of ``run.model`` (hub id, local path, or ``tiny-llava``) in float32.
@@ -260,7 +268,9 @@ def paper_stage(run) -> dict[str, float]:
 
     t0 = time.time()
     model, processor = load_vlm(run.model)
-    res = train_paper(run.method.paper, model, processor, run.run_dir / "kore", run.method.trainer, run.seed)
+    res = train_paper(
+        run.method.paper, model, processor, run.run_dir / "kore", run.method.trainer, run.seed
+    )
     return write_results(
         run.run_dir, "kore", {"kore_paper": res}, cfg=run.cfg, wall_time_s=time.time() - t0
     )
@@ -305,4 +315,6 @@ def evoke_stage(run) -> dict[str, float]:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(a) + "\n" for a in answers))
     res = score_answers(answers, gold)
-    return write_results(run.run_dir, "kore", {"evoke": res}, cfg=run.cfg, wall_time_s=time.time() - t0)
+    return write_results(
+        run.run_dir, "kore", {"evoke": res}, cfg=run.cfg, wall_time_s=time.time() - t0
+    )

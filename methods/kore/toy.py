@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from common.activations import capture
-from methods.kore.config import ARMS, ToyConfig
+from methods.kore.config import ToyConfig
 from methods.kore.covariance import collect_input_covariances
 from methods.kore.metrics import hars
 from methods.kore.model import apply_kore, effective_weights

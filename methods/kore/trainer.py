@@ -17,7 +17,9 @@ class KoreTrainingConfig(TrainingArguments):
 
     projector_lr: float = field(
         default=2e-5,
-        metadata={"help": "learning rate of the multimodal projector (official LLaVA script: 2e-5)"},
+        metadata={
+            "help": "learning rate of the multimodal projector (official LLaVA script: 2e-5)"
+        },
     )
     warmup_fraction: float = field(
         default=0.0,

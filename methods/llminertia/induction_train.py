@@ -25,7 +25,8 @@ class InductionConfig(TrainingArguments):
     """
 
     max_len: int = field(
-        default=256, metadata={"help": "tokenisation cutoff of the corpus texts (official cutoff_len 256)"}
+        default=256,
+        metadata={"help": "tokenisation cutoff of the corpus texts (official cutoff_len 256)"},
     )
     warmup_fraction: float = field(
         default=0.0,

@@ -34,6 +34,7 @@ import time
 from common.llm import ChatLLM, ScriptedChat
 from common.tracking import write_results
 
+from .config import ARMS, LLMInertiaRunConfig, PaperDataset
 from .core import LLMInertiaPipeline, answer_plain
 from .induction_data import (
     COOCCURRENCE_TEMPLATES,
@@ -43,10 +44,10 @@ from .induction_data import (
     make_negative_evidence_tests,
 )
 from .metrics import Pred, induction_metrics
-from .config import ARMS, LLMInertiaRunConfig, PaperDataset
 from .prompts import PROMPT_SETS, PromptSet
 
 logger = logging.getLogger(__name__)
+
 
 def _plain_kw(rc: LLMInertiaRunConfig) -> dict:
     """Plain-baseline arguments: bare input (official) or the answer template with an empty note."""
@@ -370,9 +371,9 @@ def run_paper(rc: LLMInertiaRunConfig, seed: int, model: str) -> tuple[dict, dic
 
 def run_trained(rc: LLMInertiaRunConfig, seed: int, run_dir: str) -> tuple[dict, dict]:
     """Spec §6 trained toy; per-arm wrong-yes rates per share plus a table and a PNG."""
-    from .toy_trained import run_trained_toy, write_trained_report
-
     import dataclasses
+
+    from .toy_trained import run_trained_toy, write_trained_report
 
     tc = dataclasses.replace(rc.trained, seed=seed, ratios=list(rc.ratios))
     rows, extra = run_trained_toy(tc, run_dir)
@@ -415,7 +416,9 @@ def trained_stage(run) -> dict[str, float]:
     _check(rc)
     t0 = time.time()
     per, extra = run_trained(rc, run.seed, str(run.run_dir))
-    return write_results(run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0)
+    return write_results(
+        run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0
+    )
 
 
 def sim_stage(run) -> dict[str, float]:
@@ -424,7 +427,9 @@ def sim_stage(run) -> dict[str, float]:
     _check(rc)
     t0 = time.time()
     per, extra = run_toy(rc, run.seed)
-    return write_results(run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0)
+    return write_results(
+        run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0
+    )
 
 
 def paper_stage(run) -> dict[str, float]:
@@ -437,7 +442,9 @@ def paper_stage(run) -> dict[str, float]:
     # the openai backend addresses the served model by its name; the others load it (path wins)
     model = run.model.name if rc.engine == "openai" else model_id(run.model)
     per, extra = run_paper(rc, run.seed, model)
-    return write_results(run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0)
+    return write_results(
+        run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0
+    )
 
 
 def induce_stage(run) -> dict[str, float]:

@@ -522,9 +522,7 @@ def write_trained_report(rows: list[dict], steps_rows: list[dict], run_dir: str)
     head = (
         "| model | log p(B given 'A with') | probe recall | matched | wrong yes plain | generic "
         "note | LLMInertia | LLMInertia, earlier filters | IR plain / LLMInertia | "
-        "control pairs wrong yes |\n"
-        + "|---" * 10
-        + "|\n"
+        "control pairs wrong yes |\n" + "|---" * 10 + "|\n"
     )
     lines = []
     for r in rows + steps_rows:

@@ -133,7 +133,9 @@ class RealConfig:
 
     def __post_init__(self) -> None:
         if self.rope_basis not in ROPE_BASES:
-            raise ValueError(f"method.real.rope_basis must be one of {ROPE_BASES}, got {self.rope_basis!r}")
+            raise ValueError(
+                f"method.real.rope_basis must be one of {ROPE_BASES}, got {self.rope_basis!r}"
+            )
         if self.n_prompts < 1:
             raise ValueError(f"method.real.n_prompts must be >= 1, got {self.n_prompts}")
         if self.head and len(self.head) != 2:

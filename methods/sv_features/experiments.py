@@ -22,6 +22,7 @@ from methods.sv_features.toy_sad import run_match_toy
 
 logger = logging.getLogger(__name__)
 
+
 def _closed_form(d: int = 6, n: int = 10, samples: int = 200_000, a: int = 0, b: int = 1, seed=0):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(d, n, generator=g).double()

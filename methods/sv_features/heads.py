@@ -105,7 +105,9 @@ def norm_module(model: nn.Module, name: str) -> tuple[nn.Module, bool, float]:
     if eps is None:
         eps = getattr(mod, "variance_epsilon", None)
     if eps is None or getattr(mod, "weight", None) is None:
-        raise TypeError(f"cannot fold {type(mod).__name__} at {name!r}: expected a LayerNorm/RMSNorm")
+        raise TypeError(
+            f"cannot fold {type(mod).__name__} at {name!r}: expected a LayerNorm/RMSNorm"
+        )
     return mod, isinstance(mod, nn.LayerNorm), float(eps)
 
 

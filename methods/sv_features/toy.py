@@ -20,12 +20,9 @@ from methods.sv_features.alignment import (
     match_pairs_to_ranks,
     orthogonality_gap,
 )
-
 from methods.sv_features.config import ToyConfig
 
 logger = logging.getLogger(__name__)
-
-
 
 
 def pair_template(n_features: int, pairs: Sequence[Sequence[float]]) -> torch.Tensor:

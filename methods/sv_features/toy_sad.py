@@ -10,14 +10,11 @@ after training, in the singular basis and in a random-rotation basis (the contro
 
 from __future__ import annotations
 
-
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from methods.sv_features.config import MatchTaskConfig
 from methods.sv_features.sad import sparse_attention_decomposition
-
-
 
 
 def sample_match_batch(

@@ -14,20 +14,20 @@ from methods.sv_features import (
     ToyConfig,
     factored_svd,
     feature_sv_cosines,
+    head_factors,
     head_inputs,
     interference_norm,
     lsq_optimal_omega,
     match_pairs_to_ranks,
     n_recon,
-    head_factors,
     ov_matrix,
     ov_svd,
     pair_template,
-    rope_rotations,
     qk_matrix,
     random_rotation_basis,
     relative_contributions,
     rolls_tovee,
+    rope_rotations,
     sparse_attention_decomposition,
     sv_contributions,
     svd_alignment,
@@ -296,7 +296,7 @@ def test_fixed_rope_basis_is_the_tracer_decomposition(tiny_models, arch):
     U, S, VT = U[:, :r], S[:r], VT[:r]
     R = rope_rotations(model, torch.arange(ids.shape[1])).double()
     x = head_inputs(model, ids, layer)[0, :, :-1].double()
-    for e, (b, i, j) in enumerate(fixed.edges.tolist()):
+    for e, (_b, i, j) in enumerate(fixed.edges.tolist()):
         M_d = W_Q @ R[i].T @ pq
         M_s = pk.T @ R[j] @ W_K.T
         xd, xs = (x[i] + c_d) @ M_d, M_s @ (x[j] + c_s)
@@ -356,7 +356,9 @@ def test_ov_svd_reconstructs_w_v_w_o(tiny_models, arch):
         assert torch.allclose(Vh @ Vh.T, torch.eye(dh), atol=1e-5)
         assert (S[:-1] >= S[1:] - 1e-7).all() and (S >= 0).all()
         Uf, Sf, Vhf = ov_svd(model, 0, h, fold_ln=True)
-        assert torch.allclose(Uf @ torch.diag(Sf) @ Vhf, ov_matrix(model, 0, h, fold_ln=True), atol=1e-5)
+        assert torch.allclose(
+            Uf @ torch.diag(Sf) @ Vhf, ov_matrix(model, 0, h, fold_ln=True), atol=1e-5
+        )
 
 
 def _out_weight(model, name):
@@ -583,8 +585,8 @@ def _save_tiny_gpt_models(root, seed=0):
 
 def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
     from common.registry import compose
-    from methods.sv_features.real_models import ioi_prompts, load_causal_lm, select_ioi_head
     from common.registry import run_method as run
+    from methods.sv_features.real_models import ioi_prompts, load_causal_lm, select_ioi_head
 
     tok = _save_tiny_gpt_models(tmp_path)
     out = run(
