@@ -1,24 +1,25 @@
-"""Paper-scale sequence classification (GLUE-style, spec §7) with the HF Trainer + SliceFine.
+"""Paper-scale sequence classification (GLUE) with the HF Trainer + SliceFine.
 
-``train_glue`` loads a checkpoint by hub id or path, a GLUE task from the hub (or a local
-``save_to_disk`` folder / json files with the same columns), applies SliceFine to the target linears
-(the classifier head stays trainable), trains with ``transformers.Trainer`` and the
-:class:`SliceSwitchCallback`, evaluates, and returns accuracy plus the accounting the paper reports
-(trainable parameters, step throughput, peak GPU memory). Run it under ``accelerate launch`` for
-several GPUs (DDP; see the method doc for FSDP / ZeRO-3 limits).
+``train_glue`` loads a checkpoint by hub id or path, takes one GLUE task's ``DatasetDict`` (from the
+hub's ``nyu-mll/glue`` or a local ``save_to_disk`` folder with the same columns), applies SliceFine to
+the target linears (the classifier head stays trainable), trains with ``transformers.Trainer`` and
+the :class:`SliceSwitchCallback`, evaluates, and returns accuracy plus the accounting the paper
+reports (trainable parameters, step throughput, peak GPU memory). The ``glue`` stage
+(:mod:`methods.slicefine.paper`) runs it for every task of the benchmark; run it under
+``accelerate launch -m common.cli`` for several GPUs (DDP; see the method doc for FSDP / ZeRO-3).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from methods.slicefine.callback import SliceSwitchCallback
+from methods.slicefine.config import SliceSettings
 from methods.slicefine.model import apply_slicefine
 
 logger = logging.getLogger(__name__)
@@ -35,39 +36,30 @@ GLUE_TASKS = {
 }
 
 
-@dataclass
-class GlueConfig:
-    """The paper-scale classification run (values [inferred], spec §7)."""
+def train_glue(
+    model_spec: str,
+    task: str,
+    data,
+    slice_cfg: SliceSettings,
+    args,
+    max_length: int = 256,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Fine-tunes ``model_spec`` on one GLUE task with SliceFine; returns validation metrics.
 
-    model: str = "FacebookAI/roberta-base"
-    task: str = "rte"
-    data_path: str | None = None  # a local save_to_disk folder; None = the hub's nyu-mll/glue
-    r: int = 4
-    mode: str = "row"
-    switch_every: int = 100
-    targets: list[str] = field(
-        default_factory=lambda: ["query", "key", "value", "attention.output.dense"]
-    )
-    lr: float = 1e-3
-    epochs: float = 30
-    batch_size: int = 32
-    max_length: int = 256
-    max_steps: int = -1
-    warmup_ratio: float = 0.06
-    bf16: bool = True
-    seed: int = 0
-    # Unknown in the paper; the authors' RoCoFT code (RoCoFT.py, ``bias=True``) and LiME's SliceFine
-    # layer train the target layers' biases. False keeps every original parameter frozen.
-    train_bias: bool = False
+    Args:
+        model_spec: hub id or local folder of the checkpoint (and its tokenizer).
+        task: a GLUE task name (:data:`GLUE_TASKS`), which fixes the text columns, label count and
+            evaluation split.
+        data: a ``DatasetDict`` with ``train`` and the task's evaluation split.
+        slice_cfg: the SliceFine settings.
+        args: ``transformers.TrainingArguments`` (see :func:`training_args`).
+        max_length: tokenisation length.
+        seed: seeds the slices' initial positions.
 
-    def __post_init__(self) -> None:
-        if self.task not in GLUE_TASKS:
-            raise ValueError(f"task must be one of {sorted(GLUE_TASKS)}, got {self.task!r}")
-
-
-def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
-    """Fine-tunes ``gc.model`` on ``gc.task`` with SliceFine and returns validation metrics."""
-    from datasets import load_dataset, load_from_disk
+    Raises:
+        ValueError: an unknown task or a missing split.
+    """
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -75,46 +67,49 @@ def train_glue(gc: GlueConfig, output_dir: str | Path) -> dict[str, float]:
         Trainer,
     )
 
-    (col_a, col_b), n_labels, val_split = GLUE_TASKS[gc.task]
-    if gc.data_path:
-        ds = load_from_disk(gc.data_path)
-    else:
-        ds = load_dataset("nyu-mll/glue", gc.task)
-    tok = AutoTokenizer.from_pretrained(gc.model)
-    model = AutoModelForSequenceClassification.from_pretrained(gc.model, num_labels=n_labels)
+    from common.tracking import record_model_load
+
+    if task not in GLUE_TASKS:
+        raise ValueError(f"task must be one of {sorted(GLUE_TASKS)}, got {task!r}")
+    (col_a, col_b), n_labels, val_split = GLUE_TASKS[task]
+    for split in ("train", val_split):
+        if split not in data:
+            raise ValueError(f"GLUE {task}: dataset has no split {split!r}; splits: {list(data)}")
+    tok = AutoTokenizer.from_pretrained(model_spec)
+    model = AutoModelForSequenceClassification.from_pretrained(model_spec, num_labels=n_labels)
+    record_model_load(model_spec, kind="sequence_classification")
 
     def encode(batch):
-        args = (batch[col_a],) if col_b is None else (batch[col_a], batch[col_b])
-        return tok(*args, truncation=True, max_length=gc.max_length)
+        texts = (batch[col_a],) if col_b is None else (batch[col_a], batch[col_b])
+        return tok(*texts, truncation=True, max_length=max_length)
 
-    ds = ds.map(encode, batched=True)
-    sf = wrap_classifier(model, gc)
-    args = trainer_args(gc, output_dir)
-
+    data = data.map(encode, batched=True)
+    sf = wrap_classifier(model, slice_cfg, seed)
     trainer = Trainer(
         model=sf,
         args=args,
-        train_dataset=ds["train"],
-        eval_dataset=ds[val_split],
+        train_dataset=data["train"],
+        eval_dataset=data[val_split],
         data_collator=DataCollatorWithPadding(tok),
         compute_metrics=accuracy_metric,
         callbacks=[SliceSwitchCallback(sf)],
     )
-    return fit_and_report(trainer, sf, tok, output_dir)
+    return fit_and_report(trainer, sf, tok, args.output_dir)
 
 
-def wrap_classifier(model, pc):
-    """SliceFine on ``pc.targets`` of a classifier; its head (``classifier``/``score``/``head``)
-    stays fully trainable (the standard GLUE/VTAB PEFT protocol)."""
+def wrap_classifier(model, slice_cfg: SliceSettings, seed: int = 0):
+    """SliceFine on ``slice_cfg.targets`` of a classifier; its head (``classifier``/``score``/
+    ``head``) stays fully trainable (the standard GLUE/VTAB PEFT protocol)."""
     head = [n for n, _ in model.named_children() if n in ("classifier", "score", "head")]
     return apply_slicefine(
         model,
-        pc.targets,
-        r=pc.r,
-        mode=pc.mode,
-        switch_every=pc.switch_every,
-        seed=pc.seed,
-        train_bias=pc.train_bias,
+        slice_cfg.targets,
+        r=slice_cfg.r,
+        mode=slice_cfg.mode,
+        switch_every=slice_cfg.switch_every,
+        seed=seed,
+        init_position=slice_cfg.init_position,
+        train_bias=slice_cfg.train_bias,
         modules_to_save=head,
     )
 
@@ -124,29 +119,40 @@ def accuracy_metric(pred) -> dict[str, float]:
     return {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())}
 
 
-def trainer_args(pc, output_dir: str | Path, **extra):
-    """``TrainingArguments`` from a paper config (GLUE or vision): the settings both paths share."""
+def training_args(
+    node: dict | None, output_dir: str | Path, seed: int = 0, warmup_ratio: float = 0.0, **extra
+):
+    """``TrainingArguments`` for a paper stage: the preset's ``trainer`` node over our defaults.
+
+    Defaults: no checkpoints or reporting, no weight decay (decaying the slice delta would not
+    decay the real weights), bf16 only on a capable GPU, CPU when there is no GPU, and
+    ``label_names=["labels"]`` (the SliceFine wrapper hides the class signature the Trainer
+    inspects). ``node`` values win; ``extra`` (per-stage needs) win over both. ``warmup_ratio``
+    becomes ``warmup_steps`` (a value < 1 is a ratio of the total steps in transformers 5).
+    """
     from transformers import TrainingArguments
 
-    kwargs = {
-        "output_dir": str(output_dir),
-        "learning_rate": pc.lr,
-        "num_train_epochs": pc.epochs,
-        "max_steps": pc.max_steps,
-        "per_device_train_batch_size": pc.batch_size,
-        "per_device_eval_batch_size": pc.batch_size,
-        "warmup_steps": pc.warmup_ratio,  # a float in (0, 1) is a ratio of the total steps
-        "weight_decay": 0.0,
-        "bf16": pc.bf16 and torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
-        "save_strategy": "no",
-        "report_to": "none",
-        "seed": pc.seed,
-        "disable_tqdm": True,
-        "use_cpu": not torch.cuda.is_available(),
-        "label_names": ["labels"],  # the wrapper hides the class signature Trainer inspects
-    }
-    kwargs.update(extra)
-    return TrainingArguments(**kwargs)
+    from common.config import trainer_config
+
+    node = dict(node or {})
+    if node.get("bf16") and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
+        node["bf16"] = False  # the preset's bf16 on a machine without it
+    args = trainer_config(
+        TrainingArguments,
+        {**node, **extra},
+        output_dir=str(output_dir),
+        weight_decay=0.0,
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+        label_names=["labels"],
+    )
+    if warmup_ratio:
+        # Set after construction: the trainer-node check types warmup_steps by its int default.
+        args.warmup_steps = warmup_ratio
+    return args
 
 
 def fit_and_report(trainer, sf, processor, output_dir: str | Path) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The CPU toy (spec §6): order-sensitive sentence classification on the offline MiniLM.
+"""The CPU toy: order-sensitive sentence classification on the offline MiniLM.
 
 Sentences name two nouns of different categories ("the {n1} sat beside the {n2}"); the label is the
 category of the *second* noun. Mean-pooled frozen features hold both nouns symmetrically, so a
@@ -14,12 +14,12 @@ import logging
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from common.tracking import progress
+from methods.slicefine.config import ToyConfig
 from methods.slicefine.diagnostics import local_ticket_test, spectral_balance, task_energy
 from methods.slicefine.model import (
     apply_slicefine,
@@ -42,37 +42,6 @@ TEMPLATES = [
     "after the {a} came the {b}",
     "she saw a {a} and then a {b}",
 ]
-ARMS = ("head", "lora", "static", "slicefine", "slicefine_alt", "slicefine_random_init")
-
-
-@dataclass
-class ToyConfig:
-    """The toy's shared setting (spec §6; one setting for every arm)."""
-
-    arms: list[str] = field(default_factory=lambda: list(ARMS))
-    r: int = 4  # slice width = LoRA rank (spec §6)
-    switch_every: int = 25  # N (spec §6)
-    targets: list[str] = field(default_factory=lambda: ["query", "value"])
-    steps: int = 150
-    batch_size: int = 16
-    lr: float = 2e-3
-    n_train: int = 1600
-    n_test: int = 800
-    seeds: list[int] = field(default_factory=lambda: [0])
-    diagnostics: bool = True
-    # Deviation: keep only the first layers of the pretrained MiniLM (still pretrained weights) so
-    # that six arms fit the CPU budget; a full 6-layer step costs ~0.5 s on 2 cores. See the doc.
-    encoder_layers: int = 3
-    max_length: int = 16
-    # Unknown in the paper; the authors' RoCoFT code (RoCoFT.py, bias=True) trains the target biases.
-    train_bias: bool = False
-
-    def __post_init__(self) -> None:
-        bad = [a for a in self.arms if a not in ARMS]
-        if bad or not self.arms:
-            raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {self.arms}")
-        if self.steps < 1 or self.batch_size < 1 or self.r < 1:
-            raise ValueError("steps, batch_size and r must be >= 1")
 
 
 def make_data(n: int, seed: int) -> tuple[list[str], list[int]]:
@@ -264,3 +233,64 @@ def run_diagnostics(encoder, tok, seed: int = 0) -> dict[str, float]:
         "task_energy_pretrained": task_energy(feats, y, k=32),
         "task_energy_random": task_energy(feats_rand, y, k=32),
     }
+
+
+def _plot(per_arm: dict[str, list[dict]], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from common.tracking import save_plot
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm, runs in per_arm.items():
+        losses = runs[0]["_losses"]
+        k = 10
+        smooth = [statistics.mean(losses[max(0, i - k) : i + 1]) for i in range(len(losses))]
+        ax.plot(smooth, label=arm)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (cross-entropy, 10-step mean)")
+    ax.set_title("SliceFine toy: second-noun category on MiniLM")
+    ax.legend(fontsize=8)
+    save_plot(fig, path)
+
+
+def run_toy(run) -> dict[str, float]:
+    """``stage=toy``: every arm on the same data and seeds; writes results and the loss curves.
+
+    Args:
+        run: the :class:`common.config.Run` of the CLI (``run.method.toy`` is the setting).
+    """
+    from common.tracking import write_results
+
+    tc = run.method.toy
+    t0 = time.time()
+    encoder, tok = load_minilm(tc.encoder_layers)
+    seeds = [run.seed + s for s in tc.seeds]
+    per_arm: dict[str, list[dict]] = {a: [] for a in tc.arms}
+    for seed in seeds:
+        data = (make_data(tc.n_train, seed), make_data(tc.n_test, 10_000 + seed))
+        for arm in tc.arms:
+            per_arm[arm].append(train_arm(arm, encoder, tok, tc, seed, data))
+    metrics = {}
+    for arm, runs in per_arm.items():
+        keys = [k for k in runs[0] if not k.startswith("_")]
+        metrics[arm] = {k: statistics.mean(r[k] for r in runs) for k in keys}
+        if len(runs) > 1:
+            metrics[arm]["accuracy_std"] = statistics.stdev(r["accuracy"] for r in runs)
+    extra = {}
+    if tc.diagnostics:
+        extra["diagnostics"] = run_diagnostics(encoder, tok, seed=seeds[0])
+        metrics["diagnostics"] = extra["diagnostics"]
+    _plot(per_arm, run.run_dir / "loss_curves.png")
+    return write_results(
+        run.run_dir,
+        "slicefine",
+        metrics,
+        cfg=run.cfg,
+        extra=extra,
+        wall_time_s=time.time() - t0,
+        notes=f"MiniLM (offline), r={tc.r}, N={tc.switch_every}, {tc.steps} steps, batch "
+        f"{tc.batch_size}, lr {tc.lr} shared by all arms; seeds {seeds}.",
+    )

@@ -1,4 +1,4 @@
-"""Paper-scale image classification (VTAB-1K-style, spec §7) with the HF Trainer + SliceFine.
+"""Paper-scale image classification (VTAB-1K) with the HF Trainer + SliceFine.
 
 ``train_vision`` loads an image classifier by hub id or path (default: the ImageNet-21k ViT-B/16,
 the backbone the paper's 85.8 M "Full" row implies), a VTAB-1K task in the layout the PEFT
@@ -15,19 +15,14 @@ fused-``qkv`` caveat as with timm).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from methods.slicefine.callback import SliceSwitchCallback
-from methods.slicefine.glue import (
-    accuracy_metric,
-    fit_and_report,
-    trainer_args,
-    wrap_classifier,
-)
+from methods.slicefine.config import SliceSettings
+from methods.slicefine.glue import accuracy_metric, fit_and_report, wrap_classifier
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
@@ -42,51 +37,7 @@ VTAB_TASKS = (
     "eurosat",
     "diabetic_retinopathy",
     "kitti",
-)  # the image tasks of the paper's VTAB-1K table (spec §7)
-
-
-@dataclass
-class VisionConfig:
-    """The paper-scale image run (values [inferred], spec §7).
-
-    Attributes:
-        model: hub id or path of an ``AutoModelForImageClassification`` backbone.
-        task: a VTAB-1K task name (the folder under ``data_root`` and the result key).
-        data_root: the VTAB-1K root in the NOAH/VPT layout.
-        data_path: a local ``save_to_disk`` folder used instead of ``data_root``.
-        train_split / eval_split: split names.
-        r, mode, switch_every, targets: SliceFine settings (paper §3, Fig. 1).
-        train_bias: also train the target layers' biases (unknown in the paper; the authors'
-            RoCoFT code trains them by default).
-        lr, epochs, batch_size, max_steps, warmup_ratio, bf16, seed: Trainer settings.
-    """
-
-    model: str = "google/vit-base-patch16-224-in21k"
-    task: str = "caltech101"
-    data_root: str = "data/vtab-1k"
-    data_path: str | None = None
-    train_split: str = "train"
-    eval_split: str = "test"
-    r: int = 4
-    mode: str = "row"
-    switch_every: int = 100
-    targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-    lr: float = 1e-3
-    epochs: float = 100
-    batch_size: int = 64
-    max_steps: int = -1
-    warmup_ratio: float = 0.1
-    bf16: bool = True
-    seed: int = 0
-    train_bias: bool = False  # unknown in the paper; RoCoFT.py trains biases (bias=True)
-
-    def __post_init__(self) -> None:
-        if self.data_path is None and self.task not in VTAB_TASKS:
-            raise ValueError(
-                f"task must be one of {list(VTAB_TASKS)} (or give data_path), got {self.task!r}"
-            )
-        if self.r < 1:
-            raise ValueError(f"r must be >= 1, got {self.r}")
+)  # the image tasks of the paper's VTAB-1K table
 
 
 def load_vtab1k(root: str | Path, task: str) -> DatasetDict:
@@ -122,24 +73,43 @@ def load_vtab1k(root: str | Path, task: str) -> DatasetDict:
     return DatasetDict(splits)
 
 
-def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
-    """Fine-tunes ``vc.model`` on one VTAB-1K task with SliceFine; returns test metrics."""
-    from datasets import load_from_disk
-    from transformers import (
-        AutoImageProcessor,
-        AutoModelForImageClassification,
-        Trainer,
-    )
+def train_vision(
+    model_spec: str,
+    data: DatasetDict,
+    slice_cfg: SliceSettings,
+    args,
+    train_split: str = "train",
+    eval_split: str = "test",
+    seed: int = 0,
+) -> dict[str, float]:
+    """Fine-tunes ``model_spec`` on one VTAB-1K task with SliceFine; returns test metrics.
 
-    ds = load_from_disk(vc.data_path) if vc.data_path else load_vtab1k(vc.data_root, vc.task)
-    for split in (vc.train_split, vc.eval_split):
-        if split not in ds:
-            raise ValueError(f"dataset has no split {split!r}; splits: {list(ds)}")
-    labels = sorted(set(ds[vc.train_split]["label"]))
-    processor = AutoImageProcessor.from_pretrained(vc.model)
+    Args:
+        model_spec: hub id or local folder of an ``AutoModelForImageClassification`` backbone and
+            its image processor (a new head is sized to the task's labels).
+        data: a ``DatasetDict`` with columns ``image`` and ``label`` (:func:`load_vtab1k`).
+        slice_cfg: the SliceFine settings.
+        args: ``transformers.TrainingArguments`` (see :func:`methods.slicefine.glue.training_args`;
+            ``remove_unused_columns`` must be False: the transform needs the raw image column).
+        train_split, eval_split: split names.
+        seed: seeds the slices' initial positions.
+
+    Raises:
+        ValueError: a missing split.
+    """
+    from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer
+
+    from common.tracking import record_model_load
+
+    for split in (train_split, eval_split):
+        if split not in data:
+            raise ValueError(f"dataset has no split {split!r}; splits: {list(data)}")
+    labels = sorted(set(data[train_split]["label"]))
+    processor = AutoImageProcessor.from_pretrained(model_spec)
     model = AutoModelForImageClassification.from_pretrained(
-        vc.model, num_labels=len(labels), ignore_mismatched_sizes=True
+        model_spec, num_labels=len(labels), ignore_mismatched_sizes=True
     )
+    record_model_load(model_spec, kind="image_classification")
 
     def transform(batch):
         images = [im.convert("RGB") for im in batch["image"]]
@@ -147,11 +117,9 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
         out["labels"] = torch.tensor(batch["label"])
         return out
 
-    train_ds = ds[vc.train_split].with_transform(transform)
-    eval_ds = ds[vc.eval_split].with_transform(transform)
-    sf = wrap_classifier(model, vc)
-    # remove_unused_columns=False: the transform needs the raw image column.
-    args = trainer_args(vc, output_dir, remove_unused_columns=False)
+    train_ds = data[train_split].with_transform(transform)
+    eval_ds = data[eval_split].with_transform(transform)
+    sf = wrap_classifier(model, slice_cfg, seed)
 
     def collate(rows):
         return {k: torch.stack([row[k] for row in rows]) for k in ("pixel_values", "labels")}
@@ -165,4 +133,4 @@ def train_vision(vc: VisionConfig, output_dir: str | Path) -> dict[str, float]:
         compute_metrics=accuracy_metric,
         callbacks=[SliceSwitchCallback(sf)],
     )
-    return fit_and_report(trainer, sf, processor, output_dir)
+    return fit_and_report(trainer, sf, processor, args.output_dir)

@@ -262,46 +262,128 @@ def test_bad_input():
         apply_slicefine(sm.model, ["0"], r=1)
 
 
-def test_glue_path_on_a_tiny_local_bert(tmp_path):
-    """The paper-scale code path (HF Trainer + callback + merge) on a tiny local model and data."""
-    from datasets import Dataset, DatasetDict
+GLUE_COLUMNS = {
+    "rte": ("sentence1", "sentence2"),
+    "mrpc": ("sentence1", "sentence2"),
+    "sst2": ("sentence", None),
+    "cola": ("sentence", None),
+    "qnli": ("question", "sentence"),
+}
+VTAB = (
+    "caltech101", "oxford_flowers102", "oxford_iiit_pet", "patch_camelyon", "eurosat",
+    "diabetic_retinopathy", "kitti",
+)  # fmt: skip
+
+
+def _tiny_bert(folder):
+    """A tiny BERT sequence classifier + the offline MiniLM WordPiece tokenizer, saved."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
 
     from common.embeddings import default_model_path
-    from methods.slicefine.glue import GlueConfig, train_glue
 
     tok = AutoTokenizer.from_pretrained(default_model_path())
     cfg = BertConfig(
-        vocab_size=tok.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=2,
-    )
+        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, num_labels=2,
+    )  # fmt: skip
     torch.manual_seed(0)
-    AutoModelForSequenceClassification.from_config(cfg).save_pretrained(tmp_path / "bert")
-    tok.save_pretrained(tmp_path / "bert")
-    rows = {
-        "sentence1": ["a cat sat", "a dog ran", "the car is red", "bread is warm"] * 4,
-        "sentence2": ["a cat sat", "nothing", "the car is red", "cold soup"] * 4,
-        "label": [0, 1, 0, 1] * 4,
-    }
+    AutoModelForSequenceClassification.from_config(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return cfg
+
+
+def _glue_set(folder, task):
+    """A GLUE-format ``save_to_disk`` folder (train + validation) with the task's columns."""
+    from datasets import Dataset, DatasetDict
+
+    col_a, col_b = GLUE_COLUMNS[task]
+    rows = {col_a: ["a cat sat", "a dog ran", "the car is red", "bread is warm"] * 4}
+    if col_b:
+        rows[col_b] = ["a cat sat", "nothing", "the car is red", "cold soup"] * 4
+    rows["label"] = [0, 1, 0, 1] * 4
     DatasetDict(
         {"train": Dataset.from_dict(rows), "validation": Dataset.from_dict(rows)}
-    ).save_to_disk(tmp_path / "rte")
-    gc = GlueConfig(
-        model=str(tmp_path / "bert"),
-        task="rte",
-        data_path=str(tmp_path / "rte"),
-        r=2,
-        switch_every=2,
-        targets=["query", "value"],
-        batch_size=4,
-        max_steps=4,
-        bf16=False,
+    ).save_to_disk(folder)
+    return folder
+
+
+def _tiny_vit(folder):
+    from transformers import AutoModelForImageClassification, ViTConfig, ViTImageProcessor
+
+    torch.manual_seed(0)
+    vit = ViTConfig(
+        image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, num_labels=2,
+    )  # fmt: skip
+    AutoModelForImageClassification.from_config(vit).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
+    return folder
+
+
+def _vtab_task(folder, n=8):
+    """A VTAB-1K task folder in the NOAH/VPT layout: two colour classes of 20x20 images."""
+    from PIL import Image
+
+    (folder / "images").mkdir(parents=True)
+    lines = []
+    for i in range(n):
+        colour = (200, 30, 30) if i % 2 == 0 else (30, 30, 200)
+        Image.new("RGB", (20, 20), colour).save(folder / "images" / f"{i}.jpg")
+        lines.append(f"images/{i}.jpg {i % 2}")
+    (folder / "train800val200.txt").write_text("\n".join(lines) + "\n")
+    (folder / "test.txt").write_text("\n".join(lines[:4]) + "\n")
+    return folder
+
+
+def paper_smoke_setup(tmp_path):
+    """Tiny BERT / ViT checkpoints and fixture data in the benchmarks' formats."""
+    values = {}
+    _tiny_bert(tmp_path / "bert")
+    values["tiny_bert"] = str(tmp_path / "bert")
+    values["tiny_vit"] = str(_tiny_vit(tmp_path / "vit"))
+    for task in GLUE_COLUMNS:
+        values[f"glue_{task}"] = str(_glue_set(tmp_path / "glue" / task, task))
+    for task in VTAB:
+        values[f"vtab_{task}"] = str(_vtab_task(tmp_path / "vtab" / task, n=4))
+    return values
+
+
+_SMALL = [
+    "+method.trainer.max_steps=1",
+    "method.trainer.per_device_train_batch_size=4",
+    "method.trainer.per_device_eval_batch_size=4",
+    "method.trainer.bf16=false",
+]
+PAPER_SMOKE = {
+    "glue": [
+        "model.path={tiny_bert}",
+        *[f"benchmark.sets.{t}.path={{glue_{t}}}" for t in GLUE_COLUMNS],
+        "method.max_length=16",
+        *_SMALL,
+    ],
+    "slicefine_paper_vtab/vision": [
+        "model.path={tiny_vit}",
+        *[f"benchmark.sets.{t}.path={{vtab_{t}}}" for t in VTAB],
+        *_SMALL,
+    ],
+}
+
+
+def test_glue_path_on_a_tiny_local_bert(tmp_path):
+    """The paper-scale code path (HF Trainer + callback + merge) on a tiny local model and data."""
+    from datasets import load_from_disk
+    from transformers import AutoModelForSequenceClassification
+
+    from methods.slicefine.config import SliceSettings
+    from methods.slicefine.glue import train_glue, training_args
+
+    cfg = _tiny_bert(tmp_path / "bert")
+    data = load_from_disk(_glue_set(tmp_path / "rte", "rte"))
+    args = training_args(
+        {"max_steps": 4, "per_device_train_batch_size": 4}, tmp_path / "out", seed=0
     )
-    res = train_glue(gc, tmp_path / "out")
+    sl = SliceSettings(r=2, switch_every=2, targets=["query", "value"])
+    res = train_glue(str(tmp_path / "bert"), "rte", data, sl, args)
     assert res["switches"] == 2.0 and 0.0 <= res["accuracy"] <= 1.0
     # Row slices of query/value (2 x 32 each, 2 layers) + the classifier head (trainable).
     head = sum(
@@ -313,67 +395,65 @@ def test_glue_path_on_a_tiny_local_bert(tmp_path):
     merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "merged")
     assert type(merged.bert.encoder.layer[0].attention.self.query) is nn.Linear
     with pytest.raises(ValueError, match="task"):
-        GlueConfig(task="imagenet")
+        train_glue(str(tmp_path / "bert"), "imagenet", data, sl, args)
+    with pytest.raises(ValueError, match="mode"):
+        SliceSettings(mode="diagonal")
 
 
-def test_vision_path_on_a_tiny_local_vit_and_vtab1k_layout(tmp_path):
-    """The VTAB-1K path: NOAH/VPT list files -> HF Trainer + callback -> merged ViT, on a tiny ViT."""
-    from PIL import Image
-    from transformers import AutoModelForImageClassification, ViTConfig, ViTImageProcessor
+def test_vision_stage_on_a_tiny_local_vit_and_vtab1k_layout(tmp_path):
+    """The VTAB-1K stage: NOAH/VPT list files -> HF Trainer + callback -> merged ViT, tiny ViT."""
+    import json
 
-    from common.registry import compose
-    from methods.slicefine.run import run
+    from transformers import AutoModelForImageClassification
+
+    from common.registry import compose, run_method
     from methods.slicefine.vision import load_vtab1k
 
-    torch.manual_seed(0)
-    vit = ViTConfig(
-        image_size=16,
-        patch_size=8,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=2,
-    )
-    AutoModelForImageClassification.from_config(vit).save_pretrained(tmp_path / "vit")
-    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(tmp_path / "vit")
-    task = tmp_path / "vtab" / "eurosat"
-    (task / "images").mkdir(parents=True)
-    lines = []
-    for i in range(8):  # two colour classes
-        colour = (200, 30, 30) if i % 2 == 0 else (30, 30, 200)
-        Image.new("RGB", (20, 20), colour).save(task / "images" / f"{i}.jpg")
-        lines.append(f"images/{i}.jpg {i % 2}")
-    (task / "train800val200.txt").write_text("\n".join(lines) + "\n")
-    (task / "test.txt").write_text("\n".join(lines[:4]) + "\n")
+    task = _vtab_task(tmp_path / "vtab" / "eurosat")
     ds = load_vtab1k(tmp_path / "vtab", "eurosat")
     assert ds["train"].num_rows == 8 and ds["test"]["label"] == [0, 1, 0, 1]
-    cfg = compose(["experiment=slicefine_paper_vtab"], run_dir=str(tmp_path / "run"))
-    from omegaconf import OmegaConf
-
-    OmegaConf.set_struct(cfg, False)
-    cfg.method.vision.update(
-        model=str(tmp_path / "vit"),
-        task="eurosat",
-        data_root=str(tmp_path / "vtab"),
-        r=2,
-        switch_every=2,
-        batch_size=4,
-        max_steps=4,
-        bf16=False,
+    cfg = compose(
+        [
+            "experiment=slicefine_paper_vtab",
+            f"model.path={_tiny_vit(tmp_path / 'vit')}",
+            f"benchmark.sets.eurosat.path={task}",
+            "method.tasks=[eurosat]",
+            "method.slice.r=2",
+            "method.slice.switch_every=2",
+            "method.trainer.per_device_train_batch_size=4",
+            "+method.trainer.max_steps=4",
+            "method.trainer.bf16=false",
+        ],
+        run_dir=str(tmp_path / "run"),
     )
-    out = run(cfg)
+    out = run_method(cfg)
     assert out["slicefine_eurosat/switches"] == 2.0
     assert 0.0 <= out["slicefine_eurosat/accuracy"] <= 1.0
     # Row slices of q_proj/v_proj (2 x 32 each, 2 layers) + the classifier head (trainable).
     assert out["slicefine_eurosat/trainable_params"] == 2 * 2 * (2 * 32) + (32 * 2 + 2)
     merged = AutoModelForImageClassification.from_pretrained(
-        tmp_path / "run" / "trainer" / "merged"
+        tmp_path / "run" / "eurosat" / "merged"
     )
     assert type(merged.vit.layers[0].attention.q_proj) is nn.Linear
+    loaded = json.loads((tmp_path / "run" / "results.json").read_text())["models_loaded"]
+    assert any(str(tmp_path / "vit") in e["spec"] for e in loaded)
     (task / "test.txt").write_text("images/0.jpg zero\n")
     with pytest.raises(ValueError, match="test.txt:1"):
         load_vtab1k(tmp_path / "vtab", "eurosat")
+
+
+def test_paper_stages_reject_bad_configs():
+    from common.config import ConfigError
+    from common.registry import compose
+
+    with pytest.raises(Exception, match="mode"):
+        compose(["experiment=slicefine_paper", "method.slice.mode=diagonal"])
+    with pytest.raises(Exception, match="r"):
+        compose(["experiment=slicefine_paper", "method.slice.r=abc"])
+    with pytest.raises(ConfigError, match="learnin_rate"):
+        compose(["experiment=slicefine_paper", "+method.trainer.learnin_rate=1"])
+    with pytest.raises(ConfigError, match="supported kinds"):
+        compose(["experiment=slicefine_paper", "model=tiny-qwen2"])
 
 
 @pytest.mark.parametrize("train_bias", [False, True])
@@ -382,20 +462,19 @@ def test_train_bias_option_of_the_paper_paths(train_bias):
     the target layers' biases are trainable, counted, updated and kept by the merge only when on."""
     from transformers import AutoModelForSequenceClassification, BertConfig
 
-    from methods.slicefine.glue import GlueConfig, wrap_classifier
-    from methods.slicefine.toy import ToyConfig
-    from methods.slicefine.vision import VisionConfig
+    from methods.slicefine.config import SliceSettings, ToyConfig
+    from methods.slicefine.glue import wrap_classifier
 
-    assert GlueConfig().train_bias is False and VisionConfig().train_bias is False
-    assert ToyConfig().train_bias is False
+    assert SliceSettings().train_bias is False and ToyConfig().train_bias is False
     cfg = BertConfig(
         vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=32, num_labels=2,
     )  # fmt: skip
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_config(cfg)
-    gc = GlueConfig(r=2, targets=["query", "value"], train_bias=train_bias, bf16=False)
-    sf = wrap_classifier(model, gc)
+    sf = wrap_classifier(
+        model, SliceSettings(r=2, targets=["query", "value"], train_bias=train_bias)
+    )
     head = 16 * 2 + 2
     biases = 2 * 2 * 16  # query + value biases of 2 layers
     assert sf.trainable_parameters() == 2 * 2 * (2 * 16) + head + biases * train_bias
@@ -407,7 +486,5 @@ def test_train_bias_option_of_the_paper_paths(train_bias):
     opt.step()
     assert torch.equal(query.bias, before) is not train_bias
     merged = sf.merge_and_unload()
-    assert (
-        torch.equal(merged.bert.encoder.layer[0].attention.self.query.bias, before)
-        is not train_bias
-    )
+    merged_bias = merged.bert.encoder.layer[0].attention.self.query.bias
+    assert torch.equal(merged_bias, before) is not train_bias
