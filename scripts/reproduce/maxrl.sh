@@ -10,7 +10,9 @@ OUT=${OUT:-outputs/maxrl_paper}
 EXP=maxrl_paper
 [[ "${SMOLLM:-0}" == "1" ]] && EXP=maxrl_paper_smollm
 
-for est in maxrl grpo; do
+# ESTIMATORS="maxrl grpo rloo pkpo differential_smoothing self" runs the baselines of Tables 3-4 too
+# (GRPO + entropy bonus: ESTIMATORS=grpo and the override method.trainer.entropy_coef=<c>).
+for est in ${ESTIMATORS:-maxrl grpo}; do
   accelerate launch --config_file "$ACC" -m common.cli experiment=$EXP method.stage=train \
     method.trainer.advantage_estimator=$est run_dir=$OUT/$est/train "$@"
   icml26 experiment=$EXP method.stage=eval model.path=$OUT/$est/train/train/final \
