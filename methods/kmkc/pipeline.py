@@ -1,10 +1,10 @@
-"""Paper-scale KMKC driver (spec §3.6, §7): profile → regions → CGKE SFT → CDKC GRPO, per round.
+"""Paper-scale KMKC driver (``stage=paper``): profile → regions → CGKE SFT → CDKC GRPO, per round.
 
 Every stage is a function over plain data so that a reproduction can stop, inspect and resume:
 
 * :func:`load_qa_jsonl` reads the FlashRAG layout (``<data_dir>/<name>/<split>.jsonl`` with
   ``id``, ``question``, ``golden_answers``), samples a fixed number of items with a fixed seed and
-  records the ids (spec §3.5);
+  records the ids (paper App. B);
 * :func:`profile_items` samples K answers per question with any :class:`common.generation.Generator`
   (``HFGenerator`` here, ``VLLMGenerator`` at scale) and builds the behavioural profiles (§3.2);
 * :func:`run_round` assigns regions (self-evaluation through a ``ChatLLM`` with the rule fallback),
@@ -44,38 +44,33 @@ _ANSWER = re.compile(r"answer\s*:\s*(.+)", re.IGNORECASE)
 
 @dataclass
 class PaperConfig:
-    """The paper-scale run (values in ``configs/experiment/kmkc_paper.yaml`` carry their sources).
+    """One paper-scale run, assembled by :func:`methods.kmkc.paper.paper_stage` from the run config
+    (``configs/experiment/kmkc_paper.yaml``, whose values carry their sources).
 
     Attributes:
-        model: hub id or local path of the policy (also the augmentation and self-evaluation LLM,
-            spec §9.4).
-        data_dir: FlashRAG-layout folder (``<name>/<split>.jsonl``).
-        train_sets: seed-set name -> number of items to sample (paper App. B).
-        eval_sets: benchmark name -> max items (whole set when smaller; paper App. B).
-        train_split / eval_split: file stems inside each dataset folder.
+        model: hub id or local path of the policy (also the augmentation and self-evaluation LLM).
+        train_sets: seed-set name -> (local FlashRAG ``.jsonl``, items to sample or None for all).
+        eval_sets: benchmark name -> (local ``.jsonl``, max items; the whole set when smaller).
         output_dir: where profiles, datasets, checkpoints and results go.
         engine: ``"hf"`` or ``"vllm"`` for profiling and evaluation.
         vllm_kwargs: engine keyword arguments for ``VLLMGenerator``.
         batch_size: prompts per ``generate`` call of the HF engine.
         k, temperature, max_new_tokens: profiling samples (paper: K = 16).
-        prompt: the QA instruction; ``{question}`` is substituted (ours; spec §3.3 format).
+        prompt: the QA instruction; ``{question}`` is substituted (ours).
         self_evaluate: ask the model for its region (rule fallback), else the rule only.
         regions, augment: fields of :class:`RegionConfig` / :class:`AugmentConfig`.
         sft: keyword arguments of ``trl.SFTConfig``.
         cdkc: keyword arguments of :class:`methods.kmkc.trainer.CDKCConfig`.
-        cdkc_init: ``"cgke"`` (calibrate the SFT model) or ``"base"`` (spec §9.5).
+        cdkc_init: ``"cgke"`` (calibrate the SFT model) or ``"base"`` (the paper does not say which).
         rounds: expansion-calibration rounds (paper: 1 and 2).
-        refuse_threshold: τ on c for the answer/refuse decision (spec §9.8).
+        refuse_threshold: τ on c for the answer/refuse decision, inferred.
         seed: sampling seed for the data subsets.
     """
 
     model: str
-    data_dir: str
-    train_sets: dict[str, int]
-    eval_sets: dict[str, int]
+    train_sets: dict[str, tuple[str, int | None]]
+    eval_sets: dict[str, tuple[str, int | None]]
     output_dir: str = "outputs/kmkc_paper"
-    train_split: str = "train"
-    eval_split: str = "dev"
     engine: str = "hf"
     vllm_kwargs: dict = field(default_factory=dict)
     batch_size: int = 16
@@ -95,6 +90,7 @@ class PaperConfig:
     rounds: int = 1
     refuse_threshold: float = 0.5
     seed: int = 0
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm"):
@@ -110,7 +106,7 @@ class PaperConfig:
 
 
 def load_qa_jsonl(path: str | Path, n: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """Reads a FlashRAG-style QA file and samples ``n`` items with a fixed seed (spec §3.5).
+    """Reads a FlashRAG-style QA file and samples ``n`` items with a fixed seed (paper App. B).
 
     Each line holds ``question`` and ``golden_answers`` (a list of aliases; ``answer`` as a string
     is accepted too); ``id`` defaults to the line number.
@@ -157,7 +153,7 @@ def _messages(cfg: PaperConfig, question: str) -> list[dict[str, str]]:
 def make_generator(cfg: PaperConfig, model: Any, tokenizer: Any, workdir: Path):
     """``HFGenerator`` on the current model, or a ``VLLMGenerator`` on a saved copy of it.
 
-    vLLM serves weights from disk, so the policy is saved to ``workdir/policy`` first (the spec's
+    vLLM serves weights from disk, so the policy is saved to ``workdir/policy`` first (the
     "reloaded after each round"); ``cfg.vllm_kwargs`` go to the engine (e.g.
     ``gpu_memory_utilization`` when training shares the GPU).
     """
@@ -176,7 +172,7 @@ def make_generator(cfg: PaperConfig, model: Any, tokenizer: Any, workdir: Path):
 def profile_items(
     generator: Any, cfg: PaperConfig, items: list[dict[str, Any]]
 ) -> list[BehaviorProfile]:
-    """K samples per question at temperature T → behavioural profiles (spec §3.2, Eqs. E1-E4)."""
+    """K samples per question at temperature T → behavioural profiles (paper §2, Eq. 24)."""
     prompts = [_messages(cfg, it["question"]) for it in items]
     params = SamplingParams(
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed
@@ -217,7 +213,7 @@ def evaluate(generator: Any, cfg: PaperConfig, items: list[dict[str, Any]]) -> d
 
 
 def sft_cgke(model: Any, tokenizer: Any, dataset: Any, cfg: PaperConfig, out: Path) -> Any:
-    """CGKE fine-tuning with ``trl.SFTTrainer``; loss on the assistant turn only (spec §3.3).
+    """CGKE fine-tuning with ``trl.SFTTrainer``; loss on the assistant turn only.
 
     The ``messages`` rows are split into a conversational prompt (every turn but the last) and
     completion (the assistant turn), for which TRL computes the completion-only loss.
@@ -247,7 +243,7 @@ def calibrate_cdkc(
     cfg: PaperConfig,
     out: Path,
 ) -> Any:
-    """CDKC on the original seed questions, each row carrying its region (spec §3.4, App. B)."""
+    """CDKC on the original seed questions, each row carrying its region (paper App. B)."""
     from datasets import Dataset
 
     from .trainer import CDKCConfig, CDKCTrainer
@@ -275,7 +271,7 @@ def calibrate_cdkc(
 def run_round(
     model: Any, tokenizer: Any, cfg: PaperConfig, items: list[dict[str, Any]], out: Path
 ) -> tuple[Any, dict[str, Any]]:
-    """One expansion-calibration round: profile → regions → CGKE SFT → CDKC (spec §3.6)."""
+    """One expansion-calibration round: profile → regions → CGKE SFT → CDKC (paper Fig. 2)."""
     from common.llm import HFChat
 
     out.mkdir(parents=True, exist_ok=True)
@@ -306,14 +302,11 @@ def run_paper(cfg: PaperConfig) -> dict[str, dict[str, float]]:
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_model(cfg.model), load_tokenizer(cfg.model)
+    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype), load_tokenizer(cfg.model)
     items = []
-    for name, n in cfg.train_sets.items():
-        items += load_qa_jsonl(Path(cfg.data_dir) / name / f"{cfg.train_split}.jsonl", n, cfg.seed)
-    evals = {
-        name: load_qa_jsonl(Path(cfg.data_dir) / name / f"{cfg.eval_split}.jsonl", n, cfg.seed)
-        for name, n in cfg.eval_sets.items()
-    }
+    for _name, (path, n) in cfg.train_sets.items():
+        items += load_qa_jsonl(path, n, cfg.seed)
+    evals = {name: load_qa_jsonl(path, n, cfg.seed) for name, (path, n) in cfg.eval_sets.items()}
     (out / "sampled_ids.json").write_text(
         json.dumps({name: [it["id"] for it in its] for name, its in evals.items()})
     )

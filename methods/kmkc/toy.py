@@ -16,7 +16,8 @@ import logging
 import random
 import re
 import tempfile
-from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ import torch
 from common.llm import ScriptedChat
 
 from .augment import AugmentConfig, build_cgke_dataset
+from .config import ToyConfig
 from .decay_law import bin_by_uncertainty, fit_structural_decay
 from .metrics import expected_calibration_error
 from .profile import SampleOut, build_profile
@@ -36,46 +38,6 @@ TIERS = ("A", "B", "C")
 EXPECTED_REGION = {"A": "mastered", "B": "confused", "C": "missing"}
 SPECIALS = ["<pad>", "<q>", "<a>", "<eos>", "is", "not"]
 SEQ_LEN = 10
-
-
-@dataclass
-class ToyConfig:
-    """Sizes of the fact-world toy (spec §6; counts scaled to the CPU budget)."""
-
-    n_per_tier: int = 100
-    n_relations: int = 4
-    n_objects: int = 100
-    reps_seen: int = 20  # tier A: right object, reps_seen times
-    reps_conflict_right: int = 6  # tier B: right object ...
-    reps_conflict_wrong: int = 4  # ... and one distractor
-    hidden: int = 64
-    layers: int = 2
-    heads: int = 2
-    pretrain_steps: int = 1500
-    batch_size: int = 64
-    lr: float = 3e-3
-    k: int = 8  # samples per question (paper: 16)
-    temperature: float = 1.0
-    n_bins: int = 10
-    mastered_threshold: float = 0.75
-    stable_kappa: float = 0.5
-    n_mastered: int = 1
-    n_confused: int = 3
-    n_missing: int = 3
-    sft_steps: int = 40
-    sft_lr: float = 3e-3
-    # Calibration stage (spec §6 step 7): GRPO vs CDKC from a CGKE checkpoint that withheld a share
-    # of tier C, so those questions stay unanswerable.
-    withhold_c: float = 0.5  # share of tier-C facts left out of the calibration stage's CGKE SFT
-    grpo_steps: int = 80
-    grpo_lr: float = 1e-3
-    grpo_generations: int = 8  # G (spec §6)
-    grpo_prompts_per_step: int = 8
-    grpo_beta: float = 0.0
-    cdkc_mode: str = "loss"  # loss | reward (spec §9.1)
-    cdkc_signal: str = "entropy"  # entropy (paper method figure) | nll (paper Eq. 24)
-    cdkc_scale: float = 1.0  # multiplies every λ of the spec's table (1.0 = spec defaults)
-    seeds: list[int] = field(default_factory=lambda: [0])
 
 
 class FactWorld:
@@ -381,3 +343,74 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
         "augmentation": aug_stats,
     }
     return metrics, diag
+
+
+def _plot(diags: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for seed, d in diags.items():
+        x, y = np.array(d["bins"]["x"]), np.array(d["bins"]["y"])
+        ax.scatter(x, y, s=14, label=f"bins, seed {seed}")
+        f = d["fit"]
+        if f["a"] == f["a"]:  # not NaN
+            xs = np.linspace(x.min(), x.max(), 100)
+            ax.plot(xs, f["a"] * np.exp(-f["b"] * xs) + f["c"], lw=1)
+    ax.set_xlabel("mean sequence NLL Ū (nats)")
+    ax.set_ylabel("accuracy over K samples")
+    ax.set_title("KMKC toy: structural decay law")
+    ax.legend(fontsize=7)
+    from common.tracking import save_plot
+
+    save_plot(fig, path)
+
+
+def run_toy(run: Any) -> dict[str, float]:
+    """``stage=toy``: decay law, regions vs tiers, CGKE vs uniform SFT, GRPO vs CDKC."""
+    import statistics
+    import time
+
+    from common.tracking import write_results
+
+    tc, arms, cfg = run.method.toy, list(run.method.arms), run.cfg
+    torch.set_num_threads(1)  # tiny GPT-2: one thread is as fast, and safe on a shared machine
+    t0 = time.time()
+    seeds = [int(run.seed) + s for s in tc.seeds]
+    per_seed, diags = [], {}
+    for seed in seeds:
+        m, d = run_seed(tc, seed, arms)
+        d["fit"] = {k: m["profile"][f"decay_{k}"] for k in ("a", "b", "c")}
+        per_seed.append(m)
+        diags[str(seed)] = d
+    metrics: dict[str, dict[str, float]] = {}
+    for arm in per_seed[0]:
+        rows = [m[arm] for m in per_seed]
+        metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+        if len(rows) > 1 and "acc" in rows[0]:
+            metrics[arm]["acc_std"] = statistics.stdev(r["acc"] for r in rows)
+            metrics[arm]["ece_std"] = statistics.stdev(r["ece"] for r in rows)
+    _plot(diags, Path(run.run_dir) / "decay_law.png")
+    return write_results(
+        run.run_dir,
+        "kmkc",
+        metrics,
+        cfg=cfg,
+        extra={"diagnostics": diags},
+        wall_time_s=time.time() - t0,
+        notes=(
+            f"Fact world: 3 tiers x {tc.n_per_tier} facts (A seen {tc.reps_seen}x, B "
+            f"{tc.reps_conflict_right}:{tc.reps_conflict_wrong} right:distractor, C unseen); GPT-2 "
+            f"{tc.layers}x{tc.hidden} from scratch, {tc.pretrain_steps} steps; K={tc.k} samples at "
+            f"T={tc.temperature}; SFT arms: same #items, {tc.sft_steps} steps, lr {tc.sft_lr}, batch "
+            f"{tc.batch_size}; seeds {seeds}. profile: decay-law fit a*exp(-b*U)+c on {tc.n_bins} "
+            "equal-count bins and rule-region agreement with the designed tiers; acc: greedy "
+            "accuracy (acc_A/B/C per tier); ece: 10 equal-mass bins, c = exp(-U). Calibration "
+            f"stage: {tc.withhold_c:.0%} of tier C withheld from a second CGKE SFT, then GRPO vs "
+            f"CDKC ({tc.cdkc_mode} mode, {tc.cdkc_signal}, λ×{tc.cdkc_scale}), {tc.grpo_steps} "
+            f"steps, G={tc.grpo_generations}."
+        ),
+    )

@@ -636,57 +636,84 @@ def test_load_qa_jsonl_sampling_and_errors(tmp_path):
     assert extract_answer("Paris") == "Paris"
 
 
-def test_paper_pipeline_runs_one_round_on_a_tiny_local_model(tmp_path):
-    """kmkc_paper's code path end to end on a saved tiny Qwen2 and FlashRAG-format fixtures."""
-    from omegaconf import OmegaConf
+_SETS = ("popqa", "musique", "squad", "nq", "hotpotqa", "twowiki", "beerqa",
+         "web_questions", "bamboogle", "searchqa", "triviaqa")  # fmt: skip
+_CPU = ["method.sft.bf16=false", "method.cdkc.bf16=false", "method.cdkc.use_vllm=false"]
+PAPER_SMOKE = {
+    "paper": [
+        "model.path={tiny_qwen2}",
+        "model.dtype=float32",
+        *(
+            f"method.train_sets.{s}.path={{kmkc_data}}/{s}/train.jsonl"
+            for s in ("nq", "hotpotqa", "twowiki")
+        ),
+        *(f"method.train_sets.{s}.limit=2" for s in ("nq", "hotpotqa", "twowiki")),
+        *(f"benchmark.sets.{s}.path={{kmkc_data}}/{s}/dev.jsonl" for s in _SETS),
+        *(f"benchmark.sets.{s}.limit=2" for s in _SETS),
+        "method.paper.engine=hf",
+        "method.paper.samples=2",
+        "method.paper.max_new_tokens=4",
+        "method.paper.rounds=1",
+        "+method.paper.augment.max_drop_frac=1.0",
+        "+method.paper.augment.max_retries=0",
+        *_CPU,
+        "+method.sft.max_steps=1",
+        "method.sft.per_device_train_batch_size=2",
+        "method.sft.max_length=64",
+        "+method.cdkc.max_steps=1",
+        "+method.cdkc.num_generations=2",
+        "+method.cdkc.per_device_train_batch_size=4",
+        "method.cdkc.max_completion_length=4",
+    ],
+}
 
-    from common.registry import compose
+
+def paper_smoke_setup(tmp_path):
+    """FlashRAG-format train/dev files for every set the kmkc_paper preset names."""
+    data = tmp_path / "flashrag"
+    for s in ("nq", "hotpotqa", "twowiki"):
+        _flashrag_fixture(data, s, "train", 3)
+    for s in _SETS:
+        _flashrag_fixture(data, s, "dev", 2)
+    return {"kmkc_data": str(data)}
+
+
+def test_paper_stage_runs_one_round_and_writes_profiles(tmp_path):
+    """kmkc_paper through the registry on a saved tiny Qwen2 and FlashRAG-format fixtures."""
+    from common.registry import compose, run_method
     from common.tiny import save_tiny, tiny_causal_lm
-    from methods.kmkc.run import run
 
     torch.set_num_threads(1)
     model_dir = save_tiny(*tiny_causal_lm("qwen2", seed=0), tmp_path / "tiny")
-    data = tmp_path / "flashrag"
-    _flashrag_fixture(data, "nq", "train", 6)
-    _flashrag_fixture(data, "nq", "dev", 4)
-    _flashrag_fixture(data, "triviaqa", "dev", 3)
-    cfg = compose(["experiment=kmkc_paper"], run_dir=str(tmp_path / "run"))
-    cpu = {"use_cpu": True, "bf16": False, "max_steps": 1, "disable_tqdm": True}
-    OmegaConf.update(
-        cfg,
-        "method.paper",
-        {
-            "model": str(model_dir),
-            "output_dir": str(tmp_path / "run" / "paper"),
-            "data_dir": str(data),
-            "train_sets": {"nq": 4},
-            "eval_sets": {"nq": 3, "triviaqa": 3},
-            "engine": "hf",
-            "k": 2,
-            "max_new_tokens": 4,
-            "rounds": 1,
-            "augment": {"max_drop_frac": 1.0, "consistency_checks": 0, "max_retries": 0},
-            "sft": {**cpu, "per_device_train_batch_size": 2, "max_length": 64},
-            "cdkc": {
-                **cpu,
-                "use_vllm": False,
-                "num_generations": 2,
-                "per_device_train_batch_size": 4,
-                "max_completion_length": 4,
-                "learning_rate": 1e-3,
-            },
-        },
-        merge=False,
-    )
-    out = run(cfg)
+    subs = {"tiny_qwen2": str(model_dir), **paper_smoke_setup(tmp_path)}
+    overrides = [o.format(**subs) for o in PAPER_SMOKE["paper"]]
+    for s in _SETS[:9]:  # two evaluation sets are enough here
+        overrides.append(f"~benchmark.sets.{s}")
+    out = run_method(compose(["experiment=kmkc_paper", *overrides], run_dir=str(tmp_path / "run")))
     for stage in ("base", "round1"):
-        for name in ("nq", "triviaqa"):
+        for name in ("searchqa", "triviaqa"):
             assert 0.0 <= out[f"{stage}/{name}/acc"] <= 1.0
             assert 0.0 < out[f"{stage}/{name}/mean_conf"] <= 1.0
     paper_dir = tmp_path / "run" / "paper"
     ids = json.loads((paper_dir / "sampled_ids.json").read_text())
-    assert sorted(ids) == ["nq", "triviaqa"] and len(ids["nq"]) == 3
+    assert sorted(ids) == ["searchqa", "triviaqa"] and len(ids["triviaqa"]) == 2
     profiles = (paper_dir / "round1" / "profile.jsonl").read_text().splitlines()
-    assert len(profiles) == 4
+    assert len(profiles) == 6  # 2 sampled items from each of the 3 seed sets
     assert all(json.loads(p)["region"] in ("mastered", "confused", "missing") for p in profiles)
     assert (paper_dir / "round1" / "cgke.jsonl").is_file()
+
+
+def test_run_config_rejects_wrong_types_and_keys():
+    from common.registry import compose
+
+    assert compose(["experiment=kmkc_toy"]).method.toy.cdkc_signal == "entropy"
+    with pytest.raises(Exception, match="sft_steps"):
+        compose(["experiment=kmkc_toy", "method.toy.sft_steps=abc"])
+    with pytest.raises(Exception, match="sft_stepz"):
+        compose(["experiment=kmkc_toy", "method.toy.sft_stepz=3"])
+    with pytest.raises(ValueError, match="arms"):
+        compose(["experiment=kmkc_toy", "method.arms=[ppo]"])
+    with pytest.raises(ValueError, match="engine"):
+        compose(["experiment=kmkc_paper", "method.paper.engine=sglang"])
+    with pytest.raises(Exception, match="signl"):
+        compose(["experiment=kmkc_paper", "+method.cdkc.signl=nll"])
