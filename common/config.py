@@ -242,9 +242,50 @@ def _close(name: str, options) -> str:
     return f" (did you mean {', '.join(near)}?)" if near else ""
 
 
+def check_keys(node: DictConfig, prefix: str) -> None:
+    """Rejects keys that no dataclass field declares, at any depth (``+method.bogus=1`` too).
+
+    Hydra's ``+key=value`` appends a key even to a structured config; this walks the composed
+    node against the dataclass types OmegaConf recorded for it.
+
+    Raises:
+        ConfigError: naming the key, its dataclass and the closest field names.
+    """
+    typ = OmegaConf.get_type(node)
+    names = {f.name for f in dataclasses.fields(typ)} if dataclasses.is_dataclass(typ) else None
+    for key in node:
+        if names is not None and key not in names:
+            raise ConfigError(
+                f"{prefix}.{key}: not a field of {typ.__name__}{_close(str(key), names)}"
+            )
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            check_keys(child, f"{prefix}.{key}")
+
+
 def _import_attr(target: str):
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+_SIMPLE = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+
+
+def _expected_types(f: dataclasses.Field) -> tuple[type, ...] | None:
+    """The simple types a field accepts, from its annotation (else its default), or None."""
+    ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", repr(f.type))
+    ann = ann.replace("typing.", "").replace(" ", "")
+    for wrap in ("Optional[", "Union["):
+        if ann.startswith(wrap):
+            ann = ann[len(wrap) : -1]
+    parts = [p for p in ann.replace("|", ",").split(",") if p not in ("None", "NoneType")]
+    if len(parts) == 1 and parts[0] in _SIMPLE:
+        return _SIMPLE[parts[0]]
+    default = f.default if f.default is not dataclasses.MISSING else None
+    for typ, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str")):
+        if isinstance(default, typ) and len(parts) <= 1:
+            return _SIMPLE[name]
+    return None
 
 
 def check_trainer_node(config_cls: type, node: dict[str, Any], key: str) -> None:
@@ -252,7 +293,7 @@ def check_trainer_node(config_cls: type, node: dict[str, Any], key: str) -> None
 
     Only names and simple types are checked (the dataclass itself runs its own ``__post_init__``
     when the stage builds it): an unknown key, or a value whose type differs from the field's
-    default (bool vs number, number vs string), raises.
+    annotation (or, for an annotation that is not a simple type, its default's type) raises.
 
     Raises:
         ConfigError: naming ``key.<field>``, the expected type and the value.
@@ -263,20 +304,8 @@ def check_trainer_node(config_cls: type, node: dict[str, Any], key: str) -> None
             raise ConfigError(
                 f"{key}.{name}: not a field of {config_cls.__name__}{_close(name, fields)}"
             )
-        f = fields[name]
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if default is None or value is None:
-            continue
-        expected: tuple[type, ...]
-        if isinstance(default, bool):
-            expected = (bool,)
-        elif isinstance(default, int):
-            expected = (int,)
-        elif isinstance(default, float):
-            expected = (int, float)
-        elif isinstance(default, str):
-            expected = (str,)
-        else:
+        expected = _expected_types(fields[name])
+        if expected is None or value is None:
             continue
         if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
             raise ConfigError(
@@ -325,6 +354,10 @@ def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
         raise ConfigError(
             f"method.stage={stage!r} is not a stage of {name}; valid: {', '.join(stages)}"
         )
+    check_keys(cfg.method, "method")
+    for group in ("model", "benchmark"):
+        if cfg.get(group) is not None:
+            check_keys(cfg[group], group)
     try:
         method = OmegaConf.to_object(cfg.method)
     except (TypeError, ValueError) as err:
@@ -343,6 +376,12 @@ def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
             f"model={model.name}: kind {model.kind!r} is not supported by {name} "
             f"(supported kinds: {', '.join(schema.MODEL_KINDS)})"
         )
+    check_model = getattr(method, "check_model", None)  # a method's own model/config checks
+    if model is not None and is_paper and callable(check_model):
+        try:
+            check_model(model)
+        except ValueError as err:
+            raise ConfigError(f"model={model.name}: {err}") from err
     bench = OmegaConf.to_object(cfg.benchmark) if cfg.get("benchmark") is not None else None
     if bench is not None and is_paper:
         if not schema.BENCHMARK_FORMATS:

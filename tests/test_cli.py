@@ -138,3 +138,13 @@ def test_documented_commands_compose(command):
             compose(args)
         return
     compose(args)
+
+
+def test_appended_unknown_keys_are_rejected_too():
+    """``+method.bogus=1`` appends a key Hydra would accept; validation names it."""
+    from common.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"method.bogus: not a field of MaxRLRunConfig"):
+        compose(["experiment=maxrl_toy", "+method.bogus=1"])
+    with pytest.raises(ConfigError, match=r"method.t1.stepz: not a field of .*did you mean steps"):
+        compose(["experiment=maxrl_toy", "+method.t1.stepz=1"])
