@@ -14,7 +14,7 @@ wrong "yes" with probability ``strength(A, B)`` scaled down by a generic note
 (``generic_damping``) or by a pair reminder naming (A, B) (``pair_damping``). Those two dampings
 are assumptions of the simulator, not measurements; what the toy does measure is whether the
 pipeline finds the pairs (probe recall, matched-pair rate), which notes it injects, the LLM-call
-budget, and the induction metrics of §3.1 against rho. Arms: ``plain`` (no note), ``generic``
+budget, and the induction metrics (official eval_overthink.py) against rho. Arms: ``plain`` (no note), ``generic``
 (always the generic note) and ``llminertia`` (adaptive notes).
 
 Paper (``stage=paper``): the induction test sets (repo JSONL) and HaluEval's four sets, answered by
@@ -370,7 +370,7 @@ def run_paper(rc: LLMInertiaRunConfig, seed: int, model: str) -> tuple[dict, dic
 
 
 def run_trained(rc: LLMInertiaRunConfig, seed: int, run_dir: str) -> tuple[dict, dict]:
-    """Spec §6 trained toy; per-arm wrong-yes rates per share plus a table and a PNG."""
+    """The trained toy; per-arm wrong-yes rates per share plus a table and a PNG."""
     import dataclasses
 
     from .toy_trained import run_trained_toy, write_trained_report

@@ -21,7 +21,7 @@ Word-level world (all single tokens):
                implicit answer into ``no``; explicit answers always follow the evidence.
     co-occurrence ``ax03 with bx03 .`` and paraphrases; filler sentences of ``fw..`` words.
 
-Probe (step 2 of §3.2 for a tiny LM): the top-``k`` entity tokens after ``<entity> with``.
+Probe (step 2 of the pipeline for a tiny LM): the top-``k`` entity tokens after ``<entity> with``.
 Extraction (step 1) is a vocabulary lookup (the tiny LM cannot follow an instruction); answering
 (step 3) compares the model's ``yes``/``no`` logits after ``answer:``.
 """

@@ -1,8 +1,11 @@
-"""Configuration of Swordsman decoding.
+"""Configuration of Swordsman: the decoder (official code defaults) and the run-config schema.
 
-One dataclass holds every knob of the decoder: the entropy-driven partition (§3.2), the dynamic
-parallel-unmasking threshold (§3.3) and the cache mode (§3.4). The Fast-dLLM fixed-block baseline is the
+``SwordsmanConfig`` holds every knob of the decoder: the entropy-driven partition (official
+``determine_next_block_length``), the dynamic parallel-unmasking threshold
+(``get_dynamic_threshold_by_entropy``) and the cache mode. The Fast-dLLM fixed-block baseline is the
 degenerate setting ``min_block_len == max_block_len`` with ``tau_min == tau_max``.
+``SwordsmanRunConfig`` is the ``method=swordsman`` schema (toy and paper stages). Light on purpose
+(stdlib and :mod:`common.config` only): the CLI loads this file before any heavy import.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Semi-autoregressive block decoders: Swordsman, the fixed-block Fast-dLLM baseline and vanilla LLaDA.
 
-Implements (``SWORDSMAN``): at each block start one full forward pass gives every masked
-position's prediction; its entropies place the block's right edge (``next_block_length``, §3.2) and its
+Official code: zy-ansel/Swordsman ``llada/generate.py`` (``generate_adaptive`` and the cached variants). At each block start one full forward pass gives every masked
+position's prediction; its entropies place the block's right edge (``next_block_length``) and its
 logits serve as the block's first denoising step. Inside the block, tokens whose confidence clears the
-dynamic threshold (``dynamic_threshold``, §3.3) are committed in parallel until the block is full.
+dynamic threshold (``dynamic_threshold``) are committed in parallel until the block is full.
 Shapes: ``P`` prompt length, ``G`` generation length, ``T = P + G``, ``V`` vocabulary, ``ℓ`` block length.
 """
 
@@ -201,7 +201,7 @@ def fixed_block_generate(
     cache: str = "none",
     confidence_dtype: torch.dtype = torch.float64,
 ) -> DecodeResult:
-    """Fast-dLLM baseline: fixed blocks of ``block_len``, fixed threshold ``tau`` + forced top-1 (§3.5).
+    """Fast-dLLM baseline: fixed blocks of ``block_len``, fixed threshold ``tau`` + forced top-1 (Fast-dLLM).
 
     Each block starts with a full pass (refreshing the cache) and continues with cached block passes.
     The last block is shorter when ``gen_length`` is not a multiple of ``block_len``.
@@ -244,7 +244,7 @@ def vanilla_generate(
     steps: int,
     block_len: int | None = None,
 ) -> DecodeResult:
-    """Vanilla LLaDA decoding: a fixed number of steps, committing the k most confident tokens (§3.5).
+    """Vanilla LLaDA decoding: a fixed number of steps, committing the k most confident tokens (official ``generate``).
 
     The ``steps`` are split evenly over blocks of ``block_len`` (one block of ``gen_length`` by default);
     inside a block, step ``i`` commits ``k_i`` tokens with the ``k_i`` spread as evenly as possible.

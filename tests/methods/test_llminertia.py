@@ -387,7 +387,7 @@ def test_continued_pretrain_rejects_bad_dataset():
         continued_pretrain(None, None, datasets.Dataset.from_dict({"x": ["a"]}), InductionConfig())
 
 
-# ---------------------------------------------------------------- trained toy (spec §6)
+# ---------------------------------------------------------------- trained toy
 
 
 def _toy_setup(seed=0):

@@ -522,7 +522,7 @@ def test_match_task_batches_are_well_posed():
         MatchTaskConfig(n_classes=4, seq_len=8)
 
 
-# ---------------------------------------------------------------- real-model drivers (spec §5, §7)
+# ---------------------------------------------------------------- real-model drivers (paper §5)
 def test_ioi_prompts_positions_and_revision_list():
     from common.tiny import tiny_tokenizer
     from methods.sv_features.real_models import ioi_prompts, pythia_revisions
