@@ -155,7 +155,9 @@ class APORunConfig(MethodConfig):
 
     STAGES: ClassVar[dict[str, str]] = {
         "toy": "bandit toy A1: GRPO, GRPO+KL, KL-on-Wrong and APO from one reference (CPU)",
-        "paper": "APOTrainer arms on `model` over train_data, then Pass@k on `benchmark`",
+        "train": "paper: APOTrainer arms on `model` over train_data; checkpoints per arm",
+        "eval": "paper: Pass@k of `model` (e.g. model.path=<checkpoint>) on `benchmark`",
+        "paper": "paper: base Pass@k, then train + Pass@k of every arm (train and eval in one run)",
     }
     PAPER_STAGES: ClassVar[tuple[str, ...]] = ("paper",)
     TRAINERS: ClassVar[dict[str, str]] = {"trainer": "methods.apo.trainer:APOConfig"}

@@ -22,7 +22,7 @@ from common.tracking import write_results
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["arm_overrides", "paper_stage"]
+__all__ = ["arm_overrides", "eval_stage", "paper_stage", "train_stage"]
 
 
 def arm_overrides(arm: str, trainer: dict[str, Any], kl_coef: float) -> dict[str, Any]:
@@ -73,55 +73,122 @@ def _evaluate(model, tokenizer, evals, ecfg, seed: int) -> dict[str, float]:
     return out
 
 
-def paper_stage(run: Run) -> dict[str, float]:
-    """Trains and evaluates each arm of ``method.arms``; writes results into ``run.run_dir``."""
-    from common.models import load_model, load_tokenizer
-    from common.tasks import boxed_reward, load_math_set
+def _checked(run: Run, need_benchmark: bool = True):
+    if run.model is None:
+        raise ValueError(
+            f"method.stage={run.method.stage} needs a checkpoint: model=<name> (configs/model/)"
+        )
+    if need_benchmark and (run.benchmark is None or not run.benchmark.sets):
+        raise ValueError(
+            f"method.stage={run.method.stage} needs benchmark=<suite> (configs/benchmark/)"
+        )
+    spec = run.model
+    extra = {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
+    return spec, model_id(spec), extra
+
+
+def _train_arm(run: Run, arm: str, path: str, extra: dict, train, tokenizer):
+    from common.models import load_model
+    from common.tasks import boxed_reward
 
     from .trainer import APOConfig, APOTrainer
 
     mc = run.method
-    if run.model is None:
-        raise ValueError("method.stage=paper needs a checkpoint: model=<name> (configs/model/)")
-    if run.benchmark is None or not run.benchmark.sets:
-        raise ValueError("method.stage=paper needs benchmark=<suite> (configs/benchmark/)")
-    spec = run.model
-    path = model_id(spec)
-    extra = {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
-    train = _prompts(load_math_set(mc.train_data), mc.prompt_suffix)
-    evals = {
-        name: _prompts(load_math_set(s), mc.prompt_suffix) for name, s in run.benchmark.sets.items()
-    }
-    tokenizer = load_tokenizer(path)
+    args = trainer_config(
+        APOConfig,
+        arm_overrides(arm, dict(mc.trainer), mc.kl_coef),
+        output_dir=str(run.run_dir / "trl" / arm),
+        use_cpu=not torch.cuda.is_available(),
+        report_to="wandb" if str(run.cfg.logger) == "wandb" else "none",
+        save_strategy="no",
+        seed=run.seed,
+    )
+    trainer = APOTrainer(
+        model=load_model(path, dtype=run.model.dtype, **extra),
+        reward_funcs=boxed_reward,
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "apo/safe_manifold_mass" in h]
+    stats = {}
+    if logs:
+        stats["safe_manifold_mass_last"] = float(logs[-1]["apo/safe_manifold_mass"])
+        stats["entropy_last"] = float(logs[-1]["apo/entropy"])
+    return trainer, stats
+
+
+def _data(run: Run, train: bool = True, evals: bool = True):
+    from common.tasks import load_math_set
+
+    mc = run.method
+    train_ds = _prompts(load_math_set(mc.train_data), mc.prompt_suffix) if train else None
+    eval_ds = None
+    if evals:
+        eval_ds = {
+            name: _prompts(load_math_set(s), mc.prompt_suffix)
+            for name, s in run.benchmark.sets.items()
+        }
+    return train_ds, eval_ds
+
+
+def train_stage(run: Run) -> dict[str, float]:
+    """``stage=train``: each arm of ``method.arms`` trains a fresh copy of ``model``; the final
+    weights go to ``<run_dir>/<arm>/final`` (evaluate them with ``stage=eval model.path=...``)."""
+    from common.models import load_tokenizer
+
     start = time.perf_counter()
+    _, path, extra = _checked(run, need_benchmark=False)
+    train, _ = _data(run, evals=False)
+    tokenizer = load_tokenizer(path)
+    metrics: dict[str, dict[str, float]] = {}
+    for arm in run.method.arms:
+        trainer, stats = _train_arm(run, arm, path, extra, train, tokenizer)
+        final = run.run_dir / arm / "final"
+        trainer.save_model(str(final))
+        metrics[arm] = {"steps": float(trainer.state.global_step), **stats}
+        del trainer
+    return write_results(
+        run.run_dir,
+        "apo",
+        metrics,
+        cfg=run.cfg,
+        wall_time_s=time.perf_counter() - start,
+        notes="stage=train: checkpoints in <run_dir>/<arm>/final.",
+    )
+
+
+def eval_stage(run: Run) -> dict[str, float]:
+    """``stage=eval``: Pass@k (k = 1, 2, 4, ..., n) of ``model`` on every set of ``benchmark``."""
+    from common.models import load_model, load_tokenizer
+
+    start = time.perf_counter()
+    spec, path, extra = _checked(run)
+    _, evals = _data(run, train=False)
+    model = load_model(path, dtype=spec.dtype, **extra)
+    metrics = {"model": _evaluate(model, load_tokenizer(path), evals, run.method.eval, run.seed)}
+    return write_results(
+        run.run_dir, "apo", metrics, cfg=run.cfg, wall_time_s=time.perf_counter() - start
+    )
+
+
+def paper_stage(run: Run) -> dict[str, float]:
+    """``stage=paper``: the base model's Pass@k, then train + evaluate each arm of ``method.arms``."""
+    from common.models import load_model, load_tokenizer
+
+    start = time.perf_counter()
+    spec, path, extra = _checked(run)
+    train, evals = _data(run)
+    tokenizer = load_tokenizer(path)
+    mc = run.method
     metrics: dict[str, dict[str, float]] = {}
     base = load_model(path, dtype=spec.dtype, **extra)
     metrics["base"] = _evaluate(base, tokenizer, evals, mc.eval, run.seed)
     del base
     for arm in mc.arms:
-        args = trainer_config(
-            APOConfig,
-            arm_overrides(arm, dict(mc.trainer), mc.kl_coef),
-            output_dir=str(run.run_dir / "trl" / arm),
-            use_cpu=not torch.cuda.is_available(),
-            report_to="wandb" if str(run.cfg.logger) == "wandb" else "none",
-            save_strategy="no",
-            seed=run.seed,
-        )
-        trainer = APOTrainer(
-            model=load_model(path, dtype=spec.dtype, **extra),
-            reward_funcs=boxed_reward,
-            args=args,
-            train_dataset=train,
-            processing_class=tokenizer,
-        )
-        trainer.train()
-        row = _evaluate(trainer.model, tokenizer, evals, mc.eval, run.seed)
-        logs = [h for h in trainer.state.log_history if "apo/safe_manifold_mass" in h]
-        if logs:
-            row["safe_manifold_mass_last"] = float(logs[-1]["apo/safe_manifold_mass"])
-            row["entropy_last"] = float(logs[-1]["apo/entropy"])
-        metrics[arm] = row
+        trainer, stats = _train_arm(run, arm, path, extra, train, tokenizer)
+        metrics[arm] = {**_evaluate(trainer.model, tokenizer, evals, mc.eval, run.seed), **stats}
         del trainer
     return write_results(
         run.run_dir,

@@ -1,10 +1,15 @@
-"""``icml26 experiment=apo_toy`` (bandit toy A1) | ``experiment=apo_paper`` (APOTrainer arms, Pass@k)."""
+"""``icml26 experiment=apo_toy`` (bandit toy A1) | ``experiment=apo_paper [method.stage=train|eval]``."""
 
 from __future__ import annotations
 
 from . import paper, toy
 
-STAGES = {"toy": toy.run_toy, "paper": paper.paper_stage}
+STAGES = {
+    "toy": toy.run_toy,
+    "train": paper.train_stage,
+    "eval": paper.eval_stage,
+    "paper": paper.paper_stage,
+}
 DEMO_OVERRIDES: list[str] = [
     "method.seeds=[0]",
     "method.toy.steps=40",

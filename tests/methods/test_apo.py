@@ -540,30 +540,29 @@ def test_arm_overrides_turn_the_apo_node_into_each_baseline():
 
 
 _MATH = "{repo}/common/tasks/fixtures/math500_mini.jsonl"
+_SETS = ("aime24", "aime25", "amc23", "math500", "minerva")
+_MODEL = ["model.path={tiny_qwen2}", "model.dtype=float32"]
+_EVAL = [
+    *(f"benchmark.sets.{s}.path={_MATH}" for s in _SETS),
+    *(f"benchmark.sets.{s}.limit=1" for s in _SETS),
+    "method.eval.n=2",
+    "method.eval.max_new_tokens=4",
+]
+_TRAIN = [
+    f"method.train_data.path={_MATH}",
+    "method.train_data.limit=4",
+    "method.trainer.max_steps=1",
+    "method.trainer.per_device_train_batch_size=4",
+    "method.trainer.gradient_accumulation_steps=1",
+    "+method.trainer.num_generations=2",
+    "method.trainer.max_completion_length=4",
+    "method.trainer.use_vllm=false",
+    "method.trainer.bf16=false",
+]
 PAPER_SMOKE = {
-    "paper": [
-        "model.path={tiny_qwen2}",
-        "model.dtype=float32",
-        f"method.train_data.path={_MATH}",
-        "method.train_data.limit=4",
-        *(
-            f"benchmark.sets.{s}.path={_MATH}"
-            for s in ("aime24", "aime25", "amc23", "math500", "minerva")
-        ),
-        *(
-            f"benchmark.sets.{s}.limit=1"
-            for s in ("aime24", "aime25", "amc23", "math500", "minerva")
-        ),
-        "method.eval.n=2",
-        "method.eval.max_new_tokens=4",
-        "method.trainer.max_steps=1",
-        "method.trainer.per_device_train_batch_size=4",
-        "method.trainer.gradient_accumulation_steps=1",
-        "+method.trainer.num_generations=2",
-        "method.trainer.max_completion_length=4",
-        "method.trainer.use_vllm=false",
-        "method.trainer.bf16=false",
-    ],
+    "paper": [*_MODEL, *_TRAIN, *_EVAL],
+    "train": [*_MODEL, *_TRAIN],
+    "eval": [*_MODEL, *_EVAL],
 }
 
 
