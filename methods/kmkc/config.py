@@ -131,7 +131,9 @@ class KMKCRunConfig(MethodConfig):
 
     STAGES: ClassVar[dict[str, str]] = {
         "toy": "fact world + tiny GPT-2: decay law, regions, CGKE vs SFT, GRPO vs CDKC (CPU)",
-        "paper": "profile -> regions -> CGKE SFT -> CDKC per round on `model`, then `benchmark`",
+        "profile": "paper: K samples per seed question, profiles and regions of `model`",
+        "eval": "paper: accuracy, ECE and self-knowledge of `model` on `benchmark`",
+        "paper": "paper: profile -> regions -> CGKE SFT -> CDKC per round, then `benchmark`",
     }
     PAPER_STAGES: ClassVar[tuple[str, ...]] = ("paper",)
     TRAINERS: ClassVar[dict[str, str]] = {

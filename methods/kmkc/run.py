@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from . import paper, toy
 
-STAGES = {"toy": toy.run_toy, "paper": paper.paper_stage}
+STAGES = {
+    "toy": toy.run_toy,
+    "profile": paper.profile_stage,
+    "eval": paper.eval_stage,
+    "paper": paper.paper_stage,
+}
 DEMO_OVERRIDES = [
     "method.toy.n_per_tier=12",
     "method.toy.reps_seen=6",

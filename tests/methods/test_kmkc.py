@@ -639,33 +639,32 @@ def test_load_qa_jsonl_sampling_and_errors(tmp_path):
 _SETS = ("popqa", "musique", "squad", "nq", "hotpotqa", "twowiki", "beerqa",
          "web_questions", "bamboogle", "searchqa", "triviaqa")  # fmt: skip
 _CPU = ["method.sft.bf16=false", "method.cdkc.bf16=false", "method.cdkc.use_vllm=false"]
-PAPER_SMOKE = {
-    "paper": [
-        "model.path={tiny_qwen2}",
-        "model.dtype=float32",
-        *(
-            f"method.train_sets.{s}.path={{kmkc_data}}/{s}/train.jsonl"
-            for s in ("nq", "hotpotqa", "twowiki")
-        ),
-        *(f"method.train_sets.{s}.limit=2" for s in ("nq", "hotpotqa", "twowiki")),
-        *(f"benchmark.sets.{s}.path={{kmkc_data}}/{s}/dev.jsonl" for s in _SETS),
-        *(f"benchmark.sets.{s}.limit=2" for s in _SETS),
-        "method.paper.engine=hf",
-        "method.paper.samples=2",
-        "method.paper.max_new_tokens=4",
-        "method.paper.rounds=1",
-        "+method.paper.augment.max_drop_frac=1.0",
-        "+method.paper.augment.max_retries=0",
-        *_CPU,
-        "+method.sft.max_steps=1",
-        "method.sft.per_device_train_batch_size=2",
-        "method.sft.max_length=64",
-        "+method.cdkc.max_steps=1",
-        "+method.cdkc.num_generations=2",
-        "+method.cdkc.per_device_train_batch_size=4",
-        "method.cdkc.max_completion_length=4",
-    ],
-}
+_PAPER = [
+    "model.path={tiny_qwen2}",
+    "model.dtype=float32",
+    *(
+        f"method.train_sets.{s}.path={{kmkc_data}}/{s}/train.jsonl"
+        for s in ("nq", "hotpotqa", "twowiki")
+    ),
+    *(f"method.train_sets.{s}.limit=2" for s in ("nq", "hotpotqa", "twowiki")),
+    *(f"benchmark.sets.{s}.path={{kmkc_data}}/{s}/dev.jsonl" for s in _SETS),
+    *(f"benchmark.sets.{s}.limit=2" for s in _SETS),
+    "method.paper.engine=hf",
+    "method.paper.samples=2",
+    "method.paper.max_new_tokens=4",
+    "method.paper.rounds=1",
+    "+method.paper.augment.max_drop_frac=1.0",
+    "+method.paper.augment.max_retries=0",
+    *_CPU,
+    "+method.sft.max_steps=1",
+    "method.sft.per_device_train_batch_size=2",
+    "method.sft.max_length=64",
+    "+method.cdkc.max_steps=1",
+    "+method.cdkc.num_generations=2",
+    "+method.cdkc.per_device_train_batch_size=4",
+    "method.cdkc.max_completion_length=4",
+]
+PAPER_SMOKE = {"paper": _PAPER, "profile": _PAPER, "eval": _PAPER}
 
 
 def paper_smoke_setup(tmp_path):
