@@ -23,7 +23,7 @@ $(PY):
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]" -c constraints.txt
+	$(PY) -m pip install -q -e ".[all,dev]" -c constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -22,8 +22,6 @@ import json
 import logging
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
@@ -161,53 +159,69 @@ class OpenAIChat:
                 delay = max(delay, min(self.max_backoff, float(retry_after)))
         return delay
 
+    def _client(self, key: str | None):
+        """An ``openai.OpenAI`` client for one call (the key is read per call, never stored)."""
+        import openai
+
+        return openai.OpenAI(
+            api_key=key or "unused",
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,  # retries are ours: logged, with Retry-After and a capped backoff
+        )
+
     def chat(self, messages: Messages, **kwargs: Any) -> str:
         """Send one conversation; return the first choice's message content.
+
+        The request goes through the ``openai`` package (any OpenAI-compatible server:
+        OpenAI, ``vllm serve``, ...). Fields other than ``model`` and ``messages`` travel as the
+        request body's extra fields, so server-specific ones (``top_k``) pass unchanged.
 
         Raises:
             ChatLLMError: Non-retryable HTTP error, retries exhausted, or a malformed body.
         """
-        payload = {
-            "model": self.model,
-            "messages": validate_messages(messages),
-            **self.defaults,
-            **kwargs,
-        }
-        body = json.dumps(payload).encode()
+        import openai
+
+        body = {**self.defaults, **kwargs}
+        msgs = validate_messages(messages)
         url = f"{self.base_url}/chat/completions"
         key = self._key()
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        client = self._client(key)
         last_err = ""
-        for attempt in range(self.max_retries + 1):
-            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            self.n_requests += 1
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
-                return self._parse(raw, key)
-            except urllib.error.HTTPError as err:
-                detail = self._redact(err.read()[:300].decode("utf-8", "replace"), key)
-                last_err = f"HTTP {err.code}: {detail}"
-                if err.code not in _RETRY_STATUS:
-                    raise ChatLLMError(f"{url} answered {last_err}") from None
-                retry_after = err.headers.get("Retry-After") if err.headers else None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-                reason = getattr(err, "reason", err)
-                last_err = self._redact(f"{type(err).__name__}: {reason}", key)
+        try:
+            for attempt in range(self.max_retries + 1):
+                self.n_requests += 1
                 retry_after = None
-            if attempt < self.max_retries:
-                delay = self._sleep_for(attempt, retry_after)
-                logger.warning(
-                    "chat request to %s failed (%s); retry %d/%d in %.2fs",
-                    url,
-                    last_err,
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
-                )
-                time.sleep(delay)
+                try:
+                    resp = client.chat.completions.with_raw_response.create(
+                        model=self.model,
+                        messages=msgs,
+                        extra_body=body,
+                        extra_headers=None if key else {"Authorization": openai.Omit()},
+                    )
+                    return self._parse(resp.http_response.content, key)
+                except openai.APIStatusError as err:
+                    detail = self._redact(err.response.text[:300], key)
+                    last_err = f"HTTP {err.status_code}: {detail}"
+                    if err.status_code not in _RETRY_STATUS:
+                        raise ChatLLMError(f"{url} answered {last_err}") from None
+                    retry_after = err.response.headers.get("Retry-After")
+                except openai.APIConnectionError as err:  # timeouts included
+                    cause = err.__cause__ or err
+                    last_err = self._redact(f"{type(cause).__name__}: {cause}", key)
+                if attempt < self.max_retries:
+                    delay = self._sleep_for(attempt, retry_after)
+                    logger.warning(
+                        "chat request to %s failed (%s); retry %d/%d in %.2fs",
+                        url,
+                        last_err,
+                        attempt + 1,
+                        self.max_retries,
+                        delay,
+                    )
+                    time.sleep(delay)
+        finally:
+            client.close()
         raise ChatLLMError(
             f"{url} failed after {self.max_retries + 1} attempts; last error: {last_err}"
         )

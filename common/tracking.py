@@ -173,7 +173,7 @@ def write_results(
         from omegaconf import DictConfig, OmegaConf
 
         if isinstance(cfg, DictConfig):
-            cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+            cfg_dict = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         else:
             cfg_dict = dict(cfg)
@@ -266,10 +266,15 @@ def metrics_logger(cfg: Any) -> MetricsLogger:
     """
     from omegaconf import DictConfig, OmegaConf
 
-    kind = str(cfg.get("logger", "none"))
+    kind = cfg.get("logger", "none")
+    kind = str(getattr(kind, "value", kind))  # the typed root config holds an Enum
     if kind not in ("none", "wandb"):
         raise ValueError(f"logger must be 'none' or 'wandb', got {kind!r}")
-    config = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    config = (
+        OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        if isinstance(cfg, DictConfig)
+        else dict(cfg)
+    )
     method = OmegaConf.select(cfg, "method.name") if isinstance(cfg, DictConfig) else None
     return MetricsLogger(
         cfg["run_dir"],

@@ -507,9 +507,8 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
     LoRA warm-up with epoch checkpoints, RDS+/LESS representations, subsets of pool ids."""
     import json
 
-    from common.registry import compose
+    from common.registry import compose, run_method
     from common.tiny import save_tiny, tiny_causal_lm
-    from common.registry import run_method
     from methods.instruction_selection.paper import load_pool
 
     model, tok = tiny_causal_lm("llama", seed=0, tokenizer=tiny_tok)
