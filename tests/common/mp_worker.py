@@ -124,6 +124,9 @@ def main() -> None:
             k: v.detach().cpu() for k, v in acc.unwrap_model(trainer.model).state_dict().items()
         }
         torch.save(state, out / "params.pt")
+    acc.wait_for_everyone()
+    if torch.distributed.is_initialized():  # a clean gloo teardown (no abort at interpreter exit)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
