@@ -1,4 +1,4 @@
-"""Determinantal-point-process geometry of a group of descriptions (Geo-RL spec §3.1-§3.4).
+"""Determinantal-point-process geometry of a group of descriptions (Geo-RL abstract).
 
 Geo-RL rewards a group of N sampled descriptions for the volume of the parallelotope that their
 unit-norm embeddings span. With a quality factor this is the log-determinant of a DPP L-ensemble
@@ -61,18 +61,21 @@ def l_ensemble(
     jitter: float = 1e-3,
     q_min: float = 0.05,
 ) -> Tensor:
-    """Quality-weighted DPP kernel of one (or a batch of) description group(s) (spec §3.1).
+    """Quality-weighted DPP kernel of one (or a batch of) description group(s).
+
+    The abstract names a DPP over the sampled descriptions; the quality factor ``q^gamma`` in the
+    kernel is our inference (Kulesza & Taskar's quality-diversity L-ensemble).
 
     ``L = diag(w) S diag(w) + jitter * I`` with ``S = phi phi^T`` the cosine Gram matrix of the
     row-normalised embeddings and ``w = q^gamma`` the per-description quality weight. For
-    ``jitter = 0``, ``log det L = 2 gamma sum_i log q_i + log det S`` (spec §3.2).
+    ``jitter = 0``, ``log det L = 2 gamma sum_i log q_i + log det S`` (derived).
 
     Args:
         emb: Embeddings ``[..., N, d]``; rows are re-normalised to unit length.
         quality: Grounding quality ``[..., N]`` in ``(0, 1]``; ``None`` means all ones. Values
             that are NaN or ``<= 0`` are floored to ``q_min`` (and counted in a debug log);
             values above 1 raise, since they signal a calibration bug.
-        gamma: Quality exponent (spec §3.8 default 2; 0 switches quality off).
+        gamma: Quality exponent (our default 2, no paper value; 0 switches quality off).
         jitter: Ridge ``delta >= 0`` added to the diagonal. It bounds the LOO gain of an exact
             duplicate at about ``log(2 delta)``.
         q_min: Floor for quality values.
@@ -167,7 +170,9 @@ def _cholesky(L: Tensor, retries: int = 3, base: float = 1e-9) -> Tensor:
 
 
 def log_volume(L: Tensor) -> Tensor:
-    """Group objective ``F(Y) = log det L`` (spec §3.2), ``2 * sum(log diag(chol(L)))``.
+    """Group objective ``F(Y) = log det L = 2 * sum(log diag(chol(L)))``.
+
+    The abstract rewards the parallelotope volume; the log-det form is our formula.
 
     For ``L = S`` (no quality, no jitter) this is ``2 log Vol``, the log squared volume of the
     parallelotope spanned by the unit embeddings.
@@ -183,7 +188,8 @@ def log_volume(L: Tensor) -> Tensor:
 
 
 def loo_gains(L: Tensor) -> Tensor:
-    """Closed-form leave-one-out marginal rewards (spec §3.3).
+    """Closed-form leave-one-out marginal rewards (named in the abstract;
+    the Schur-complement form is our derivation).
 
     ``r_i = log det L - log det L_{-i,-i} = -log (L^{-1})_{ii}`` (Schur complement), all ``N`` from
     one Cholesky factorisation ``L = C C^T`` and ``L^{-1} = cholesky_inverse(C)``. Geometrically,
@@ -217,7 +223,7 @@ def loo_gains_bruteforce(L: Tensor) -> Tensor:
 
 
 def loo_advantages(r: Tensor, mode: str = "raw", eps: float = 1e-6) -> Tensor:
-    """Token-level advantage of each description from its LOO gain (spec §3.4).
+    """Token-level advantage of each description from its LOO gain (our inference).
 
     ``"raw"`` returns ``r`` itself: the LOO gain is the group objective minus a baseline that does
     not depend on the sample, so ``sum_i r_i grad log pi(c_i)`` is unbiased for ``grad E[F]``.

@@ -1,10 +1,12 @@
-"""The semantic space phi of Geo-RL (spec §3.1, §8): frozen, unit-norm text embeddings.
+"""The semantic space phi of Geo-RL: frozen, unit-norm text embeddings.
+
+The abstract names a semantic space; the encoder and the pooling are our choices.
 
 Two embedders implement :class:`TextEmbedder`. :class:`MiniLMEmbedder` wraps the offline MiniLM
 sentence-transformer (through ``common.embeddings.Embedder``) and embeds long captions sentence by
 sentence, mean-pooling and re-normalising, so nothing is silently truncated at the encoder window.
 :class:`BagOfFactsEmbedder` is the toy/CI space: an L2-normalised multi-hot over a fixed phrase
-vocabulary. Empty or whitespace-only texts map to a fixed unit ``EMPTY`` vector (spec P2.1).
+vocabulary. Empty or whitespace-only texts map to a fixed unit ``EMPTY`` vector (our inference).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 
 
 class MiniLMEmbedder:
-    """Sentence-chunked MiniLM embeddings (spec §3.1): ``phi(c) = normalise(mean_s phi(s))``.
+    """Sentence-chunked MiniLM embeddings (our choice): ``phi(c) = normalise(mean_s phi(s))``.
 
     Args:
         model_name_or_path: Passed to ``common.embeddings.Embedder`` (``None``: the offline MiniLM
@@ -97,7 +99,7 @@ class MiniLMEmbedder:
 
 
 class BagOfFactsEmbedder:
-    """Toy/CI embedder: L2-normalised multi-hot over a phrase vocabulary (spec §6 toy G1).
+    """Toy/CI embedder: L2-normalised multi-hot over a phrase vocabulary (our toy).
 
     ``encode`` counts which vocabulary phrases occur in each text (substring match, case
     insensitive); :meth:`encode_ids` takes the token ids directly. A text with none of the phrases

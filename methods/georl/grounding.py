@@ -1,10 +1,12 @@
-"""Grounding quality q(c, v) in (0, 1] for the DPP kernel (spec §3.1, §3.6, §8).
+"""Grounding quality q(c, v) in (0, 1] for the DPP kernel.
+
+The abstract says grounding is preserved; how it is scored is our inference.
 
 Quality enters the L-ensemble as ``diag(q^gamma)`` so that a description cannot buy volume with
 content that is not in the image. :class:`FactPrecision` is the toy/CPU score (precision of the
 mentioned facts); :class:`ClipSentenceGrounding` is the real-image score: a calibrated sigmoid of the
 sentence-level CLIP image-text cosine, loaded through ``transformers`` (not open_clip, which needs
-torchvision). :func:`repetition_rate` is the reward-hacking guard of spec §8.
+torchvision). :func:`repetition_rate` is our reward-hacking guard (not in the abstract).
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ def repetition_rate(text: str, n: int = 3) -> float:
 
 
 class FactPrecision:
-    """Toy grounding: ``q = |mentioned ∩ true| / |mentioned|`` over fact ids (spec §6 G1).
+    """Toy grounding: ``q = |mentioned ∩ true| / |mentioned|`` over fact ids (our toy).
 
     Args:
         n_facts: Fact ids are ``0..n_facts-1``; any other id (e.g. the GENERIC token) is not a fact.
-        generic_quality: Quality of a caption that mentions no fact at all (spec: 0.2).
+        generic_quality: Quality of a caption that mentions no fact at all (our default 0.2).
     """
 
     def __init__(self, n_facts: int, generic_quality: float = 0.2) -> None:
@@ -62,7 +64,7 @@ class FactPrecision:
 
 
 class ClipSentenceGrounding:
-    """Real-image grounding (spec §3.6): ``q = mean_s sigmoid((cos(v, s) - tau) / T_q)``.
+    """Real-image grounding (our inference): ``q = mean_s sigmoid((cos(v, s) - tau) / T_q)``.
 
     Sentences respect CLIP's 77-token window. ``tau`` should be calibrated once as the median CLIP
     cosine of true captions (e.g. COCO) for the chosen model.

@@ -1,4 +1,4 @@
-"""Tests for Geo-RL (spec §6): DPP math, LOO rewards, unbiasedness, grouping, toy, trainer."""
+"""Tests for Geo-RL: DPP math, LOO rewards, unbiasedness, grouping, toy, trainer."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_log_volume_is_gram_schmidt_volume():
 
 
 def test_log_volume_splits_into_quality_and_diversity():
-    # delta = 0: log det L = 2 gamma sum log q + log det S (spec §3.2).
+    # delta = 0: log det L = 2 gamma sum log q + log det S (derived, see methods/georl/dpp.py).
     gen = torch.Generator().manual_seed(4)
     phi = torch.randn(4, 6, generator=gen, dtype=torch.float64)
     q = torch.tensor([0.3, 0.9, 0.5, 1.0], dtype=torch.float64)
@@ -183,7 +183,7 @@ def test_submodularity_bounds():
 
 # ---------------------------------------------------------------- 7. unbiasedness
 def test_loo_gradient_is_unbiased_by_exact_enumeration():
-    """E[sum_i r_i grad log pi(c_i)] == grad E[F(Y)] over all 4^3 groups (spec §3.4)."""
+    """E[sum_i r_i grad log pi(c_i)] == grad E[F(Y)] over all 4^3 groups (derived)."""
     gen = torch.Generator().manual_seed(9)
     k, n = 4, 3
     emb = _unit(torch.randn(k, 3, generator=gen, dtype=torch.float64))  # 4 captions in R^3
