@@ -2,7 +2,7 @@
 
 Profile each question from K sampled answers, let the model place it in a mastered / confused / missing
 region, expand knowledge with region-specific data (CGKE), then calibrate confidence against
-correctness (CDKC). The calibration objective here is the spec's proposal; the paper's is not public.
+correctness (CDKC). The calibration objective here is our proposal; the paper's is not public.
 """
 
 from .augment import (

@@ -1,4 +1,7 @@
-"""Region-specific data augmentation and the CGKE SFT set (spec §3.3; paper Fig. 2).
+"""Region-specific data augmentation and the CGKE SFT set (paper Fig. 2).
+
+Fig. 2 names the strategies (Boundary Expansion, Structural Disambiguation, Epistemic Foundation);
+the procedures and prompts are our inference.
 
 mastered → boundary expansion (harder neighbouring questions, kept only if the generator answers them
 consistently); confused → structural disambiguation (an explanation that separates the gold answer
@@ -31,7 +34,7 @@ STRATEGIES = {
 
 @dataclass
 class AugmentConfig:
-    """Knobs of the CGKE augmentation (spec §3.3, all inferred).
+    """Knobs of the CGKE augmentation (all our inference).
 
     Attributes:
         n_mastered / n_confused / n_missing: new items per question of each region.
@@ -220,7 +223,7 @@ def build_cgke_dataset(
     """The CGKE SFT set: region-specific augmentations (+ the seed pairs), as a ``datasets.Dataset``.
 
     Columns ``id``, ``region``, ``strategy`` (``original`` for seed pairs) and ``messages`` (chat
-    format, spec §3.6 ``cgke_sft.jsonl``).
+    format, our ``cgke_sft.jsonl`` schema).
 
     Args:
         profiles: profiles with ``region`` set (see :func:`methods.kmkc.assign_regions`).

@@ -1,7 +1,8 @@
 """The structural decay law: accuracy falls exponentially with uncertainty (paper §2, App. C.1).
 
 Per query: Ū(q) (mean U over K samples) and Acc(q). Queries are sorted by Ū and split into M
-intervals; the bin centroids are fitted with E[Acc | U] ≈ a·exp(−b·U) + c (spec §3.2).
+intervals; the bin centroids are fitted with E[Acc | U] ≈ a·exp(−b·U) + c (App. C.1;
+the binning scheme, equal-count, is our inference).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def bin_by_uncertainty(
     n_bins: int = 100,
     scheme: Literal["equal_count", "equal_width"] = "equal_count",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bins queries by mean uncertainty and returns per-bin centroids (spec §3.2 steps 2–3).
+    """Bins queries by mean uncertainty and returns per-bin centroids (App. C.1: M intervals,
+    centroids of Ū and Acc; equal-count bins are our inference).
 
     Args:
         u: ``[N]`` per-query mean uncertainty Ū.

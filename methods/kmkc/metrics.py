@@ -1,4 +1,8 @@
-"""Answer matching, equal-mass ECE and the self-knowledge metrics (spec §3.5)."""
+"""Answer matching, equal-mass ECE and the self-knowledge metrics (the paper's evaluation, App. B).
+
+The cover matcher, the ECE bin count and the answer/refuse rule are our inference (not recovered
+from the paper; see the deviations table of docs/methods/kmkc.md).
+"""
 
 from __future__ import annotations
 
@@ -65,7 +69,8 @@ def expected_calibration_error(
     n_bins: int = 10,
     scheme: Literal["equal_mass", "equal_width"] = "equal_mass",
 ) -> float:
-    """ECE = Σ_m (|B_m|/N)·|acc(B_m) − conf(B_m)| (spec §3.5; the paper uses equal-mass bins).
+    """ECE = Σ_m (|B_m|/N)·|acc(B_m) − conf(B_m)| (the paper uses equal-mass bins;
+    the count, 10, is our inference).
 
     ``equal_width`` delegates to :func:`common.metrics.expected_calibration_error`. Equal-mass bins are
     the confidence-sorted samples split into ``n_bins`` groups whose sizes differ by at most one.
@@ -93,7 +98,8 @@ def expected_calibration_error(
 
 
 def self_knowledge_metrics(answered: np.ndarray, correct: np.ndarray) -> dict[str, float]:
-    """AR, KEI, NPV, CBS, CAE from an answer/refuse decision (spec §3.5).
+    """AR, KEI, NPV, CBS, CAE from an answer/refuse decision (the paper's self-knowledge
+    metrics; the decision rule is our inference).
 
     TP = answered & correct, FP = answered & wrong, FN = refused but would be correct,
     TN = refused & would be wrong. AR = TP/(TP+FP), KEI = TP/(TP+FN), NPV = TN/(TN+FN),

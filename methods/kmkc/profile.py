@@ -1,4 +1,7 @@
-"""Multi-sample behavioural profile of one question (CGKE, spec §3.3; paper Fig. 2).
+"""Multi-sample behavioural profile of one question (CGKE; paper Fig. 2).
+
+Fig. 2 names the three parts (correctness pattern, response consistency, uncertainty trend); their
+formulas here are our inference.
 
 Correctness pattern (K-bit vector, p̂), response consistency (κ = modal-answer share, number of
 distinct answers) and uncertainty trend (Ū, U over correct / wrong samples, ΔU).
@@ -34,7 +37,7 @@ class SampleOut:
 
 @dataclass
 class BehaviorProfile:
-    """Per-question profile; field names follow the spec's ``profile.jsonl`` schema (§3.6)."""
+    """Per-question profile; field names are our ``profile.jsonl`` schema."""
 
     question: str
     golds: list[str]
@@ -79,7 +82,7 @@ def build_profile(
     """Builds the behavioural profile of one question from K >= 2 sampled responses.
 
     Empty or whitespace-only generations count as wrong and get U = +inf, which is excluded from the
-    U statistics (spec §8); ``n_empty`` records how many.
+    U statistics (our choice); ``n_empty`` records how many.
 
     Raises:
         TypeError: if ``golds`` is not a list of strings (e.g. a bare string).

@@ -1,4 +1,7 @@
-"""Meta-cognitive region assignment (CGKE, spec §3.3; paper Fig. 2).
+"""Meta-cognitive region assignment (CGKE; paper Fig. 2: meta-cognitive self-evaluation).
+
+The self-evaluation prompt and the deterministic rule fallback are our inference: the paper shows
+the components in Fig. 2 but gives neither prompt nor thresholds.
 
 The model judges its own knowledge state from its behavioural profile (self-evaluation); a
 deterministic rule is the fallback whenever the reply cannot be used. Both the rule's thresholds
@@ -35,13 +38,13 @@ SELF_EVAL_SYSTEM = (
 
 @dataclass
 class RegionConfig:
-    """Thresholds of the rule fallback (spec §3.3, all inferred).
+    """Thresholds of the rule fallback (our inference; the paper has no rule).
 
     Attributes:
         mastered_threshold: p̂ at or above which a question is mastered.
         stable_kappa: modal-answer share at or above which an all-wrong question holds a stable
             (wrong) belief.
-        stable_u_max: Ū at or below which that belief counts as confident; the spec sets it to the
+        stable_u_max: Ū at or below which that belief counts as confident; our default is the
             median Ū over the dataset (:func:`assign_regions` fills it). None: no Ū condition.
         max_new_tokens: budget of the self-evaluation reply (greedy).
     """
@@ -59,7 +62,7 @@ class RegionConfig:
 
 
 def rule_region(p: BehaviorProfile, cfg: RegionConfig | None = None) -> Region:
-    """Deterministic region rule (spec §3.3 fallback).
+    """Deterministic region rule (our fallback for Fig. 2's self-evaluation).
 
     mastered if p̂ ≥ τ_m; confused if 0 < p̂ < τ_m, or p̂ = 0 with a stable wrong belief
     (κ ≥ κ_s and Ū ≤ U_max); missing otherwise. Depends only on counts and means, so it is invariant
@@ -120,7 +123,7 @@ def parse_region_reply(reply: str) -> Region | None:
 def self_evaluate_region(
     llm: Any, p: BehaviorProfile, cfg: RegionConfig | None = None
 ) -> tuple[Region, str]:
-    """Meta-cognitive self-evaluation with the rule fallback (spec §3.3 step 4).
+    """Meta-cognitive self-evaluation with the rule fallback (Fig. 2; prompt our inference).
 
     Args:
         llm: a :class:`common.llm.ChatLLM` (the model itself in the paper's setting).
@@ -148,7 +151,7 @@ def assign_regions(
 ) -> dict[str, float]:
     """Assigns a region to every profile in place; returns counts and the fallback rate.
 
-    Fills ``cfg.stable_u_max`` with the median Ū over the dataset when it is None (spec §3.3).
+    Fills ``cfg.stable_u_max`` with the median Ū over the dataset when it is None (our inference).
     Without ``llm`` the rule alone is used. Fallbacks are counted (``parse_failures``) and summarised
     in one warning.
     """

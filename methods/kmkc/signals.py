@@ -1,4 +1,4 @@
-"""Sequence-level uncertainty signals (spec §3.1, Eqs. E1–E3; paper App. C.1, Eq. 24).
+"""Sequence-level uncertainty signals (paper App. C.1, Eq. 24; E1–E3 of docs/methods/kmkc.md).
 
 Shape letters: B responses, T answer tokens, V vocabulary.
 """

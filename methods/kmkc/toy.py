@@ -1,4 +1,4 @@
-"""CPU toy (spec §6): a synthetic fact world with well-seen, conflicting and never-seen tiers.
+"""CPU toy (ours, not in the paper): a synthetic fact world with well-seen, conflicting and never-seen tiers.
 
 A tiny GPT-2 is trained from scratch on question → object pairs: tier A facts are seen often with the
 right object, tier B with the right object 60% and a distractor 40% of the time, tier C never. We then
@@ -122,7 +122,7 @@ def answer_logprobs(model, world: FactWorld, questions: list[str]) -> torch.Tens
 
 
 def profile_model(model, world: FactWorld, cfg: ToyConfig, seed: int):
-    """K samples per question (temperature T) → behavioural profiles (spec §3.3)."""
+    """K samples per question (temperature T) → behavioural profiles (Fig. 2)."""
     g = torch.Generator().manual_seed(seed)
     qs = [f[0] for f in world.facts]
     lp = answer_logprobs(model, world, qs)  # [N, V]
@@ -175,7 +175,7 @@ def word_tokenizer(world: FactWorld):
 def calibrate(
     model, world: FactWorld, cfg: ToyConfig, regions: dict[str, str], arm: str, seed: int, out: str
 ) -> None:
-    """One calibration arm (spec §6 step 7): plain GRPO or CDKC on all questions, in place."""
+    """One calibration arm (toy step 7): plain GRPO or CDKC on all questions, in place."""
     from datasets import Dataset
 
     from common.rl import GroupAdvantageGRPOTrainer, cpu_grpo_kwargs
@@ -229,7 +229,7 @@ def calibrate(
 
 
 def toy_generator(world: FactWorld) -> ScriptedChat:
-    """A grounded stand-in for the augmentation LLM: it reads the gold from the prompt (spec §3.3)."""
+    """A grounded stand-in for the augmentation LLM: it reads the gold from the prompt (our toy)."""
 
     def reply(messages):
         text = messages[-1]["content"]

@@ -36,14 +36,14 @@ class CDKCConfig(GRPOConfig):
         calibration_loss_type: the TRL ``loss_type`` rule that reduces the per-token calibration
             term λ_i s_i H_{i,t} (:func:`common.rl.reduce_token_loss`); ``"grpo"`` (default) is
             (1/b) Σ_i λ_i s_i H̄_i of (E7).
-        region_weights: λ[g] = [λ_correct, λ_wrong] per region; None keeps the spec defaults.
-        reward_alpha: α_g per region for the reward mode; None keeps the spec defaults.
+        region_weights: λ[g] = [λ_correct, λ_wrong] per region; None keeps our defaults.
+        reward_alpha: α_g per region for the reward mode; None keeps our defaults.
         region_adaptive: False uses ``shared_weights`` / ``shared_alpha`` for every region (ablation).
         shared_weights: λ pair used when ``region_adaptive`` is False.
         shared_alpha: α used when ``region_adaptive`` is False.
         stabilize_batches: number of policy-loss batches whose H̄ values fix the confused band
-            ``[h_lo, h_hi]`` (spec: the first 10); the confused region contributes nothing before.
-        stabilize_quantiles: the band's quantiles (spec: 25th-75th percentile).
+            ``[h_lo, h_hi]`` (our default: the first 10); the confused region contributes nothing before.
+        stabilize_quantiles: the band's quantiles (our default: 25th-75th percentile).
         correct_reward_index: which reward function is the 0/1 correctness reward (E5).
     """
 
@@ -104,7 +104,7 @@ class CDKCConfig(GRPOConfig):
         )
 
     def alpha(self, region: str) -> float:
-        """α_g of the reward mode (spec §3.4: mastered 0.5, confused 0.25, missing 0.5)."""
+        """α_g of the reward mode (our inference: mastered 0.5, confused 0.25, missing 0.5)."""
         if not self.region_adaptive:
             return float(self.shared_alpha)
         table = {"mastered": 0.5, "confused": 0.25, "missing": 0.5, **(self.reward_alpha or {})}
@@ -246,7 +246,7 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
                 self.log_metric("cdkc/band_lo", self.band[0])
                 self.log_metric("cdkc/band_hi", self.band[1])
         if self.band is None and w.region_adaptive:
-            # Before the band is frozen the confused region is held still (spec: stabilise).
+            # Before the band is frozen the confused region is held still (Fig. 2: "stabilize uncertainty").
             w = self.args.calibration_weights(None)
             w.confused = (0.0, 0.0)
         factors = cdkc_rollout_weights(h, inputs["cdkc_correct"].to(h.device), regions, w)  # [b]

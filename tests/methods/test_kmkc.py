@@ -389,7 +389,7 @@ def test_toy_world_labels_and_generator():
             assert m[1]["content"].split()[0] == w.gold[q]
 
 
-# ---------------------------------------------------------------- CDKC pieces (spec proposal)
+# ---------------------------------------------------------------- CDKC pieces (our proposal)
 def test_cdkc_entropy_loss_signs_gate_and_sgd_step():
     from methods.kmkc import CalibrationWeights, cdkc_entropy_loss, correctness_reward
 
@@ -602,7 +602,7 @@ def test_toy_calibration_arm_runs_cdkc_on_the_word_model(tmp_path):
     assert 0.0 < out["conf_withheld"] <= 1.0 and 0.0 <= out["ece"] <= 1.0
 
 
-# ---------------------------------------------------------------- paper pipeline (spec §3.6, §7)
+# ---------------------------------------------------------------- paper pipeline (App. B data)
 def _flashrag_fixture(root, name, split, n):
     """A few lines in the FlashRAG QA format (id, question, golden_answers, metadata)."""
     d = root / name
