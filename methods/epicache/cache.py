@@ -1,4 +1,5 @@
-"""The evictable KV cache and the attention backend that reads it (EpiCache §3.5, spec §4).
+"""The evictable KV cache and the attention backend that reads it (the paper's block-wise
+prefill eviction; the cache layout is our design, as AdaKV's flattened cache in the official code).
 
 Shape letters: B batch (always 1), H query heads, Hk KV heads, G = H / Hk group size, Q new query
 tokens, T cached tokens of one layer (physical slots), K = T + Q keys seen by the new queries,
@@ -13,7 +14,8 @@ Because HF's mask builders size the mask from the cache length (wrong after evic
 over an ``EpiCache`` runs under :func:`epicache_forward`, which switches the model to the registered
 ``"epicache"`` attention function. That function builds the mask itself from the key count: cached
 slots are visible when valid, new tokens are causal (bottom-right aligned). It also serves the
-scoring passes (restricted softmax over cached keys, spec §3.4) through a per-forward capture slot.
+scoring passes (restricted softmax over cached keys, as official
+``model/wrapper.py::token_scoring``) through a per-forward capture slot.
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ def _epicache_attention(
     out = torch.matmul(probs, v_rep).transpose(1, 2).contiguous()  # [B, Q, H, d]
 
     if state.capture == "past_max" and past > 0:
-        # Spec §3.4: softmax over the cached (past) keys only; the prompt's own keys are excluded.
+        # Official token_scoring: softmax over the cached (past) keys only; the prompt's own keys are excluded.
         sub = logits[..., :past].float().masked_fill(~allowed_h[..., :past], float("-inf"))
         p_past = torch.softmax(sub, dim=-1).nan_to_num(0.0)  # [B, H, Q, past]
         p_past = p_past.view(b, hk, g, q_len, past)

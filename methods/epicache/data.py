@@ -1,4 +1,5 @@
-"""Conversation containers and loaders for LoCoMo, Realtalk and LongMemEval (spec §3.8, §5).
+"""Conversation containers and loaders for LoCoMo, Realtalk and LongMemEval (the paper's three
+LongConvQA benchmarks; layouts as official ``data/locomo/convert_locomo.py`` and the LongMemEval builder).
 
 The loaders read the official JSON files from a local path (no download here); the paper-scale
 script fetches them with ``huggingface-cli``/``git`` first.
@@ -185,7 +186,7 @@ def _longmemeval_prompts(rec: dict, n: int) -> Conversation:
 
 
 def load_longmemeval(path: str | Path) -> list[Conversation]:
-    """Custom LongMemEval histories (spec §3.8), in either official layout.
+    """Custom LongMemEval histories (official code's long-history builder), in either official layout.
 
     * The builder's JSON: ``{"conversations": [{"conversation_id", "conversation_timeline":
       [{"timestamp", "session_id", "session": [{"role", "content"}, ...]}, ...], "qa_pairs":

@@ -1,4 +1,5 @@
-"""Greedy decoding over an evicted cache with absolute positions (EpiCache §3.7, spec ANSWER).
+"""Greedy decoding over an evicted cache with absolute positions (the paper's query time;
+the official code decodes greedily, at most 50 new tokens).
 
 ``model.generate`` derives RoPE positions and mask sizes from the cache length, which after
 eviction is no longer the absolute position; this loop passes ``position_ids`` explicitly

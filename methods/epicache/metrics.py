@@ -1,4 +1,5 @@
-"""Answer metrics: token F1 (official normalisation) and an LLM-judge score (spec §3.8)."""
+"""Answer metrics: token F1 (official normalisation) and an LLM-judge score (official evaluation code; the judge
+is gpt-4o-mini at temperature 0 there)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Block-wise prefill with eviction after every block (EpiCache §3.1; official
+"""Block-wise prefill with eviction after every block (the paper's block-wise prefill; official
 ``model/wrapper.py::prefill_memory_constrained``).
 
 Shape letters: B batch (1), Hk KV heads, T committed slots of a layer, M_l the layer's per-head

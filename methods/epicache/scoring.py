@@ -1,4 +1,5 @@
-"""Token-importance scores for block-wise prefill eviction (EpiCache §3.4 and the baselines).
+"""Token-importance scores for block-wise prefill eviction (the paper's
+attention-based importance s_i = max_t Attn(x_t → x_i) over the patched prompt, and the baselines).
 
 Shape letters: B batch (1), Hk KV heads, T committed slots of a layer, p prompt length, L layers.
 

@@ -1,4 +1,5 @@
-"""Conversation segmentation into fixed-size utterance windows (EpiCache §3.2, spec §3.2).
+"""Conversation segmentation into fixed-size utterance windows (the paper's episodic
+clustering, first step: S_k = u_{(k-1)w+1} .. u_{min(kw, N_u)}).
 
 The history is flattened to utterances; segment S_k holds utterances (k−1)·w+1 .. min(k·w, N_u) with
 w = w_embed. Long assistant turns may first be split into sentences (the official LongMemEval path).
@@ -69,7 +70,7 @@ def segment_utterances(
     render: Callable[[Utterance], str] = render_said,
     embed_render: Callable[[Utterance], str] | None = None,
 ) -> list[Segment]:
-    """Groups utterances into consecutive windows of ``w_embed`` (spec §3.2 step 2).
+    """Groups utterances into consecutive windows of ``w_embed`` (paper; ``w_embed = 4`` in the official code).
 
     Args:
         utts: the flattened conversation.

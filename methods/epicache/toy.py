@@ -1,4 +1,4 @@
-"""The "four-topic memory chat" toy (spec §6): a word-level key→value lookup task.
+"""The "four-topic memory chat" toy (ours, not in the paper): a word-level key→value lookup task.
 
 A conversation has 8 sessions, each on one of 4 topics (every topic twice), each with 5 facts
 ``<topic> <key> <value> ;``. Questions are ``? <key>`` with the answer ``<value>``. A tiny Llama is
@@ -50,7 +50,7 @@ def toy_tokenizer() -> PreTrainedTokenizerFast:
 def toy_model(
     tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed: int = 0
 ) -> LlamaForCausalLM:
-    """The spec's tiny Llama (2 layers, 4 query heads, 2 KV heads), random init."""
+    """Our toy's tiny Llama (2 layers, 4 query heads, 2 KV heads), random init."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -212,7 +212,7 @@ def train_toy_model(
        context" plateau (loss ≈ ln(#facts)) for thousands of steps, even with 1-session chats, 3-4
        layers, wider heads, attention biases or a larger init: the fixed fact grammar gives it a
        class-level shortcut. On structure-free random words the same model forms the induction
-       circuit in a few hundred steps, which it then reuses for ``? <key>`` (spec §6 trains on the
+       circuit in a few hundred steps, which it then reuses for ``? <key>`` (our first plan trained on the
        chats only; this stage is our addition, docs/methods/epicache.md).
     2. ``steps`` on toy chats, split evenly over ``curriculum``, the number of sessions per
        training conversation; the last stage matches the evaluation length (8 sessions). Each

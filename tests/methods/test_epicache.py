@@ -1,4 +1,4 @@
-"""Tests for EpiCache (spec §6 CI list): scores, eviction, memory bound, positions, budgets, clustering."""
+"""Tests for EpiCache: scores, eviction, memory bound, positions, budgets, clustering."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _ids(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(5, 500, (1, n), generator=g)
 
 
-# --------------------------------------------------------------------------- scores (spec §3.4)
+# --------------------------------------------------------------------------- scores (official token_scoring)
 def test_patched_scores_equal_brute_force_restricted_softmax(lm):
     model, _ = lm
     ctx, prompt = _ids(24, 1), _ids(5, 2)
@@ -105,7 +105,7 @@ def test_greedy_decode_equals_generate_when_nothing_is_evicted(lm):
     assert len(set(ref[0].tolist())) > 2  # the check is not vacuous (varied tokens)
 
 
-# --------------------------------------------------------------------------- eviction (spec §3.5)
+# --------------------------------------------------------------------------- block-wise prefill eviction
 def test_select_keep_uniform_is_per_head_topk_with_low_index_ties():
     g = torch.Generator().manual_seed(0)
     s = torch.randn(1, 3, 12, generator=g)
@@ -196,7 +196,7 @@ def test_headwise_padding_slots_are_masked(lm):
     assert greedy_decode(model, garbage, q, max_new_tokens=4).tolist() == base.tolist()
 
 
-# --------------------------------------------------------------------------- budgets (spec §3.6)
+# --------------------------------------------------------------------------- layer-wise budget allocation
 def test_allocation_sums_exactly_is_monotone_and_floored():
     sigma = np.array([0.99, 0.5, 0.9, 0.2, 0.97])
     out = allocate_layer_budgets(sigma, 100, alpha=2.0)
@@ -376,7 +376,7 @@ def test_profile_window_keeps_partial_tail(lm):
     )
 
 
-# --------------------------------------------------------------------------- clustering (spec §3.3)
+# --------------------------------------------------------------------------- episodic clustering
 def _blobs(seed=0):
     rng = np.random.default_rng(seed)
     centers = np.eye(8)[:3] * 5
@@ -424,7 +424,7 @@ def test_segments_are_consecutive_windows():
     assert len(segment_utterances(long, w_embed=1)) == 30
 
 
-# --------------------------------------------------------------------------- session (spec §3.7)
+# --------------------------------------------------------------------------- session (query time)
 class _BagEmbedder:
     """Deterministic hashed bag-of-words embedder (a stand-in for MiniLM in fast tests)."""
 
