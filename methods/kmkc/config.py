@@ -79,6 +79,8 @@ class PaperSettings:
         cdkc_init: ``"cgke"`` (calibrate the SFT model) or ``"base"``.
         rounds: expansion-calibration rounds (paper Table 1: 1 and "w/ 2 round").
         refuse_threshold: τ on the confidence for the answer/refuse decision.
+        profiles_path: the ``profile.jsonl`` that ``stage=sft`` and ``stage=cdkc`` read (written by
+            ``stage=profile``); empty = ``<run_dir>/paper/profile.jsonl``.
     """
 
     engine: str = "vllm"
@@ -97,6 +99,7 @@ class PaperSettings:
     cdkc_init: str = "cgke"
     rounds: int = 1
     refuse_threshold: float = 0.5
+    profiles_path: str = ""
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm"):
@@ -132,6 +135,8 @@ class KMKCRunConfig(MethodConfig):
     STAGES: ClassVar[dict[str, str]] = {
         "toy": "fact world + tiny GPT-2: decay law, regions, CGKE vs SFT, GRPO vs CDKC (CPU)",
         "profile": "paper: K samples per seed question, profiles and regions of `model`",
+        "sft": "paper: CGKE augmentations of the profiled questions, then SFT of `model`",
+        "cdkc": "paper: CDKC calibration (GRPO + region-weighted term) of `model` on the profiles",
         "eval": "paper: accuracy, ECE and self-knowledge of `model` on `benchmark`",
         "paper": "paper: profile -> regions -> CGKE SFT -> CDKC per round, then `benchmark`",
     }

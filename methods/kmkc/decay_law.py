@@ -87,7 +87,9 @@ def fit_structural_decay(x: np.ndarray, y: np.ndarray) -> DecayFit:
     """Least-squares fit of Acc ≈ a·exp(−b·U) + c to bin centroids (paper Fig. 1, App. C.1).
 
     Uses ``scipy.optimize.curve_fit`` started from (y_max − y_min, 1/std(x), y_min). Never raises on
-    non-convergence: returns ``converged=False`` with NaN parameters and R² instead (spec §8).
+    non-convergence: returns ``converged=False`` with NaN parameters and R² instead. A fit whose
+    parameters or R² are not finite (constant accuracy leaves R² undefined) is also reported with
+    ``converged=False``, never as a converged fit with a NaN R².
 
     Returns:
         :class:`DecayFit` with R² on the centroids and the Spearman ρ between x and y.
@@ -101,6 +103,8 @@ def fit_structural_decay(x: np.ndarray, y: np.ndarray) -> DecayFit:
         raise ValueError(
             f"x and y must be equal-length 1-D with >= 3 points, got {x.shape}, {y.shape}"
         )
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("x and y (bin centroids) must be finite, got NaN/inf")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rho = float(spearmanr(x, y).statistic) if np.ptp(x) > 0 and np.ptp(y) > 0 else float("nan")
@@ -116,4 +120,13 @@ def fit_structural_decay(x: np.ndarray, y: np.ndarray) -> DecayFit:
     resid = y - _decay(x, a, b, c)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
-    return DecayFit(float(a), float(b), float(c), r2, rho)
+    ok = bool(np.isfinite([a, b, c, r2]).all())
+    if not ok:  # e.g. constant accuracy (R² undefined) or overflowing parameters
+        logger.warning(
+            "structural decay fit is not usable (a=%s, b=%s, c=%s, R²=%s): reported converged=False",
+            a,
+            b,
+            c,
+            r2,
+        )
+    return DecayFit(float(a), float(b), float(c), r2, rho, converged=ok)

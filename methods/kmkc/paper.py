@@ -10,7 +10,9 @@ from pathlib import Path
 from common.config import DatasetSpec, Run, model_id
 from common.tracking import write_results
 
-__all__ = ["local_qa_file", "paper_stage"]
+__all__ = [
+    "cdkc_stage", "eval_stage", "local_qa_file", "paper_stage", "profile_stage", "sft_stage",
+]  # fmt: skip
 
 
 def local_qa_file(name: str, spec: DatasetSpec) -> str:
@@ -39,6 +41,7 @@ def _paper_config(run: Run):
         raise ValueError(f"method.stage={mc.stage} needs benchmark=<suite> (configs/benchmark/)")
     settings = asdict(mc.paper)
     settings["k"] = settings.pop("samples")
+    settings.pop("profiles_path")
     return PaperConfig(
         model=model_id(run.model),
         dtype=run.model.dtype,
@@ -72,26 +75,13 @@ def paper_stage(run: Run) -> dict[str, float]:
 def profile_stage(run: Run) -> dict[str, float]:
     """``stage=profile``: K samples per seed question, behavioural profiles and regions (paper §2,
     Fig. 2) of ``model``; writes ``<run_dir>/paper/profile.jsonl`` and the region counts."""
-    import json
-
-    from common.llm import HFChat
-    from common.models import load_model, load_tokenizer
-
-    from .pipeline import load_qa_jsonl, make_generator, profile_items
-    from .regions import RegionConfig, assign_regions
+    from .pipeline import load_qa_jsonl, profile_round
 
     pc, t0 = _paper_config(run), time.time()
     out = Path(pc.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model, tok = load_model(pc.model, dtype=pc.dtype), load_tokenizer(pc.model)
-    model.eval()
+    model, tok = _load(pc)
     items = [it for path, n in pc.train_sets.values() for it in load_qa_jsonl(path, n, pc.seed)]
-    profiles = profile_items(make_generator(pc, model, tok, out), pc, items)
-    llm = HFChat(model, tok, max_new_tokens=256) if pc.self_evaluate else None
-    counts = assign_regions(profiles, RegionConfig(**pc.regions), llm=llm)
-    with open(out / "profile.jsonl", "w") as f:
-        for p in profiles:
-            f.write(json.dumps(p.to_dict(), default=str) + "\n")
+    profiles, counts = profile_round(model, tok, pc, items, out)
     regions = [p.region for p in profiles]
     metrics = {
         "profile": {
@@ -105,18 +95,77 @@ def profile_stage(run: Run) -> dict[str, float]:
     )  # fmt: skip
 
 
+def _load(pc):
+    from common.models import load_model, load_tokenizer
+
+    model, tok = load_model(pc.model, dtype=pc.dtype), load_tokenizer(pc.model)
+    model.eval()
+    return model, tok
+
+
+def _profiles(run: Run):
+    from .pipeline import load_profiles
+
+    path = run.method.paper.profiles_path or str(Path(run.run_dir) / "paper" / "profile.jsonl")
+    return load_profiles(path), path
+
+
+def _save(model, tok, path: Path) -> str:
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def sft_stage(run: Run) -> dict[str, float]:
+    """``stage=sft``: CGKE (paper §3.3) on the profiles of ``method.paper.profiles_path``: the model
+    writes region-specific augmentations (``<run_dir>/paper/cgke/cgke.jsonl``), then ``trl``'s
+    SFTTrainer fine-tunes it; the checkpoint goes to ``<run_dir>/paper/cgke/checkpoint``."""
+    from .pipeline import cgke_round
+
+    pc, t0 = _paper_config(run), time.time()
+    profiles, src = _profiles(run)
+    model, tok = _load(pc)
+    out = Path(pc.output_dir) / "cgke"
+    model, stats = cgke_round(model, tok, pc, profiles, out)
+    ckpt = _save(model, tok, out / "checkpoint")
+    metrics = {
+        "cgke": {"n_profiles": float(len(profiles)), **{k: float(v) for k, v in stats.items()}}
+    }
+    return write_results(
+        run.run_dir, "kmkc", metrics, cfg=run.cfg, extra={"profiles": src, "checkpoint": ckpt},
+        wall_time_s=time.time() - t0, notes=f"CGKE SFT checkpoint: {ckpt}",
+    )  # fmt: skip
+
+
+def cdkc_stage(run: Run) -> dict[str, float]:
+    """``stage=cdkc``: CDKC calibration (paper §3.4) of ``model`` (e.g. ``model.path=<the sft
+    stage's checkpoint>``) on the profiled seed questions and their regions; the checkpoint goes
+    to ``<run_dir>/paper/cdkc/checkpoint``."""
+    from .pipeline import calibrate_cdkc
+
+    pc, t0 = _paper_config(run), time.time()
+    profiles, src = _profiles(run)
+    model, tok = _load(pc)
+    out = Path(pc.output_dir) / "cdkc"
+    model = calibrate_cdkc(model, tok, profiles, pc, out)
+    ckpt = _save(model, tok, out / "checkpoint")
+    regions = [p.region for p in profiles]
+    metrics = {"cdkc": {f"n_{r}": float(regions.count(r)) for r in sorted(set(regions))}}
+    return write_results(
+        run.run_dir, "kmkc", metrics, cfg=run.cfg, extra={"profiles": src, "checkpoint": ckpt},
+        wall_time_s=time.time() - t0, notes=f"CDKC checkpoint: {ckpt}",
+    )  # fmt: skip
+
+
 def eval_stage(run: Run) -> dict[str, float]:
     """``stage=eval``: greedy accuracy, ECE and self-knowledge of ``model`` on every set of
     ``benchmark`` (e.g. ``model.path=<a round's checkpoint>``)."""
-    from common.models import load_model, load_tokenizer
-
     from .pipeline import evaluate, load_qa_jsonl, make_generator
 
     pc, t0 = _paper_config(run), time.time()
     out = Path(pc.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tok = load_model(pc.model, dtype=pc.dtype), load_tokenizer(pc.model)
-    model.eval()
+    model, tok = _load(pc)
     gen = make_generator(pc, model, tok, out)
     metrics = {
         name: evaluate(gen, pc, load_qa_jsonl(path, n, pc.seed))

@@ -268,10 +268,41 @@ def calibrate_cdkc(
     return trainer.model
 
 
-def run_round(
+def save_profiles(profiles: list[BehaviorProfile], path: Path) -> None:
+    """One JSON object per profile (``profile.jsonl``; +inf entropies as ``Infinity``)."""
+    with open(path, "w") as f:
+        for p in profiles:
+            f.write(json.dumps(p.to_dict(), default=str) + "\n")
+
+
+def load_profiles(path: str | Path) -> list[BehaviorProfile]:
+    """Profiles written by :func:`save_profiles` (``stage=profile`` or a round of ``stage=paper``).
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        ValueError: when a line is not a profile, naming the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"profiles file {path} not found (run method.stage=profile first)")
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(BehaviorProfile(**json.loads(line)))
+        except (TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}:{i} is not a profile: {e}") from e
+    if not out:
+        raise ValueError(f"profiles file {path} is empty")
+    return out
+
+
+def profile_round(
     model: Any, tokenizer: Any, cfg: PaperConfig, items: list[dict[str, Any]], out: Path
-) -> tuple[Any, dict[str, Any]]:
-    """One expansion-calibration round: profile → regions → CGKE SFT → CDKC (paper Fig. 2)."""
+) -> tuple[list[BehaviorProfile], dict[str, int]]:
+    """K samples per question, then regions (self-evaluation with the rule fallback, paper Fig. 2);
+    writes ``out/profile.jsonl``."""
     from common.llm import HFChat
 
     out.mkdir(parents=True, exist_ok=True)
@@ -279,17 +310,36 @@ def run_round(
     profiles = profile_items(make_generator(cfg, model, tokenizer, out), cfg, items)
     llm = HFChat(model, tokenizer, max_new_tokens=256) if cfg.self_evaluate else None
     counts = assign_regions(profiles, RegionConfig(**cfg.regions), llm=llm)
-    with open(out / "profile.jsonl", "w") as f:
-        for p in profiles:
-            f.write(json.dumps(p.to_dict(), default=str) + "\n")
+    save_profiles(profiles, out / "profile.jsonl")
+    return profiles, counts
+
+
+def cgke_round(
+    model: Any, tokenizer: Any, cfg: PaperConfig, profiles: list[BehaviorProfile], out: Path
+) -> tuple[Any, dict[str, int]]:
+    """CGKE: region-specific augmentations by the model itself (paper §3.3), written to
+    ``out/cgke.jsonl``, then SFT on them; returns the fine-tuned model and the augmentation counts."""
+    from common.llm import HFChat
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    llm = HFChat(model, tokenizer, max_new_tokens=256)
     dataset, stats = build_cgke_dataset(
-        profiles, llm or HFChat(model, tokenizer), AugmentConfig(**cfg.augment), return_stats=True
+        profiles, llm, AugmentConfig(**cfg.augment), return_stats=True
     )
     dataset.to_json(str(out / "cgke.jsonl"))
+    return sft_cgke(model, tokenizer, dataset, cfg, out / "sft"), stats
+
+
+def run_round(
+    model: Any, tokenizer: Any, cfg: PaperConfig, items: list[dict[str, Any]], out: Path
+) -> tuple[Any, dict[str, Any]]:
+    """One expansion-calibration round: profile → regions → CGKE SFT → CDKC (paper Fig. 2)."""
+    profiles, counts = profile_round(model, tokenizer, cfg, items, out)
     base_state = None
     if cfg.cdkc_init == "base":
         base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model = sft_cgke(model, tokenizer, dataset, cfg, out / "sft")
+    model, stats = cgke_round(model, tokenizer, cfg, profiles, out)
     if base_state is not None:
         model.load_state_dict(base_state)
     model = calibrate_cdkc(model, tokenizer, profiles, cfg, out / "cdkc")

@@ -7,6 +7,8 @@ from . import paper, toy
 STAGES = {
     "toy": toy.run_toy,
     "profile": paper.profile_stage,
+    "sft": paper.sft_stage,
+    "cdkc": paper.cdkc_stage,
     "eval": paper.eval_stage,
     "paper": paper.paper_stage,
 }

@@ -42,6 +42,8 @@ PY
     accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml \
       -m common.cli experiment=kmkc_paper run_dir=outputs/kmkc/paper "${@:2}"
     # Llama backbone: add model=llama3_1_8b_instruct
+    # Step by step (one round): method.stage=profile, then sft, then cdkc with
+    # model.path=outputs/kmkc/paper/paper/cgke/checkpoint, then eval on the CDKC checkpoint.
     ;;
   *)
     echo "usage: $0 [toy|paper] [hydra overrides...]" >&2

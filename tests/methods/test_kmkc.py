@@ -664,17 +664,91 @@ _PAPER = [
     "+method.cdkc.per_device_train_batch_size=4",
     "method.cdkc.max_completion_length=4",
 ]
-PAPER_SMOKE = {"paper": _PAPER, "profile": _PAPER, "eval": _PAPER}
+_FROM_PROFILES = [*_PAPER, "method.paper.profiles_path={kmkc_profiles}"]
+PAPER_SMOKE = {
+    "paper": _PAPER,
+    "profile": _PAPER,
+    "sft": _FROM_PROFILES,
+    "cdkc": _FROM_PROFILES,
+    "eval": _PAPER,
+}
+
+
+def _profile_fixture(path):
+    """Three profiled questions, one per region, in the ``profile.jsonl`` layout."""
+    from methods.kmkc import SampleOut, build_profile
+    from methods.kmkc.pipeline import save_profiles
+
+    profiles = []
+    for i, region in enumerate(("mastered", "confused", "missing")):
+        answers = [str(2 * i), "7"] if region == "confused" else [str(2 * i)] * 2
+        if region == "missing":
+            answers = ["9", "8"]
+        samples = [SampleOut(text=a, token_logprobs=[-0.5, -0.2], answer=a) for a in answers]
+        p = build_profile(f"what is {i} plus {i}?", [str(2 * i)], samples, qid=f"train_{i}")
+        p.region, p.region_source = region, "fixture"
+        profiles.append(p)
+    save_profiles(profiles, path)
+    return profiles
 
 
 def paper_smoke_setup(tmp_path):
-    """FlashRAG-format train/dev files for every set the kmkc_paper preset names."""
+    """FlashRAG-format train/dev files for every set the kmkc_paper preset names, and a
+    ``profile.jsonl`` for the sft and cdkc stages."""
     data = tmp_path / "flashrag"
     for s in ("nq", "hotpotqa", "twowiki"):
         _flashrag_fixture(data, s, "train", 3)
     for s in _SETS:
         _flashrag_fixture(data, s, "dev", 2)
-    return {"kmkc_data": str(data)}
+    _profile_fixture(tmp_path / "profile.jsonl")
+    return {"kmkc_data": str(data), "kmkc_profiles": str(tmp_path / "profile.jsonl")}
+
+
+def test_profiles_round_trip_and_load_errors(tmp_path):
+    from methods.kmkc.pipeline import load_profiles
+
+    written = _profile_fixture(tmp_path / "p.jsonl")
+    read = load_profiles(tmp_path / "p.jsonl")
+    assert [json.dumps(p.to_dict()) for p in read] == [json.dumps(p.to_dict()) for p in written]
+    assert [p.region for p in read] == ["mastered", "confused", "missing"]
+    with pytest.raises(FileNotFoundError, match="stage=profile"):
+        load_profiles(tmp_path / "none.jsonl")
+    (tmp_path / "bad.jsonl").write_text('{"question": "q"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_profiles(tmp_path / "bad.jsonl")
+
+
+def test_sft_then_cdkc_stages_chain_through_checkpoints(tmp_path):
+    """stage=sft trains on the profiles and saves a checkpoint that stage=cdkc starts from."""
+    from common.registry import compose, run_method
+    from common.tiny import save_tiny, tiny_causal_lm
+
+    torch.set_num_threads(1)
+    model_dir = save_tiny(*tiny_causal_lm("qwen2", seed=0), tmp_path / "tiny")
+    subs = {"tiny_qwen2": str(model_dir), **paper_smoke_setup(tmp_path)}
+    base = [o.format(**subs) for o in _FROM_PROFILES]
+    sft = run_method(
+        compose(["experiment=kmkc_paper", "method.stage=sft", *base], run_dir=str(tmp_path / "a"))
+    )
+    assert sft["cgke/n_profiles"] == 3.0
+    ckpt = tmp_path / "a" / "paper" / "cgke" / "checkpoint"
+    rows = (tmp_path / "a" / "paper" / "cgke" / "cgke.jsonl").read_text().splitlines()
+    assert {json.loads(r)["region"] for r in rows} <= {"mastered", "confused", "missing"}
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(ckpt).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # SFT moved the weights
+    overrides = [o.replace(str(model_dir), str(ckpt)) for o in base]
+    cdkc = run_method(
+        compose(
+            ["experiment=kmkc_paper", "method.stage=cdkc", *overrides], run_dir=str(tmp_path / "b")
+        )
+    )
+    assert (cdkc["cdkc/n_mastered"], cdkc["cdkc/n_confused"], cdkc["cdkc/n_missing"]) == (1, 1, 1)
+    res = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert res["models_loaded"][0]["spec"] == str(ckpt)
+    assert (tmp_path / "b" / "paper" / "cdkc" / "checkpoint" / "config.json").is_file()
 
 
 def test_paper_stage_runs_one_round_and_writes_profiles(tmp_path):
