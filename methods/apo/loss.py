@@ -1,7 +1,7 @@
 """APO policy loss: the virtual anchor ratio and the rectified ratio on negative samples.
 
-Implements §3.4-3.5 of "Anchored Policy Optimization" (arXiv 2602.05717), read from a
-second-hand restatement of the paper (the PDF and the official code, github.com/1BIMU/APO_OFFICAL,
+Implements exclusive anchoring and ratio rectification of "Anchored Policy Optimization" (arXiv
+2602.05717), read from a second-hand restatement of the paper (the PDF and the official code, github.com/1BIMU/APO_OFFICAL,
 were not readable): for tokens of responses with a negative advantage the PPO ratio
 ``r_t`` is replaced by the rectified ratio ``r̃_t = λ·r_t − β·r_anchor,t``, where the virtual anchor
 ratio ``r_anchor,t = Σ_{k∈S_t} π_θ(k|s_t) / Σ_{k∈S_t} π_ref(k|s_t)`` measures the policy's mass on
@@ -133,7 +133,8 @@ def gather_policy_logps(
 
 
 def anchor_set_mask(sampled: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-    """Membership mask of the exclusive anchor set S_t = TopK(π_ref) \\ {y_t} (paper §3.4).
+    """Membership mask of the exclusive anchor set S_t = TopK(π_ref) \\ {y_t} (paper: exclusive
+    anchoring; section number not verified, the paper is known second-hand).
 
     Args:
         sampled: sampled token ids, [B, T].
@@ -154,7 +155,8 @@ def virtual_anchor_ratio(
     *,
     gathered: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Virtual anchor ratio r_anchor,t and the anchor reference mass Z_ref,t (paper §3.4).
+    """Virtual anchor ratio r_anchor,t and the anchor reference mass Z_ref,t (paper: virtual
+    anchor ratio, as restated second-hand).
 
     r_anchor,t = Σ_{k∈S_t} ω̂_k · π_θ(k)/π_ref(k) = Σ_{k∈S_t} π_θ(k) / Z_ref,t,
     with Z_ref,t = Σ_{k∈S_t} π_ref(k) and S_t = TopK(π_ref(·|s_t)) \\ {y_t}. It equals 1 when π_θ
@@ -317,7 +319,8 @@ def apo_per_token_loss(
     """The per-token APO loss ``[B, T]`` (zero on masked tokens); reduce it with
     :func:`common.rl.reduce_token_loss` (:func:`apo_policy_loss` does, for a scalar).
 
-    Implements the paper's ratio rectification (§3.5, as restated second-hand):
+    Implements the paper's ratio rectification (as restated second-hand; the clipping and dual
+    clip follow verl's PPO loss, our inference):
 
     * r_t = π_θ(y_t)/π_old(y_t) (log-difference clamped to ±20);
     * ρ_t = λ·r_t − β·r_anchor,t if A < 0, else ρ_t = r_t;
@@ -557,7 +560,7 @@ def kl_on_wrong_penalty(
 ) -> torch.Tensor:
     """Per-token "KL-on-Wrong" penalty: the k3 KL estimator on negative-advantage tokens only.
 
-    Baseline of the paper (§4, form not given; k3 as TRL): coef · (exp(q − p) − (q − p) − 1) with p = log π_θ(y_t),
+    Baseline of the paper's experiments (form not given; k3 as TRL, our inference): coef · (exp(q − p) − (q − p) − 1) with p = log π_θ(y_t),
     q = log π_ref(y_t), applied where A < 0 and the mask is on, zero elsewhere. Add it to the
     per-token policy loss before aggregation (as TRL does for its β·KL term).
 

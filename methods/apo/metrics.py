@@ -1,4 +1,5 @@
-"""Diagnostics for APO: safe-manifold mass and the reference Top-K coverage analysis (spec §3.3, P5).
+"""Diagnostics for APO: safe-manifold mass and the reference Top-K coverage analysis (the paper's
+Top-K coverage table, as restated second-hand).
 
 Shape letters: B sequences, T completion tokens, V vocabulary, K Top-K size.
 """
@@ -15,7 +16,7 @@ __all__ = ["safe_manifold_mass", "topk_coverage"]
 def safe_manifold_mass(
     logp: torch.Tensor, topk_ids: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Mean policy mass on the reference Top-K, Σ_{k∈TopK(π_ref)} π_θ(k|s_t) (spec §3.3 J_support).
+    """Mean policy mass on the reference Top-K, Σ_{k∈TopK(π_ref)} π_θ(k|s_t) (the paper's J_support).
 
     Args:
         logp: policy log-probs, [B, T, V].
@@ -47,7 +48,7 @@ def topk_coverage(
     tokenizer: object | None = None,
     prompt_lengths: Sequence[int] | None = None,
 ) -> dict[int, float]:
-    """Share of ground-truth next tokens that lie inside the reference Top-K (spec §3.3, P5).
+    """Share of ground-truth next tokens that lie inside the reference Top-K (the paper's analysis).
 
     Teacher-forces each sequence through ``ref_model``; for every target position (after the
     prompt, if ``prompt_lengths`` is given) checks whether the true token is among the K most likely

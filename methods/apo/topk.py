@@ -1,4 +1,5 @@
-"""Reference Top-K ("safe manifold") extraction by teacher forcing (spec §3.3, pseudocode P1).
+"""Reference Top-K ("safe manifold") extraction by teacher forcing (paper: the safe manifold
+M_safe(s_t) = TopK(π_ref(·|s_t)), as restated second-hand).
 
 Shape letters: B sequences, L prompt + completion length, T completion tokens (``logits_to_keep``),
 V vocabulary, K Top-K size.
@@ -16,7 +17,7 @@ def topk_from_logits(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-K ids and log-probs of ``softmax(logits / temperature)``, chunked over positions.
 
-    The log-softmax is taken in fp32 (bf16 flips near-ties in the Top-K, spec §8).
+    The log-softmax is taken in fp32 (bf16 flips near-ties in the Top-K; our choice).
 
     Args:
         logits: [B, T, V].
@@ -65,7 +66,7 @@ def reference_topk(
 ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Teacher-force prompt + completion through π_ref and keep its Top-K per completion position.
 
-    Implements the safe manifold M_safe(s_t) = TopK(π_ref(·|s_t)) of spec §3.3. Position t of the
+    Implements the paper's safe manifold M_safe(s_t) = TopK(π_ref(·|s_t)). Position t of the
     output predicts completion token t (the logits of the previous position), aligned with the
     completion mask used by the loss. Padded completion positions get id 0 and log-prob −inf, so
     their reference mass is exactly 0.
@@ -77,10 +78,10 @@ def reference_topk(
         attention_mask: [B, L].
         logits_to_keep: number of completion tokens T at the end of ``input_ids``.
         k: Top-K size (paper default 8).
-        temperature: temperature applied to the reference logits (spec §9.5: 1.0).
+        temperature: temperature applied to the reference logits (our default 1.0; the paper's is not known).
         chunk_size: positions per log-softmax/top-k chunk.
         batch_size: rows per forward pass (None: all at once).
-        expected_vocab_size: the policy's vocabulary size; a mismatch raises (spec §8).
+        expected_vocab_size: the policy's vocabulary size; a mismatch raises.
         gather_ids: optional completion ids [B, T]; if given, their reference log-probs are
             returned too (the KL-on-Wrong baseline needs them), from the same forward pass.
 

@@ -64,7 +64,7 @@ class BanditProblem:
 
 
 def make_bandit(cfg: BanditConfig, seed: int) -> BanditProblem:
-    """Builds the toy instance of spec §6 from a seed (prompts, reference, valid sets)."""
+    """Builds our bandit toy instance from a seed (prompts, reference, valid sets)."""
     g = torch.Generator().manual_seed(seed)
     p, a, d = cfg.n_prompts, cfg.n_actions, cfg.emb_dim
     emb = torch.randn(p, d, generator=g, dtype=torch.float64) / d**0.5  # N(0, 1/D)

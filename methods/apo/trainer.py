@@ -1,4 +1,4 @@
-"""``APOTrainer``: GRPO with APO's rectified ratio on negative-advantage tokens (paper §3.5).
+"""``APOTrainer``: GRPO with APO's rectified ratio on negative-advantage tokens (paper: ratio rectification).
 
 What changes compared with GRPO (``common.rl.GroupAdvantageGRPOTrainer``, TRL 1.16):
 

@@ -1,6 +1,7 @@
 """Tests for methods/apo: the rectified-ratio loss, anchor ratio, reference Top-K, toy and trainer.
 
-The math tests pin spec §3.4-3.6 and §6 (CI tests 1-10) with closed forms, brute force over the
+The math tests pin the anchor ratio, the rectified ratio and their logit gradients (derived in
+docs/methods/apo.md) with closed forms, brute force over the
 vocabulary, finite differences and first-order SGD steps on small fp64 cases.
 """
 
@@ -89,7 +90,7 @@ def test_anchor_ratio_matches_brute_force_over_vocabulary():
             order = sorted(range(V), key=lambda v: -q[b, t, v].item())[:K]
             s = [v for v in order if v != sampled[b, t].item()]
             assert_close(z[b, t], q[b, t, s].sum())
-            # ω-weighted ratio form of spec §3.4, computed term by term
+            # ω-weighted ratio form of the paper (as restated), computed term by term
             w = q[b, t, s] / q[b, t, s].sum()
             assert_close(r_anchor[b, t], (w * p[b, t, s] / q[b, t, s]).sum())
 
@@ -148,7 +149,7 @@ def _single_token(seed: int):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_closed_form_logit_gradient_on_negatives(seed):
-    # spec §3.6: ∇_z L = |A| [λ (e_y − π) − (β/Z)(π_S − M π)] on-policy, unclipped.
+    # derived: ∇_z L = |A| [λ (e_y − π) − (β/Z)(π_S − M π)] on-policy, unclipped.
     z, ids, lp = _single_token(seed)
     outside = [v for v in range(7) if v not in ids[0, 0].tolist()]
     y = int(ids[0, 0, 1]) if seed % 2 else outside[0]  # inside (|S| = K−1) or outside (|S| = K)
@@ -174,7 +175,7 @@ def test_closed_form_logit_gradient_on_negatives(seed):
 
 
 def test_support_alignment_and_pull_increment():
-    # spec §3.6 / CI 5-6: with λ = 1, the first-order gain of anchor mass over GRPO is
+    # derived: with λ = 1, the first-order gain of anchor mass over GRPO is
     # η|A|(β/Z)‖π_S − Mπ‖² ≥ 0, and the pull term alone moves logits by η|A|(β/Z)π_k(1−M) on S.
     z, ids, lp = _single_token(7)
     y = int(ids[0, 0, 0])
@@ -212,7 +213,7 @@ def test_support_alignment_and_pull_increment():
 
 
 def test_grpo_negative_step_squeezes_towards_likely_tokens():
-    # spec §3.2: a GRPO step on a wrong token raises log π(k) − log π(j) whenever π(k) > π(j).
+    # the paper's squeezing argument: a GRPO step on a wrong token raises log π(k) − log π(j) whenever π(k) > π(j).
     z, ids, lp = _single_token(11)
     y = 3
     sampled, adv = torch.tensor([[y]]), torch.tensor([-1.0], dtype=torch.float64)
@@ -476,7 +477,7 @@ def test_bandit_toy_shows_collapse_and_identity_arm(tmp_path):
         )
         base = base_metrics(prob, cfg)
         grpo, _ = run_bandit_arm(prob, cfg, BanditArm("grpo"), seed=0)
-        # RSC: sharpening raises easy Pass@1 and lowers hard Pass@64 (spec §6)
+        # RSC: sharpening raises easy Pass@1 and lowers hard Pass@64 (the paper's exploration collapse)
         assert (
             grpo["easy/pass@1"] > base["easy/pass@1"]
             and grpo["hard/pass@64"] < base["hard/pass@64"]
