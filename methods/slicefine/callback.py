@@ -1,4 +1,5 @@
-"""The switching schedule as a ``transformers`` callback (SliceFine §3.3 lines 3-6)."""
+"""The switching schedule as a ``transformers`` callback (paper Fig. 1: the slice
+slides at every switch; the period and the optimiser reset are our inference)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class SliceSwitchCallback(TrainerCallback):
 
     Works with ``transformers.Trainer`` and TRL's trainers: pass ``callbacks=[SliceSwitchCallback(sm)]``
     where ``sm`` is the :class:`SliceFineModel` being trained. The learning-rate schedule keeps
-    running across switches (spec §9.3).
+    running across switches (our inference; the paper does not say).
 
     Raises:
         ValueError: if ``switch_every`` is not a positive int.

@@ -51,7 +51,7 @@ class ToyConfig:
 
 @dataclass
 class SliceSettings:
-    """The SliceFine knobs of the paper stages (paper §3, Fig. 1; values reconstructed).
+    """The SliceFine knobs of the paper stages (paper Fig. 1; values reconstructed).
 
     Attributes:
         r: slice width (rows or columns).

@@ -1,4 +1,5 @@
-"""Theory checks of the winning-slice hypothesis (SliceFine §2; spec §3.2).
+"""Theory checks of the winning-slice hypothesis (SliceFine §2, Lemma 2.1;
+the checks themselves are our inference from the definitions).
 
 - ``spectral_balance``: Lemma 2.1's claim that row (or column) groups of a pretrained weight have
   about the same mean eigenvalue of W_g W_gᵀ (= ‖W_g‖²_F / rows) and similar normalised decay.
@@ -123,7 +124,8 @@ def local_ticket_test(
 
 
 def task_energy(features: torch.Tensor, labels: torch.Tensor, k: int = 32) -> float:
-    """τ_k = ‖Π_k Y‖²_F / ‖Y‖²_F for centred one-hot targets Y (our proxy, spec §3.1 [inferred]).
+    """τ_k = ‖Π_k Y‖²_F / ‖Y‖²_F for centred one-hot targets Y (our proxy; the paper's
+    formula was not recovered).
 
     Π_k projects onto the top-k left singular vectors of the centred features ``[n, p]``.
 

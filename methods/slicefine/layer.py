@@ -1,4 +1,5 @@
-"""The slice-trainable linear layer (SliceFine §3.1 and the slice update W = W₀ + M ⊙ U).
+"""The slice-trainable linear layer (the paper's slice: a binary mask
+M over r rows or r columns, update W = W₀ + M ⊙ U; Fig. 1).
 
 Only a contiguous block of ``r`` rows or ``r`` columns of a pretrained ``nn.Linear`` weight is
 trainable at a time. The block's update lives in a zero-initialised ``delta`` parameter:
@@ -36,7 +37,8 @@ def _check_r(r: int, orient: str, d_out: int, d_in: int) -> int:
 
 
 class SliceFineLinear(nn.Module):
-    """A frozen ``nn.Linear`` with one trainable row or column slice (SliceFine §3.4).
+    """A frozen ``nn.Linear`` with one trainable row or column slice (forward math our
+    inference, equivalent to W₀ + M ⊙ U).
 
     Args:
         base: the pretrained linear layer; its weight is frozen and updated in place on ``commit``.

@@ -1,4 +1,5 @@
-"""Applying SliceFine to a model and moving its slices (SliceFine §3.3, Fig. 1).
+"""Applying SliceFine to a model and moving its slices (paper Fig. 1: row, column and
+row-column slices that slide; the schedule's details are our inference).
 
 ``apply_slicefine`` swaps every targeted ``nn.Linear`` for a :class:`SliceFineLinear`, freezes all
 other weights (except ``modules_to_save``, e.g. a classifier head) and returns a
@@ -6,8 +7,8 @@ other weights (except ``modules_to_save``, e.g. a classifier head) and returns a
 weight and activates the next one, synchronously across layers:
 
 - ``mode="row"`` / ``"column"``: a sweep; the cursor advances by r, the last partial slice is clamped
-  to d − r, and it wraps to 0 after the end (our reconstruction of "slides", spec §9.2);
-- ``mode="alternate"``: row and column blocks alternate, each with its own cursor (spec §9.6).
+  to d − r, and it wraps to 0 after the end (our reconstruction of "slides");
+- ``mode="alternate"``: row and column blocks alternate, each with its own cursor (our inference).
 
 ``merge_and_unload`` returns the original module classes with the update folded in (zero new
 parameters); ``slice_state_dict`` is the compact artifact: the final values of every touched row and
@@ -34,7 +35,7 @@ _MODES = ("row", "column", "alternate")
 
 @dataclass
 class SliceFineConfig:
-    """SliceFine's knobs (spec §3.5; all values are reconstructed defaults, not paper settings)."""
+    """SliceFine's knobs (all values are reconstructed defaults, not paper settings)."""
 
     r: int = 4  # slice width; "r = 1 is often competitive" (project page), 4 [inferred]
     mode: Mode = "row"  # row | column | alternate (paper Fig. 1)
@@ -216,7 +217,8 @@ def apply_slicefine(
     train_bias: bool = False,
     modules_to_save: Iterable[str] = (),
 ) -> SliceFineModel:
-    """Wraps ``model`` for SliceFine training (spec §3.3 line 1).
+    """Wraps ``model`` for SliceFine training (Fig. 1; which layers is our
+    inference).
 
     Args:
         model: any ``nn.Module`` (modified in place).
@@ -286,7 +288,8 @@ def apply_slicefine(
 
 
 def reset_slice_optimizer_state(optimizer: torch.optim.Optimizer, model: SliceFineModel) -> int:
-    """Empties the optimiser state of every ``delta`` (a new slice is a new set of weights, §9.3).
+    """Empties the optimiser state of every ``delta`` (a new slice is a new set of weights;
+    our inference).
 
     Also swaps the new ``delta`` Parameters of orientation flips (alternate mode) into the
     optimiser's parameter groups, so the optimiser keeps training the active slices.
