@@ -1,4 +1,4 @@
-"""Quantise a causal LM per block and attach per-block LoRA ranks (official search/phase2_evolution.py steps 1-2, §6 backend).
+"""Quantise a causal LM per block and attach per-block LoRA ranks (official search/phase2_evolution.py steps 1-2).
 
 ``fake_quantize`` is the CPU stand-in for HQQ: asymmetric round-to-nearest, group-wise over the flattened
 weight, with a float scale and offset per group. ``build_quantized_lora_model`` quantises all seven

@@ -228,7 +228,7 @@ class PaperFidelity:
             raise ValueError(f"epochs must be > 0, got {self.epochs}")
 
 
-# Official real-task mode: low 5% of the data for 0.1 epoch, high 20% for 0.5 epoch (official search/phase2_evolution.py, §7).
+# Official real-task mode: low 5% of the data for 0.1 epoch, high 20% for 0.5 epoch (official search/phase2_evolution.py).
 PAPER_FIDELITIES = {
     "low": PaperFidelity(0.05, 0.1),
     "high": PaperFidelity(0.2, 0.5),

@@ -165,7 +165,7 @@ class Fidelity:
 
 
 class FakeQuantEvaluator:
-    """Spec §6 evaluator: fake-quantise, attach per-block LoRA, fine-tune, ``perf = -CE`` on held-out data.
+    """Our toy evaluator: fake-quantise, attach per-block LoRA, fine-tune, ``perf = -CE`` on held-out data.
 
     Args:
         base: the full-precision base model (not modified).

@@ -53,7 +53,8 @@ def static_check(code: str, kind: str = "constraint") -> str | None:
 def generate_fragment(
     llm: ChatLLM, state: ProblemState, anchor: Anchor, negative_ref: str | None = None
 ) -> str:
-    """``c = G(D, P, V, a)`` or, with ``negative_ref``, ``G'(D, P, V, a, c_prev)`` (spec E3).
+    """``c = G(D, P, V, a)`` or, with ``negative_ref``, ``G'(D, P, V, a, c_prev)`` (E3 of
+    docs/methods/sacopt.md; prompt structure as the official code's, wording ours).
 
     Returns the code inside the final ``=====`` block, else inside the last ```` ```python ````
     fence (as the official ``extract_code_from_end``); '' if neither (the static check then rejects it).

@@ -1,4 +1,4 @@
-"""Converters for the seven cleaned optimisation-modelling benchmarks (official data layout, §5).
+"""Converters for the seven cleaned optimisation-modelling benchmarks (official data layout).
 
 The paper evaluates on the *cleaned* benchmarks released with the survey of Xiao et al. 2025
 (github.com/LLM4OR/LLM4OR, folder ``static/clean_benchmarks``). Each source keeps its own file

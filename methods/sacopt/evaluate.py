@@ -1,4 +1,4 @@
-"""Answer checking, the end-to-end pipeline for one problem, and the benchmark runner (official run.py, §5)."""
+"""Answer checking, the end-to-end pipeline for one problem, and the benchmark runner (official run.py)."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def run_benchmark(
     out_dir: str | Path | None = None,
     sets: dict[str, tuple[str, int | None]] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Paper-scale evaluation: every dataset in ``cfg.datasets``, every seed (the paper's setup, §7).
+    """Paper-scale evaluation: every dataset in ``cfg.datasets``, every seed (the paper's setup: mean over 5 seeds).
 
     Each seed is one full pass over every dataset with a fresh chat client whose request seed is
     ``cfg.llm_seed + seed`` (temperature ``cfg.temperature``); the paper reports the mean over 5

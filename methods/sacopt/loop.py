@@ -1,4 +1,5 @@
-"""The semantic-anchor correction loop (official model2data.py / run.py E1-E4, §3.2 lines 9-15)."""
+"""The semantic-anchor correction loop (official model2data.py / run.py; E1-E4
+of docs/methods/sacopt.md)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class LoopTrace:
 class SACOptLoop:
     """Generate one fragment per anchor, back-translate, verify, regenerate only mismatches.
 
-    Per round ``t`` (spec E1-E4): for every anchor ``i`` in the unverified set ``U^(t)``,
+    Per round ``t`` (E1-E4 of docs/methods/sacopt.md; official ``run.py``): for every anchor ``i`` in the unverified set ``U^(t)``,
     reconstruct ``â_i = R(c_i)`` and test ``δ(a_i, â_i)``; the failures form ``E^(t)``; each is
     regenerated with its previous code as a negative reference (``G'``); the others are frozen
     (``U^(t+1) = E^(t)``). Stops when ``E^(t) = ∅`` or after ``t_max`` rounds, in which case the

@@ -1,4 +1,4 @@
-"""Structured problem state: parameters, variables and semantic anchors (official model2data.py / run.py, §3.4).
+"""Structured problem state: parameters, variables and semantic anchors (official model2data.py / run.py).
 
 A :class:`ProblemState` is what SAC-Opt builds from a natural-language description: parameters
 P (symbol, definition, shape; values live separately in ``data``), decision variables V, and the

@@ -41,7 +41,8 @@ class Stats:
 
 
 def parallel_stats(response_ids: Sequence[int], ids: Mapping[str, int]) -> Stats:
-    """Critical-path statistics of one response (§3.3 of the spec; Eq. 8).
+    """Critical-path statistics of one response (paper §2.2, §5.3, Eq. 8; official
+    ``get_parallel_stats``).
 
     Args:
         response_ids: generated token ids (prompt excluded), all threads joined.

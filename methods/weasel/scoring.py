@@ -1,9 +1,9 @@
 """Importance Φ and pairwise distance D from a text similarity (official ``prepare_scores.py``).
 
-* Importance (§3.3): ``r_t = F1(candidate = obs_history_t, reference = goal)``, then min–max
+* Importance (official ``prepare_scores.py``): ``r_t = F1(candidate = obs_history_t, reference = goal)``, then min–max
   normalised per trajectory (the official code's default), or raw, or the positive increment
   ``φ_t = max(0, r_t − r_{t−1})`` sum-normalised.
-* Distance (§3.4): ``sim(x, y) = ½[F1(x→y) + F1(y→x)]``, ``δ = 1 − sim``, and
+* Distance (official ``prepare_scores.py``): ``sim(x, y) = ½[F1(x→y) + F1(y→x)]``, ``δ = 1 − sim``, and
   ``D(i, j) = max(δ(s_i, s_j), δ(y_i, y_j))`` over states ``s`` and responses ``y``; ``D(i, i) = 0``.
 
 The similarity is a plug-in (:class:`TextSimilarity`). :class:`TokenMatchSimilarity` is a

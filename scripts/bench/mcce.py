@@ -1,6 +1,7 @@
 """MCCE bench: cost of the official whole-archive NSGA-II selection and of the HV metric, as ratios.
 
-Selection runs on the *entire* archive every generation (spec §3.6), so its cost grows with the
+Selection runs on the *entire* archive every generation (official
+``model/util.py::nsga2_so_selection``), so its cost grows with the
 budget. This measures, on random 5-objective t vectors, `nsga2_so_select(archive, 50)` and the
 top-100 hypervolume against a plain top-k by F (the scalar baseline), at archive sizes up to the
 paper's budget of 5000.

@@ -2,7 +2,7 @@
 
 Reports (1) the wall time of the guard's extra work (a forward with hidden states + volume + SALO) relative
 to a plain forward of the same prompts on a tiny Llama, (2) the SALO operator's parameter count for the
-paper's hidden sizes (spec §3.3: ≈ 6.9M for D = 3584, ≈ 7.9M for D = 4096), and (3) its CPU time per
+paper's hidden sizes (official ``salo/model.py``: ≈ 6.9M for D = 3584, ≈ 7.9M for D = 4096), and (3) its CPU time per
 prompt on a paper-sized volume (10 layers × 64 tokens × D).
 Run: ``python scripts/bench/salo.py`` (CPU, about a minute; timings depend on machine load).
 """

@@ -1,4 +1,4 @@
-"""Bench: the simulator's sliding window bounds the context (spec §3.10), CPU, tiny model.
+"""Bench: the simulator's sliding window bounds the context (official demo loop), CPU, tiny model.
 
 Rolls a random-init tiny Qwen2 world model for ``--steps`` steps with ``window=None`` (full history)
 and ``window=W`` and reports the prompt length (tokens) at the last step and the mean wall time per

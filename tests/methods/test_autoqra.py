@@ -1,4 +1,4 @@
-"""Tests for methods.autoqra (our toy design CI tests, §8 bad input, issue 14 "Must show")."""
+"""Tests for methods.autoqra (our toy design CI tests, bad input, issue 14 "Must show")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for targeted instruction selection (spec §6 CI list, issue 12 "Must show" 1)."""
+"""Tests for targeted instruction selection (issue 12 "Must show" 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SALO (spec §6 CI tests): volumes, operator invariances, calibration, baselines, bad input."""
+"""SALO: volumes, operator invariances, calibration, baselines, bad input."""
 
 from __future__ import annotations
 

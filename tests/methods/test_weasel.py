@@ -1,4 +1,4 @@
-"""Tests for Weasel (spec §6 CI list): greedy vs brute force, budgets, ties, scoring, pruning."""
+"""Tests for Weasel: greedy vs brute force, budgets, ties, scoring, pruning."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _metric_instance(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.n
     return rng.uniform(size=n), dist
 
 
-# ---------------------------------------------------------------- selection (spec §3.5)
+# ---------------------------------------------------------------- selection (official select_greedy.py)
 
 
 def test_greedy_edge_cases():
@@ -163,7 +163,7 @@ def test_compute_budget():
         compute_budget(10, mode="half")
 
 
-# ---------------------------------------------------------------- scoring (spec §3.3-3.4)
+# ---------------------------------------------------------------- scoring (official prepare_scores.py)
 
 
 def test_distance_matrix_properties():
@@ -198,7 +198,7 @@ def test_importance_normalisations():
         importance(goal, texts, sim, normalize="zscore")
 
 
-# ---------------------------------------------------------------- pruning (spec §3.2)
+# ---------------------------------------------------------------- pruning (official prune_axtree.py)
 
 from methods.weasel.pruning import (  # noqa: E402
     HISTORY_HEADER,
@@ -316,7 +316,7 @@ def test_compat_repo_regex_counts_bracket_text():
     assert len(compat) < len(strict)
 
 
-# ---------------------------------------------------------------- data and pipeline (§3.1, §3.6)
+# ---------------------------------------------------------------- data and pipeline (official postprocess_dataset.py)
 
 from methods.weasel.data import build_subset, parse_records, segment_by_goal  # noqa: E402
 from methods.weasel.pipeline import WeaselConfig, WeaselSelector  # noqa: E402

@@ -374,7 +374,7 @@ def test_to_chat_and_convert_sample_only_touch_the_initial_tree():
 
 
 # ---------------------------------------------------------------------------------------------
-# Simulator, judge metrics, lookahead, synthesis, training recipe, toy sites (paper §4, App. N.3-§3.10, §6)
+# Simulator, judge metrics, lookahead, synthesis, training recipe, toy sites (paper §4, App. N.3; official demo loop; our toy)
 # ---------------------------------------------------------------------------------------------
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -819,7 +819,7 @@ def test_toy_browser_semantics():
 
 
 def test_word_tokenizer_single_token_names_and_bids_lossless():
-    """Spec §6 WordLevel vocabulary: a title / link name / bid is one token, shared between the page
+    """Our toy's WordLevel vocabulary: a title / link name / bid is one token, shared between the page
     and the action, and decoding is lossless on the grammar."""
     from methods.webworld.train import chat_dataset, site_tokenizer
 
