@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -119,7 +120,9 @@ def uot_plan(
         The plan ``[M, N]``.
 
     Raises:
-        ValueError: on ``eps <= 0``, negative ``reg_m`` or a NaN plan (Sinkhorn underflow).
+        ValueError: on ``eps <= 0``, negative ``reg_m``, a NaN plan or a plan whose query
+            marginal is off by more than 5% of ``1/M`` or on which POT reports numerical errors
+            (Sinkhorn underflow at a tiny ``eps``).
     """
     S = _check_similarity(S)
     if not eps > 0:
@@ -132,12 +135,25 @@ def uot_plan(
     C = (1.0 - S) / 2.0  # [M, N] in [0, 1]
     a = np.full(M, 1.0 / M)
     b = np.full(N, 1.0 / N)
-    T = ot.unbalanced.sinkhorn_unbalanced(
-        a, b, C, reg=eps, reg_m=tuple(float(r) for r in reg_m), reg_type="kl"
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        T = ot.unbalanced.sinkhorn_unbalanced(
+            a, b, C, reg=eps, reg_m=tuple(float(r) for r in reg_m), reg_type="kl"
+        )
+    broke = [str(w.message) for w in caught if "Numerical errors" in str(w.message)]
     if not np.isfinite(T).all():
         raise ValueError(
             f"the UOT plan has NaN/inf entries at eps={eps}; raise eps or use a log-domain solver"
+        )
+    # POT returns the last finite iterate when exp(-C/eps) underflows: a plan with (almost) no mass
+    # whose ranking is the index order. The query marginal T1 must match a (exactly when tau_1 = inf,
+    # up to the KL penalty otherwise); a far-off marginal means the solver broke down.
+    rel = float(np.abs(T.sum(axis=1) - a).max() / a[0]) if math.isinf(reg_m[0]) else 0.0
+    if broke or not rel < 0.05:
+        raise ValueError(
+            f"eps={eps} is too small for the Sinkhorn solver "
+            f"({broke[0] if broke else f'query marginal off by {rel:.0%} of 1/M'}): exp(-C/eps) "
+            "underflows and the ranking would be meaningless; use eps >= 1e-3"
         )
     return T
 

@@ -119,7 +119,8 @@ def fit_structural_decay(x: np.ndarray, y: np.ndarray) -> DecayFit:
         return DecayFit(nan, nan, nan, nan, rho, converged=False)
     resid = y - _decay(x, a, b, c)
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
+    # constant y: R² is undefined (ss_tot is rounding noise, not 0)
+    r2 = 1.0 - float((resid**2).sum()) / ss_tot if np.ptp(y) > 0 else float("nan")
     ok = bool(np.isfinite([a, b, c, r2]).all())
     if not ok:  # e.g. constant accuracy (R² undefined) or overflowing parameters
         logger.warning(

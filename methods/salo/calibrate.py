@@ -40,11 +40,19 @@ def detection_rate(scores: Sequence[float] | np.ndarray, tau: float) -> float:
     """Fraction of ``scores`` flagged (``s ≥ τ``).
 
     Raises:
-        ValueError: on an empty score set.
+        ValueError: on an empty score set, a NaN score (``NaN ≥ τ`` is False, so it would count
+            as "not detected") or a NaN threshold.
     """
     s = np.asarray(scores, dtype=float).ravel()
     if s.size == 0:
         raise ValueError("scores must not be empty")
+    if np.isnan(s).any():
+        raise ValueError(
+            f"scores must not contain NaN (got {int(np.isnan(s).sum())} of {s.size}); a NaN detector "
+            "score would silently count as 'not detected'"
+        )
+    if np.isnan(tau):
+        raise ValueError("tau must be a number, got NaN")
     return float((s >= tau).mean())
 
 

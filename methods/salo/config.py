@@ -151,3 +151,12 @@ class SaloRunConfig(MethodConfig):
             raise ValueError(
                 f"method.window must be [start, end) with end > start, got {self.window}"
             )
+        # the operator's 'same' conv needs at least layer_kernel layers (SALO._check raises later)
+        windows = {"window": self.window, "toy_window": self.toy_window}
+        windows.update({f"sweep_windows[{i}]": w for i, w in enumerate(self.sweep_windows)})
+        for key, w in windows.items():
+            if len(w) != 2 or w[1] - w[0] < self.layer_kernel:
+                raise ValueError(
+                    f"method.{key} must be [start, end) spanning at least method.layer_kernel="
+                    f"{self.layer_kernel} layers, got {list(w)}"
+                )

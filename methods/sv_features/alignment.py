@@ -128,7 +128,7 @@ def lsq_optimal_omega(X: torch.Tensor, Y: torch.Tensor, T: torch.Tensor) -> torc
         ``Omega* [D, D]``.
 
     Raises:
-        ValueError: on shape mismatches or non-finite input.
+        ValueError: on shape mismatches, non-finite input or an empty / all-zero template ``T``.
     """
     _check_matrix("X", X)
     _check_matrix("Y", Y)
@@ -139,6 +139,11 @@ def lsq_optimal_omega(X: torch.Tensor, Y: torch.Tensor, T: torch.Tensor) -> torc
         )
     if T.shape != (X.shape[1], Y.shape[1]):
         raise ValueError(f"T must have shape {(X.shape[1], Y.shape[1])}, got {tuple(T.shape)}")
+    if T.numel() == 0 or not bool((T != 0).any()):
+        raise ValueError(
+            f"T must have at least one nonzero entry (no target pairs), got shape {tuple(T.shape)} "
+            "with all zeros: Omega* would be the zero matrix"
+        )
     sx = torch.linalg.pinv(X @ X.T, hermitian=True)
     sy = torch.linalg.pinv(Y @ Y.T, hermitian=True)
     return sx @ X @ T @ Y.T @ sy

@@ -39,7 +39,8 @@ def next_block_length(
         than ``min_len`` positions remain.
 
     Raises:
-        ValueError: on a non-1-D ``u``, bounds outside the sequence, or invalid lengths/jump.
+        ValueError: on a non-1-D ``u``, a NaN/inf ``u`` in the search window, bounds outside the
+            sequence, or invalid lengths/jump.
     """
     if not isinstance(u, torch.Tensor) or u.dim() != 1:
         shape = tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__
@@ -54,8 +55,8 @@ def next_block_length(
         raise ValueError(f"min_len must be >= 1, got {min_len}")
     if max_len < min_len:
         raise ValueError(f"max_len ({max_len}) must be >= min_len ({min_len})")
-    if min_jump < 0:
-        raise ValueError(f"min_jump must be >= 0, got {min_jump}")
+    if not min_jump >= 0:  # also rejects NaN
+        raise ValueError(f"min_jump must be a number >= 0, got {min_jump}")
 
     a = start + min_len
     e = min(start + max_len, seq_end)
@@ -64,6 +65,11 @@ def next_block_length(
     if a >= e:  # empty search window (min_len == max_len): a fixed-size block
         return e - start
     u = u.double()
+    if not torch.isfinite(u[a - 1 : e]).all():  # torch.argmax would pick a NaN jump
+        raise ValueError(
+            f"u must be finite on the search window [{a - 1}, {e}) (NaN/inf uncertainty, e.g. from "
+            f"NaN logits), got {u[a - 1 : e].tolist()}"
+        )
     jumps = u[a:e] - u[a - 1 : e - 1]  # [e - a], d_j for j in [a, e)
     j_star = a + int(torch.argmax(jumps))  # torch.argmax returns the first maximiser
     length = (e - start) if float(jumps[j_star - a]) < min_jump else (j_star - start)
