@@ -43,3 +43,32 @@ def test_demo_run_writes_results(slug, run_dir):
     payload = json.loads((run_dir / "results.json").read_text())
     assert payload["method"] == slug and payload["metrics"]
     assert (run_dir / "results.md").read_text().count("|") > 4
+
+
+def test_no_reference_to_the_working_notes():
+    """Docstrings, comments and docs cite the paper or the official code, never our working notes.
+
+    The notes ("spec", kept outside the repository) have their own section numbers, which readers
+    would take for the paper's. The patterns are built from parts so this file does not match.
+    """
+    import re
+    from pathlib import Path
+
+    section = "\u00a7"
+    patterns = [
+        "spec" + r"(?:'s)?\s*" + section,  # a section of the notes, possessive or not
+        section + r"\s*[\d.]+\s+of\s+the\s+" + "spec",  # the same, written backwards
+        "spec" + r"s/",  # the notes' folder
+    ]
+    pattern = re.compile("|".join(patterns), re.IGNORECASE)
+    root = Path(__file__).resolve().parents[1]
+    hits = []
+    for top in ("methods", "common", "docs", "configs", "scripts", "tests"):
+        for path in sorted((root / top).rglob("*")):
+            if path.suffix not in {".py", ".md", ".yaml", ".yml", ".sh", ".txt"}:
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{path.relative_to(root)}:{n}: {line.strip()[:100]}")
+    hint = "cite the paper, the official code or 'our inference' instead:\n"
+    assert not hits, hint + "\n".join(hits)
