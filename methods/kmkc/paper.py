@@ -117,7 +117,7 @@ def _save(model, tok, path: Path) -> str:
 
 
 def sft_stage(run: Run) -> dict[str, float]:
-    """``stage=sft``: CGKE (paper §3.3) on the profiles of ``method.paper.profiles_path``: the model
+    """``stage=sft``: CGKE (paper Fig. 2) on the profiles of ``method.paper.profiles_path``: the model
     writes region-specific augmentations (``<run_dir>/paper/cgke/cgke.jsonl``), then ``trl``'s
     SFTTrainer fine-tunes it; the checkpoint goes to ``<run_dir>/paper/cgke/checkpoint``."""
     from .pipeline import cgke_round
@@ -138,7 +138,7 @@ def sft_stage(run: Run) -> dict[str, float]:
 
 
 def cdkc_stage(run: Run) -> dict[str, float]:
-    """``stage=cdkc``: CDKC calibration (paper §3.4) of ``model`` (e.g. ``model.path=<the sft
+    """``stage=cdkc``: CDKC calibration (paper Fig. 2; objective our proposal) of ``model`` (e.g. ``model.path=<the sft
     stage's checkpoint>``) on the profiled seed questions and their regions; the checkpoint goes
     to ``<run_dir>/paper/cdkc/checkpoint``."""
     from .pipeline import calibrate_cdkc

@@ -6,12 +6,12 @@ Every stage is a function over plain data so that a reproduction can stop, inspe
   ``id``, ``question``, ``golden_answers``), samples a fixed number of items with a fixed seed and
   records the ids (paper App. B);
 * :func:`profile_items` samples K answers per question with any :class:`common.generation.Generator`
-  (``HFGenerator`` here, ``VLLMGenerator`` at scale) and builds the behavioural profiles (§3.2);
+  (``HFGenerator`` here, ``VLLMGenerator`` at scale) and builds the behavioural profiles (Fig. 2);
 * :func:`run_round` assigns regions (self-evaluation through a ``ChatLLM`` with the rule fallback),
   builds the CGKE set, fine-tunes with ``trl.SFTTrainer`` and calibrates with
   :class:`methods.kmkc.trainer.CDKCTrainer`;
 * :func:`evaluate` scores greedy answers: cover accuracy, equal-mass ECE with c = exp(−U) and the
-  self-knowledge metrics at the answer/refuse threshold τ (§3.5).
+  self-knowledge metrics at the answer/refuse threshold τ (our inference).
 
 :func:`run_paper` chains them for ``rounds`` rounds (the paper's "w/ 2 round" row re-profiles the
 round-1 model). The test suite runs it end to end on a tiny local Qwen2 and fixture files.
@@ -317,7 +317,7 @@ def profile_round(
 def cgke_round(
     model: Any, tokenizer: Any, cfg: PaperConfig, profiles: list[BehaviorProfile], out: Path
 ) -> tuple[Any, dict[str, int]]:
-    """CGKE: region-specific augmentations by the model itself (paper §3.3), written to
+    """CGKE: region-specific augmentations by the model itself (paper Fig. 2), written to
     ``out/cgke.jsonl``, then SFT on them; returns the fine-tuned model and the augmentation counts."""
     from common.llm import HFChat
 
