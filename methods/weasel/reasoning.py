@@ -1,4 +1,5 @@
-"""Style-consistent rationale synthesis for reasoning-native targets (paper §3, rationale synthesis).
+"""Style-consistent rationale synthesis for reasoning-native targets (the paper's
+rationale synthesis, known from secondary notes; section number not verified).
 
 For each selected step, the target model is shown the normal agent prompt plus a hint naming the
 gold action, and asked to think about why that action is right and then output it. The generated
@@ -27,14 +28,14 @@ _ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 
 @dataclass
 class SynthesisConfig:
-    """Settings of rationale synthesis (paper §3, rationale synthesis; hint wording and tries are our choice)."""
+    """Settings of rationale synthesis (paper, via secondary notes; hint wording and tries are our choice)."""
 
     hint: str = (
         "The correct next action is {action}. Think about why it is correct, then output it as "
         "<action>{action}</action>."
     )
-    max_tries: int = 5  # 1 + 4 resamples (paper §3, rationale synthesis)
-    temperature: float = 0.6  # paper §3, rationale synthesis
+    max_tries: int = 5  # 1 + 4 resamples (paper, via secondary notes)
+    temperature: float = 0.6  # paper, via secondary notes
     top_p: float = 0.95
     max_new_tokens: int = 1024
 
@@ -71,7 +72,7 @@ def normalize_action(action: str) -> str:
 def synthesize_rationales(
     records: Sequence[dict], llm, cfg: SynthesisConfig | None = None
 ) -> tuple[list[dict], SynthStats]:
-    """Replaces each record's expert rationale with one written by ``llm`` (paper §3, rationale synthesis).
+    """Replaces each record's expert rationale with one written by ``llm`` (the paper's rationale synthesis).
 
     Args:
         records: chat records ``{"messages": [system, user, assistant]}``; the assistant text is

@@ -1,4 +1,5 @@
-"""Importance Φ and pairwise distance D from a text similarity (official ``prepare_scores.py``).
+"""Importance Φ and pairwise distance D from a text similarity (both formulas as on the paper's
+project page; official ``prepare_scores.py``).
 
 * Importance (official ``prepare_scores.py``): ``r_t = F1(candidate = obs_history_t, reference = goal)``, then min–max
   normalised per trajectory (the official code's default), or raw, or the positive increment

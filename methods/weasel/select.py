@@ -1,4 +1,5 @@
-"""The importance–diversity objective and its greedy maximiser (official ``select_greedy.py``).
+"""The importance–diversity objective and its greedy maximiser (the paper's objective and greedy, as on
+its project page; official ``select_greedy.py``).
 
 For one trajectory of ``n`` steps, Weasel picks a subset ``J`` of size ``T0`` that maximises the
 max-sum-diversification objective

@@ -1,4 +1,4 @@
-"""Paper-scale SFT (paper §4 and App.; official README): AgentLab records -> TRL prompt/completion
+"""Paper-scale SFT (the paper's recipe as quoted by secondary notes, "Table 9"; official README): AgentLab records -> TRL prompt/completion
 data, the three paper recipes (LoRA r 8, alpha 8, dropout 0, all-linear; AdamW, cosine, warmup 0.1,
 bf16), :class:`WeaselSFTConfig` (a ``trl.SFTConfig`` with the LoRA knobs as fields) and
 :func:`train_sft`, which builds ``trl.SFTTrainer`` with a PEFT ``LoraConfig``.

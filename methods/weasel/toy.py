@@ -429,7 +429,7 @@ def run_toy(run: Any) -> dict[str, float]:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     t0 = time.time()
     train, test_id, test_ood = make_synthweb(rc.n_train_traj, rc.n_test_steps, rc.data_seed)
-    # Pruning (paper §3, official prune_axtree.py) applies to every arm's training prompts; test
+    # Pruning (official prune_axtree.py) applies to every arm's training prompts; test
     # prompts stay unpruned.
     stats = PruneStats()
     s = rc.selection
