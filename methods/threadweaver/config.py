@@ -96,6 +96,45 @@ class RolloutConfig:
 
 
 @dataclass
+class SynthConfig:
+    """The data stages (§4, App. C/E): ``synth`` rewrites sequential traces into parallel ones with
+    an LLM (stage 1); ``self_train`` keeps the stage-1 model's own valid, correct rollouts (stage 2).
+
+    Attributes:
+        source: sequential traces, rows ``{problem, response, answer}`` whose ``response`` holds
+            ``<think> ... </think>`` then the final answer (stage 0: the model's own correct traces).
+        n: traces to convert (paper §6.1: 1,000 sampled correct traces, 959 kept).
+        llm_model: the rewriting LLM (paper: GPT-5), any OpenAI-compatible chat endpoint.
+        llm_base_url: API root with ``/v1`` (None: api.openai.com; e.g. a ``vllm serve`` URL).
+        llm_api_key_env: environment variable holding the key (read per request, never logged).
+        llm_kwargs: request fields sent with every call (e.g. ``reasoning_effort: low``, official
+            ``EFFORT=low``).
+        workers: traces converted concurrently.
+        samples: stage-2 rollouts per ``method.rl_data`` problem (paper §6.1: one).
+        temperature, top_p: stage-2 sampling (App. B: 1.0 / 1.0).
+    """
+
+    source: DatasetSpec = field(default_factory=lambda: DatasetSpec(split="train"))
+    n: int | None = 1000
+    llm_model: str = "gpt-5"
+    llm_base_url: str | None = None
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)
+    workers: int = 4
+    samples: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.n is not None and self.n < 1:
+            raise ValueError(f"method.synth.n must be >= 1 or null (all), got {self.n}")
+        if self.workers < 1 or self.samples < 1:
+            raise ValueError(
+                f"method.synth.workers and samples must be >= 1, got {self.workers}, {self.samples}"
+            )
+
+
+@dataclass
 class EvalConfig:
     """The ``eval`` stage: orchestrated sampling on every set of ``benchmark`` (§6.1, Tab. 1).
 
@@ -169,11 +208,13 @@ class ThreadWeaverRunConfig(MethodConfig):
 
     STAGES: ClassVar[dict[str, str]] = {
         "toy": "CPU toy 'parallel codebook spelling': seq vs trie-packed tw (vs flat) arms",
+        "synth": "paper: stage-1 data, sequential traces -> parallel ones by an LLM (§4, App. C/E)",
+        "self_train": "paper: stage-2 data, `model`'s own valid and correct rollouts on rl_data (§4)",
         "sft": "paper: trie SFT (TrieSFTTrainer) of `model` on sft_data (App. B)",
         "rl": "paper: P-GRPO (PGRPOTrainer) from `model` on rl_data (§5, App. B)",
         "eval": "paper: Avg@k accuracy and token latency of `model` on `benchmark` (Tab. 1)",
     }
-    PAPER_STAGES: ClassVar[tuple[str, ...]] = ("sft", "rl", "eval")
+    PAPER_STAGES: ClassVar[tuple[str, ...]] = ("synth", "self_train", "sft", "rl", "eval")
     TRAINERS: ClassVar[dict[str, str]] = {
         "sft_trainer": "methods.threadweaver.sft:TrieSFTConfig",
         "rl_trainer": "methods.threadweaver.pgrpo_trainer:PGRPOConfig",
@@ -195,6 +236,7 @@ class ThreadWeaverRunConfig(MethodConfig):
     rl_trainer: dict[str, Any] = field(default_factory=dict)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    synth: SynthConfig = field(default_factory=SynthConfig)
 
     def __post_init__(self) -> None:
         if self.mask_impl not in ATTN_FOR_MASK:

@@ -1,4 +1,4 @@
-"""``icml26 experiment=threadweaver_toy | threadweaver_paper method.stage=<sft|rl|eval>``.
+"""``icml26 experiment=threadweaver_toy | threadweaver_paper method.stage=<synth|self_train|sft|rl|eval>``.
 
 The toy trains a tiny random-init Qwen3 on sequential traces (``seq``), on parallel traces with trie
 packing (``tw``) and on parallel traces without the trie (``flat``), evaluates every arm through the
@@ -13,7 +13,7 @@ import time
 from common.config import Run
 from common.tracking import write_results
 
-from . import paper
+from . import paper, paper_data
 from .toy import run_toy
 
 _TOY_NOTES = (
@@ -35,6 +35,8 @@ def toy_stage(run: Run) -> dict[str, float]:
 
 STAGES = {
     "toy": toy_stage,
+    "synth": paper_data.synth_stage,
+    "self_train": paper_data.self_train_stage,
     "sft": paper.sft_stage,
     "rl": paper.rl_stage,
     "eval": paper.eval_stage,

@@ -37,6 +37,7 @@ from methods.threadweaver import (
 )
 from methods.threadweaver.orchestrator import EngineCompletion
 from methods.threadweaver.toy import make_codebook, toy_tokenizer, toy_trajectory
+from tests.fake_openai import FakeOpenAI
 
 WORDS = ["alpha", "beta", "x = 2", "so 3+4 = 7", "check", "y", "done."]
 
@@ -833,7 +834,12 @@ def test_paper_loaders_read_hub_layouts(tmp_path):
 # config rejects at validation (test_flex_mask_on_cpu_is_rejected_at_validation_with_the_reason).
 _SMOKE_MODEL = ["model.path={tiny_qwen3}", "model.dtype=float32", "method.mask_impl=dense"]
 _SMOKE_ROLLOUT = ["method.rollout.budget_tokens=8"]
+_SEQ_TRACE = "We need 3*4 + 5*6.\nFirst 3*4 = 12.\nAs above, 5*6 = 30.\nTotal 12 + 30 = 42."
 PAPER_SMOKE = {
+    "synth": ["method.synth.source.path={tw_seq}", "method.synth.llm_base_url={tw_llm}",
+              "method.synth.workers=2"],
+    "self_train": [*_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.rl_data.path={tw_aime25}",
+                   "method.eval.engine=hf"],
     "sft": [*_SMOKE_MODEL, "method.sft_data.path={tw_sft}", "+method.sft_trainer.max_steps=1",
             "method.sft_trainer.bf16=false", "method.sft_trainer.gradient_accumulation_steps=1"],
     "rl": [*_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.rl_data.path={tw_aime25}",
@@ -856,8 +862,88 @@ def paper_smoke_setup(tmp_path) -> dict[str, str]:
     rows = [{"problem": "3*4+5*6?", "response": serialize(traj)},
             {"problem": "bad", "response": "no think tags"}]  # fmt: skip
     (tmp_path / "traces.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    seq = [
+        {"problem": "3*4+5*6?", "answer": "42",
+         "response": f"<think>\n{_SEQ_TRACE}\n</think>\nThe answer is \\boxed{{42}}."},
+        {"problem": "3*4+5*6?", "answer": "41",  # the rewrite keeps 42: dropped by the filter
+         "response": f"<think>\n{_SEQ_TRACE}\n</think>\nThe answer is \\boxed{{42}}."},
+        {"problem": "x", "answer": "1", "response": "no closing think tag"},
+    ]  # fmt: skip
+    (tmp_path / "sequential.jsonl").write_text("\n".join(json.dumps(r) for r in seq))
+    script = _scripted_llm('{"steps": [[1, 1], [2, 2], [3, 3], [4, 4]]}', '[["As above, ", ""]]')
+    server = FakeOpenAI(lambda body: script._fn(body["messages"]))  # daemon thread
     files = _bench_fixtures(tmp_path)
-    return {"tw_sft": str(tmp_path / "traces.jsonl"), **{f"tw_{k}": v for k, v in files.items()}}
+    return {"tw_sft": str(tmp_path / "traces.jsonl"), "tw_seq": str(tmp_path / "sequential.jsonl"),
+            "tw_llm": server.url, **{f"tw_{k}": v for k, v in files.items()}}  # fmt: skip
+
+
+def test_synth_stage_rewrites_through_an_openai_endpoint(tmp_path, tiny_model_dirs):
+    """stage=synth: sequential traces -> the 4-call pipeline over HTTP -> stage1.jsonl that the
+    sft stage reads; a wrong gold and a trace without </think> are dropped and counted."""
+    import json
+
+    from common.registry import compose, run_method
+    from methods.threadweaver.paper import sft_packs
+
+    vals = paper_smoke_setup(tmp_path)
+    ov = [o.format(**vals) for o in PAPER_SMOKE["synth"]]
+    cfg = compose(["experiment=threadweaver_paper", "method.stage=synth", *ov],
+                  run_dir=tmp_path / "run")  # fmt: skip
+    m = run_method(cfg)
+    assert (m["synth/n_source"], m["synth/kept"], m["synth/dropped"]) == (3.0, 1.0, 2.0)
+    assert m["synth/llm_requests"] == 10.0  # 2 traces reach the LLM, 5 calls each
+    assert m["synth/blocks_per_trajectory"] == 1.0 and m["synth/threads_per_block"] == 2.0
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["failures"] == {"source response has no </think>": 1,
+                               "answer incorrect or missing \\boxed": 1}  # fmt: skip
+    rows = [
+        json.loads(x)
+        for x in (tmp_path / "run" / "synth" / "stage1.jsonl").read_text().splitlines()
+    ]
+    assert len(rows) == 1 and validate(rows[0]["response"]).ok
+    assert parse(rows[0]["response"]).blocks[0].threads == [
+        ("1", "First 3*4 = 12."),
+        ("2", "5*6 = 30."),
+    ]
+    from common.models import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dirs["tiny_qwen3"])
+    add_threadweaver_tokens(None, tok)
+    packs, dropped = sft_packs(tok, rows, None)
+    assert len(packs) == 1 and dropped == 0
+
+
+def test_keep_rollouts_filters_format_and_answer():
+    from methods.threadweaver.paper_data import keep_rollouts, split_sequential
+
+    block = ParallelBlock([("1", "a"), ("2", "b")], [("1", "3*4 = 12"), ("2", "5*6 = 30")])
+    good = serialize(Trajectory(["Split.\n", block, "\n12 + 30 = 42."], "\\boxed{42}"))
+    texts = [(good, True), (good, False), ("<think>\n<Parallel>\n", True), (good, True)]
+    probs = [{"problem": "p", "answer": "42"}, {"problem": "q", "answer": "7"}]
+    kept, counts = keep_rollouts(texts, probs, samples=2)
+    assert kept == [{"problem": "p", "response": good, "answer": "42"}]
+    assert counts == {"invalid": 2, "incorrect": 1}  # unfinished + malformed; q's answer is 7
+    with pytest.raises(ValueError, match="3 rollouts for 2 problems x 2"):
+        keep_rollouts(texts[:3], probs, samples=2)
+    assert split_sequential("<think>\nA\nB\n</think>\nfinal") == ("A\nB", "final")
+    assert split_sequential("no tags") is None
+
+
+def test_self_train_stage_counts_every_rollout(tmp_path, tiny_model_dirs):
+    """stage=self_train on a random tiny Qwen3: every rollout is counted as kept, invalid or
+    incorrect, and the kept file exists (empty for a random model)."""
+    from common.registry import compose, run_method
+
+    vals = {**tiny_model_dirs, **paper_smoke_setup(tmp_path)}
+    ov = [o.format(**vals) for o in PAPER_SMOKE["self_train"]]
+    cfg = compose(["experiment=threadweaver_paper", "method.stage=self_train", *ov,
+                   "method.synth.samples=2"], run_dir=tmp_path / "run")  # fmt: skip
+    m = run_method(cfg)
+    n = m["self_train/n_rollouts"]
+    assert n == 2.0 * 2  # aime25 fixture: two problems, two samples each
+    assert m["self_train/kept"] + m["self_train/invalid"] + m["self_train/incorrect"] == n
+    kept = (tmp_path / "run" / "self_train" / "self_train.jsonl").read_text().splitlines()
+    assert len(kept) == m["self_train/kept"]
 
 
 def test_paper_stages_chain_sft_rl_eval(tmp_path, tiny_model_dirs):
