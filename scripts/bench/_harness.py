@@ -18,7 +18,7 @@ Peak memory (:func:`peak_memory`) on the CPU:
   including autograd buffers; it does not count Python objects or allocator slack.
 * numpy / Python: ``tracemalloc`` peak (numpy reports its buffers to tracemalloc).
 
-``peak_memory`` returns the sum of the two (each is 0 when the code does not use that allocator).
+``peak_memory(fn)`` measures the first, ``peak_memory(fn, torch_=False)`` the second.
 """
 
 from __future__ import annotations
@@ -150,22 +150,21 @@ def _torch_peak(fn: Callable[[], Any]) -> tuple[int, Any]:
 
 
 def peak_memory(fn: Callable[[], Any], torch_: bool = True) -> int:
-    """Peak bytes allocated by ``fn()`` (torch CPU tensors via the profiler + tracemalloc)."""
+    """Peak bytes allocated by ``fn()``: torch CPU tensors (profiler), or numpy/Python (tracemalloc).
+
+    ``torch_=True`` counts tensor storage only (the profiler's own Python bookkeeping would
+    otherwise swamp small measurements); ``torch_=False`` uses ``tracemalloc`` (numpy buffers and
+    Python objects).
+    """
+    if torch_:
+        return int(_torch_peak(fn)[0])
     tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
     try:
-        if torch_:
-            tpeak, _ = _torch_peak(fn)
-        else:
-            fn()
-            tpeak = 0
-        py_peak = tracemalloc.get_traced_memory()[1] - base
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return int(tracemalloc.get_traced_memory()[1] - base)
     finally:
         tracemalloc.stop()
-    # The profiler's own bookkeeping is Python memory too; with torch we report tensor bytes only
-    # unless the Python side is the larger (numpy code run under torch_=True).
-    return int(tpeak if torch_ and tpeak >= py_peak else max(tpeak, py_peak))
 
 
 def _fmt_threshold(max_ratio: float | None, min_ratio: float | None) -> str | None:
