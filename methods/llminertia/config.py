@@ -46,7 +46,8 @@ class TrainedToyConfig:
 
 @dataclass
 class PaperDataset:
-    """One evaluation set of the paper stage (see :mod:`.paper_data` for the formats)."""
+    """One evaluation set of the paper stage, built from a ``benchmark`` set by
+    :func:`methods.llminertia.stages.benchmark_datasets` (formats in :mod:`.paper_data`)."""
 
     name: str = "medical"
     kind: str = "induction"  # induction (repo JSONL) | halueval
@@ -81,6 +82,7 @@ class LLMInertiaRunConfig(MethodConfig):
         "trainer": "methods.llminertia.induction_train:InductionConfig"
     }
     MODEL_KINDS: ClassVar[tuple[str, ...]] = ("causal_lm",)
+    BENCHMARK_FORMATS: ClassVar[tuple[str, ...]] = ("inertia",)
 
     name: str = "llminertia"
     stage: str = "toy"
@@ -113,9 +115,7 @@ class LLMInertiaRunConfig(MethodConfig):
     pre_base_url: str | None = None
     tensor_parallel_size: int = 1
     max_model_len: int = 2560  # official: 2048 + 512
-    datasets: list[PaperDataset] = field(default_factory=list)
-    data_path: str | None = None  # shortcut: one official-format induction test file
-    max_items: int | None = None
+    max_items: int | None = None  # per set, on top of benchmark.sets.<set>.limit
     # induce stage
     corpus_path: str | None = None
     trainer: dict[str, Any] = field(default_factory=dict)

@@ -313,13 +313,43 @@ def _load_items(d: PaperDataset, seed: int) -> tuple[list[str], list[str]]:
     return list(ds["input"])[:n], list(ds["label"])[:n]
 
 
-def run_paper(rc: LLMInertiaRunConfig, seed: int, model: str) -> tuple[dict, dict]:
-    """Three arms (plain, generic note, LLMInertia) on every configured set for one backbone."""
-    sets = list(rc.datasets)
-    if rc.data_path:
-        sets.append(PaperDataset("induction", "induction", rc.data_path, None, rc.prompt_set))
+_HALUEVAL_TASKS = ("qa", "dialogue", "summarization", "general")
+
+
+def benchmark_datasets(benchmark) -> list[PaperDataset]:
+    """The paper sets of a ``benchmark`` group (format ``inertia``), kind and prompts by set name:
+    ``medical`` / ``synthetic`` are the official induction test files (their own prompt set),
+    ``halueval_<task>`` a HaluEval task (qa, dialogue, summarization, general; generic prompts).
+
+    Raises:
+        ValueError: no benchmark, a set without ``path`` or a set name outside that convention.
+    """
+    if benchmark is None or not benchmark.sets:
+        raise ValueError("stage=paper needs benchmark=<suite> (configs/benchmark/, e.g. inertia6)")
+    out = []
+    for name, spec in benchmark.sets.items():
+        if not spec.path:
+            raise ValueError(f"benchmark.sets.{name}.path: a local file is required (formats in "
+                             "methods/llminertia/paper_data.py)")  # fmt: skip
+        task = name.removeprefix("halueval_") if name.startswith("halueval_") else None
+        if name in ("medical", "synthetic"):
+            out.append(PaperDataset(name, "induction", spec.path, None, name, spec.limit))
+        elif task in _HALUEVAL_TASKS:
+            out.append(PaperDataset(name, "halueval", spec.path, task, "generic", spec.limit))
+        else:
+            raise ValueError(
+                f"benchmark.sets.{name}: set names are medical, synthetic (induction tests) or "
+                f"halueval_<task> with task in {list(_HALUEVAL_TASKS)}"
+            )
+    return out
+
+
+def run_paper(
+    rc: LLMInertiaRunConfig, seed: int, model: str, sets: list[PaperDataset]
+) -> tuple[dict, dict]:
+    """Three arms (plain, generic note, LLMInertia) on every set for one backbone."""
     if not sets:
-        raise ValueError("stage=paper needs method.datasets or method.data_path")
+        raise ValueError("stage=paper needs at least one evaluation set")
     for d in sets:
         if d.prompt_set not in PROMPT_SETS:
             raise ValueError(f"dataset {d.name!r}: prompt_set must be one of {sorted(PROMPT_SETS)}")
@@ -441,7 +471,7 @@ def paper_stage(run) -> dict[str, float]:
     t0 = time.time()
     # the openai backend addresses the served model by its name; the others load it (path wins)
     model = run.model.name if rc.engine == "openai" else model_id(run.model)
-    per, extra = run_paper(rc, run.seed, model)
+    per, extra = run_paper(rc, run.seed, model, benchmark_datasets(run.benchmark))
     return write_results(
         run.run_dir, "llminertia", per, cfg=run.cfg, extra=extra, wall_time_s=time.time() - t0
     )

@@ -573,9 +573,17 @@ def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
             "method.pre_model=meta-llama/Llama-3.1-8B-Instruct",
             "model.name=/ckpt/induced-r100",
             "method.yes_no_rule=lenient",
-            f"method.datasets=[{{name: medical, kind: induction, path: "
-            f"{FIX / 'explicit_test_sample.jsonl'}, prompt_set: medical}}, {{name: qa, kind: "
-            f"halueval, path: {FIX / 'halueval_qa_sample.json'}, task: qa, prompt_set: generic}}]",
+            f"benchmark.sets.medical.path={FIX / 'explicit_test_sample.jsonl'}",
+            f"benchmark.sets.halueval_qa.path={FIX / 'halueval_qa_sample.json'}",
+            *(
+                f"~benchmark.sets.{n}"
+                for n in (
+                    "synthetic",
+                    "halueval_dialogue",
+                    "halueval_summarization",
+                    "halueval_general",
+                )
+            ),
         ],
         run_dir=str(tmp_path),
     )
@@ -586,7 +594,7 @@ def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
     assert out["llminertia/medical_accuracy"] == pytest.approx(1 / 3)
     assert out["llminertia/medical_matched_rate"] == pytest.approx(1 / 3)
     assert out["plain/medical_induction_rate"] != out["plain/medical_induction_rate"]  # NaN
-    assert out["plain/qa_accuracy"] == 0.5  # yes to everything; half the items are right answers
+    assert out["plain/halueval_qa_accuracy"] == 0.5  # yes to everything; half are right answers
     assert (tmp_path / "results.json").exists()
 
 
@@ -601,9 +609,18 @@ def test_paper_driver_hf_backend_tiny_model(tmp_path):
             "method.engine=hf",
             "model=tiny-qwen2",
             "method.max_tokens=4",
-            "method.max_items=2",
-            f"method.datasets=[{{name: synthetic, kind: induction, path: "
-            f"{FIX / 'explicit_xugou_test_sample.jsonl'}, prompt_set: synthetic}}]",
+            f"benchmark.sets.synthetic.path={FIX / 'explicit_xugou_test_sample.jsonl'}",
+            "benchmark.sets.synthetic.limit=2",
+            *(
+                f"~benchmark.sets.{n}"
+                for n in (
+                    "medical",
+                    "halueval_qa",
+                    "halueval_dialogue",
+                    "halueval_summarization",
+                    "halueval_general",
+                )
+            ),
         ],
         run_dir=str(tmp_path),
     )
@@ -638,6 +655,34 @@ def test_induce_preset_uses_official_hyperparameters():
     assert run.model.name == "meta-llama/Llama-3.1-8B-Instruct"
 
 
+def test_benchmark_sets_choose_the_loader_by_name():
+    from common.config import BenchmarkConfig, DatasetSpec
+    from common.registry import compose
+    from methods.llminertia.stages import benchmark_datasets
+
+    sets = benchmark_datasets(compose(["experiment=llminertia_paper"]).benchmark)
+    kinds = {d.name: (d.kind, d.task, d.prompt_set) for d in sets}
+    assert kinds["medical"] == ("induction", None, "medical")
+    assert kinds["synthetic"] == ("induction", None, "synthetic")
+    assert kinds["halueval_dialogue"] == ("halueval", "dialogue", "generic")
+    assert len(sets) == 6
+    halu = compose(["experiment=llminertia_paper", "benchmark=halueval"]).benchmark
+    assert [d.task for d in benchmark_datasets(halu)] == [
+        "qa",
+        "dialogue",
+        "summarization",
+        "general",
+    ]
+    bad = BenchmarkConfig(name="x", format="inertia", sets={"truthfulqa": DatasetSpec(path="f")})
+    with pytest.raises(ValueError, match="benchmark.sets.truthfulqa: set names"):
+        benchmark_datasets(bad)
+    nopath = BenchmarkConfig(name="x", format="inertia", sets={"medical": DatasetSpec()})
+    with pytest.raises(ValueError, match="benchmark.sets.medical.path"):
+        benchmark_datasets(nopath)
+    with pytest.raises(ValueError, match="benchmark=<suite>"):
+        benchmark_datasets(None)
+
+
 def test_schema_rejects_wrong_types_and_keys():
     from common.config import ConfigError
     from common.registry import compose
@@ -655,12 +700,12 @@ def test_schema_rejects_wrong_types_and_keys():
 # ---------------------------------------------------------------- paper smoke (tests/test_paper_presets.py)
 
 _SMOKE_SETS = {
-    0: "explicit_test_sample.jsonl",
-    1: "explicit_xugou_test_sample.jsonl",
-    2: "halueval_qa_sample.json",
-    3: "halueval_dialogue_sample.json",
-    4: "halueval_summarization_sample.json",
-    5: "halueval_general_sample.json",
+    "medical": "explicit_test_sample.jsonl",
+    "synthetic": "explicit_xugou_test_sample.jsonl",
+    "halueval_qa": "halueval_qa_sample.json",
+    "halueval_dialogue": "halueval_dialogue_sample.json",
+    "halueval_summarization": "halueval_summarization_sample.json",
+    "halueval_general": "halueval_general_sample.json",
 }
 PAPER_SMOKE = {
     "paper": [
@@ -668,7 +713,7 @@ PAPER_SMOKE = {
         "method.engine=hf",
         "method.max_tokens=4",
         "method.max_items=2",
-        *[f"method.datasets.{i}.path={{fix}}/{name}" for i, name in _SMOKE_SETS.items()],
+        *[f"benchmark.sets.{s}.path={{fix}}/{name}" for s, name in _SMOKE_SETS.items()],
     ],
     "llminertia_induce/induce": [
         "model.path={tiny_qwen2}",
