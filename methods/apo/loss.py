@@ -41,6 +41,8 @@ __all__ = [
     "gather_policy_logps",
     "grpo_clipped_loss",
     "kl_on_wrong_penalty",
+    "policy_entropy",
+    "policy_logps_at",
     "virtual_anchor_ratio",
 ]
 
@@ -83,6 +85,13 @@ def _check_topk(
             "topk_ids and topk_logp_ref must be [B, T, K] aligned with the completion mask "
             f"[B, T] = {list(bt)}; got {tuple(topk_ids.shape)} and {tuple(topk_logp_ref.shape)} "
             "(check the padding side and logits_to_keep used for the reference Top-K)"
+        )
+    if topk_logp_ref.dtype.is_floating_point and (
+        torch.isnan(topk_logp_ref).any() or (topk_logp_ref == float("inf")).any()
+    ):
+        raise ValueError(
+            "topk_logp_ref (reference Top-K log-probs) contains NaN or +inf: the reference pass "
+            "is broken (check the reference model's weights/dtype); padded slots must be -inf"
         )
     if vocab is not None and topk_ids.numel() and (topk_ids.min() < 0 or topk_ids.max() >= vocab):
         raise ValueError(
@@ -130,6 +139,63 @@ def gather_policy_logps(
     logp_sampled = logp.gather(-1, sampled.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
     logp_topk = logp.gather(-1, topk_ids.long())  # [B, T, K]
     return logp_sampled, logp_topk
+
+
+def policy_logps_at(
+    logits: torch.Tensor,
+    sampled: torch.Tensor,
+    topk_ids: torch.Tensor,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Policy log-probs at the sampled token and the reference Top-K, from logits [B, T, V].
+
+    Never materialises the full-vocabulary log-softmax of all positions: it gathers the K + 1
+    logits and subtracts a per-row logsumexp (TRL's :func:`trl.trainer.utils.selective_log_softmax`,
+    the function TRL's ``GRPOTrainer`` uses for its own log-probs, so APO's loss memory is GRPO's;
+    a fused Triton kernel on CUDA when available). The logits' dtype is kept, as TRL does (bf16
+    logits use TRL's per-row bf16 log-softmax).
+
+    Args:
+        logits: policy logits for the T completion positions, [B, T, V].
+        sampled: sampled token ids, [B, T].
+        topk_ids: reference Top-K ids, [B, T, K].
+        temperature: sampling temperature (> 0) the logits are divided by.
+
+    Returns:
+        ``(logp_sampled [B, T], logp_topk [B, T, K])``, differentiable w.r.t. ``logits``.
+    """
+    from trl.trainer.utils import selective_log_softmax
+
+    _check_tensor("logits", logits, (3,))
+    _check_tensor("sampled", sampled, (2,))
+    bt = (sampled.shape[0], sampled.shape[1])
+    if tuple(logits.shape[:2]) != bt:
+        raise ValueError(
+            f"logits must be [B, T, V] with [B, T]={list(bt)}, got {tuple(logits.shape)}"
+        )
+    vocab = logits.shape[-1]
+    _check_topk(topk_ids, topk_ids.float(), bt, vocab)
+    if vocab <= topk_ids.shape[-1]:
+        raise ValueError(f"K={topk_ids.shape[-1]} must be < vocabulary size V={vocab}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if sampled.numel() and (sampled.min() < 0 or sampled.max() >= vocab):
+        raise ValueError(f"sampled ids must index the vocabulary [0, {vocab})")
+    index = torch.cat([sampled.long()[..., None], topk_ids.long()], dim=-1)  # [B, T, 1 + K]
+    lp = selective_log_softmax(logits, index, temperature=temperature)  # [B, T, 1 + K]
+    return lp[..., 0], lp[..., 1:]
+
+
+@torch.no_grad()
+def policy_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy [B, T] of ``softmax(logits / temperature)``, one sequence at a time (no [B, T, V]
+    fp32 copy; a diagnostic, no gradient)."""
+    _check_tensor("logits", logits, (3,))
+    out = []
+    for row in logits:  # [T, V]
+        lp = torch.log_softmax(row.float() / temperature, dim=-1)
+        out.append(-(lp.exp() * lp).sum(-1))
+    return torch.stack(out) if out else logits.new_zeros(logits.shape[:2]).float()
 
 
 def anchor_set_mask(sampled: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
