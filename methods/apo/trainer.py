@@ -35,6 +35,8 @@ from methods.apo.loss import (
     CLIP_MODES,
     apo_per_token_loss,
     kl_on_wrong_penalty,
+    policy_entropy,
+    policy_logps_at,
 )
 from methods.apo.topk import reference_topk
 
@@ -268,17 +270,18 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
         topk_ids, topk_lp, ref_lp_sampled = self.apo_reference(
             input_ids, attention_mask, completion_ids
         )
-        # Full-vocabulary policy log-probs for the T completion positions (the anchor term needs
-        # π_θ at the K reference tokens, not only at the sampled one).
+        # Policy log-probs at the sampled token and the K reference tokens (the anchor term needs
+        # π_θ there), gathered without a [b, T, V] log-softmax (TRL's selective_log_softmax).
         logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=t + 1)
         logits = logits.logits[:, :-1]  # [b, T, V]
-        logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)  # [b, T, V]
-        logp_sampled = logp.gather(-1, completion_ids[..., None]).squeeze(-1)  # [b, T]
+        logp_sampled, logp_topk = policy_logps_at(
+            logits, completion_ids, topk_ids, temperature=self.temperature
+        )  # [b, T], [b, T, K]
         old = inputs.get("old_per_token_logps")
         old = logp_sampled.detach() if old is None else old
         advantages = inputs["advantages"]
         per_token, stats = apo_per_token_loss(
-            logp,
+            logp_topk,
             old,
             completion_ids,
             advantages,
@@ -293,8 +296,10 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
             clip_mode=args.apo_clip_mode,
             anchor_form=args.apo_anchor_form,
             anchor_ratio_to=args.apo_anchor_ratio_to,
+            gathered=True,
+            logp_sampled=logp_sampled,
         )
-        maskf = mask.to(logp.dtype)
+        maskf = mask.to(logp_sampled.dtype)
         kl = None
         if args.apo_kl_coef > 0:  # GRPO+KL baseline: k3 on every token, as TRL's beta term
             kl = kl_on_wrong_penalty(
@@ -313,7 +318,7 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
         loss = self.reduce_loss(per_token, inputs, per_token_kl=kl, beta=1.0)
         mode = "train" if self.model.training else "eval"
         with torch.no_grad():
-            ent = -(logp.exp() * logp).sum(-1)  # [b, T]
+            ent = policy_entropy(logits, self.temperature)  # [b, T]
             stats["entropy"] = float((ent * maskf).sum() / maskf.sum().clamp_min(1.0))
         for key, value in stats.items():
             self.log_metric(f"apo/{key}", value, mode)
