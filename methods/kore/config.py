@@ -103,14 +103,16 @@ class PaperConfig:
 
 @dataclass
 class EvokeConfig:
-    """The ``evoke`` stage: greedy answers to an EVOKE question file, scored with CEM / F1.
+    """The ``evoke`` stage: greedy answers to the question files of ``benchmark`` (``evoke``), scored
+    with CEM / F1.
 
     ``adapter_dir``: the ``kore/`` folder of a ``paper`` run (adapter + projector), None = the base.
-    ``answers_file``: score these answers (e.g. from vLLM) instead of generating.
+    ``gold_file``: gold answers kept apart from the questions (a benchmark with one set only).
+    ``answers_file``: score these answers (e.g. from vLLM) instead of generating (one set only).
+    ``image_root``: the folder the questions' ``image`` paths are relative to.
     """
 
     adapter_dir: str | None = None
-    question_file: str = ""
     gold_file: str | None = None
     image_root: str = ""
     prompt_style: str = "vicuna"  # official --conv-mode vicuna_v1; chat for Qwen2.5-VL
@@ -143,6 +145,7 @@ class KoreRunConfig(MethodConfig):
     PAPER_STAGES: ClassVar[tuple[str, ...]] = ("paper", "evoke")
     TRAINERS: ClassVar[dict[str, str]] = {"trainer": "methods.kore.trainer:KoreTrainingConfig"}
     MODEL_KINDS: ClassVar[tuple[str, ...]] = ("vision_language",)
+    BENCHMARK_FORMATS: ClassVar[tuple[str, ...]] = ("evoke",)
 
     name: str = "kore"
     stage: str = "toy"

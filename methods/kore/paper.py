@@ -290,31 +290,42 @@ def evoke_stage(run) -> dict[str, float]:
     )
 
     ev: EvokeConfig = run.method.evoke
-    if not ev.question_file:
-        raise ValueError("method.evoke.question_file is required")
+    if run.benchmark is None or not run.benchmark.sets:
+        raise ValueError(
+            "method.stage=evoke needs benchmark=<suite> (configs/benchmark/evoke.yaml)"
+        )
+    sets = run.benchmark.sets
+    for name, spec in sets.items():
+        if not spec.path:
+            raise ValueError(f"benchmark.sets.{name}.path: the EVOKE question file is required")
+    if (ev.gold_file or ev.answers_file) and len(sets) > 1:
+        raise ValueError(
+            "method.evoke.gold_file / answers_file belong to one question file: select one set "
+            f"of benchmark={run.benchmark.name} (it has {sorted(sets)})"
+        )
     t0 = time.time()
-    questions, gold = load_questions(ev.question_file, ev.gold_file)
-    if ev.answers_file:
-        answers = read_jsonl(ev.answers_file)
-    else:
-        from common.config import model_id
-
+    loaded = {}
+    for name, spec in sets.items():
+        questions, gold = load_questions(spec.path, ev.gold_file)
+        loaded[name] = (questions[: spec.limit] if spec.limit is not None else questions, gold)
+    model = processor = None
+    if not ev.answers_file:
         model, processor = load_vlm(run.model)
         if ev.adapter_dir:
             model = load_adapter(model, ev.adapter_dir)
-        answers = generate_answers(
-            model,
-            processor,
-            questions,
-            ev.image_root,
-            ev.prompt_style,
-            ev.max_new_tokens,
-            model_id=model_id(run.model),
-        )
-        out = Path(run.run_dir) / "evoke_answers.jsonl"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(json.dumps(a) + "\n" for a in answers))
-    res = score_answers(answers, gold)
-    return write_results(
-        run.run_dir, "kore", {"evoke": res}, cfg=run.cfg, wall_time_s=time.time() - t0
-    )
+    res = {}
+    for name, (questions, gold) in loaded.items():
+        if ev.answers_file:
+            answers = read_jsonl(ev.answers_file)
+        else:
+            from common.config import model_id
+
+            answers = generate_answers(
+                model, processor, questions, ev.image_root, ev.prompt_style, ev.max_new_tokens,
+                model_id=model_id(run.model),
+            )  # fmt: skip
+            out = Path(run.run_dir) / f"{name}_answers.jsonl"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("".join(json.dumps(a) + "\n" for a in answers))
+        res[name] = score_answers(answers, gold)
+    return write_results(run.run_dir, "kore", res, cfg=run.cfg, wall_time_s=time.time() - t0)

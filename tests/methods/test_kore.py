@@ -620,7 +620,7 @@ def test_chat_style_masks_answers_and_evoke_driver_on_tiny_llava(tmp_path):
                 "experiment=kore_evoke",
                 "model=tiny-llava",
                 f"method.evoke.adapter_dir={adapter}",
-                f"method.evoke.question_file={tmp_path / 'q.jsonl'}",
+                f"benchmark.sets.evoke.path={tmp_path / 'q.jsonl'}",
                 f"method.evoke.image_root={tmp_path}",
                 "method.evoke.prompt_style=chat",
                 "method.evoke.max_new_tokens=3",
@@ -669,7 +669,7 @@ PAPER_SMOKE = {
     "kore_paper_qwen/paper": _SMOKE_TRAIN,
     "kore_evoke/evoke": [
         "model.path={tiny_llava}",
-        "method.evoke.question_file={tmp}/q.jsonl",
+        "benchmark.sets.evoke.path={tmp}/q.jsonl",
         "method.evoke.image_root={tmp}",
         "method.evoke.max_new_tokens=2",
     ],
