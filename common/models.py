@@ -8,8 +8,10 @@ that is not available offline fails with a message saying how to provide the wei
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -85,6 +87,24 @@ def _not_available(spec: str, err: Exception) -> ModelNotAvailableError:
         "that holds config.json and the weights. For tests and toys use a 'tiny-qwen2' spec. "
         f"Underlying error: {type(err).__name__}: {err}"
     )
+
+
+@contextlib.contextmanager
+def weights_hint(spec: str | os.PathLike) -> Iterator[None]:
+    """Turns an ``OSError`` raised while loading ``spec`` into :class:`ModelNotAvailableError`.
+
+    Wrap any ``from_pretrained(spec)`` (a CLIP, an encoder, a tokenizer) so that a hub id missing
+    offline gives the same "how to provide the weights" message as :func:`load_model`. Errors for an
+    existing local directory (a broken checkpoint) pass through unchanged.
+    """
+    try:
+        yield
+    except ModelNotAvailableError:
+        raise
+    except OSError as err:
+        if Path(spec).is_dir():
+            raise
+        raise _not_available(str(spec), err) from err
 
 
 def load_model(

@@ -148,3 +148,29 @@ def test_appended_unknown_keys_are_rejected_too():
         compose(["experiment=maxrl_toy", "+method.bogus=1"])
     with pytest.raises(ConfigError, match=r"method.t1.stepz: not a field of .*did you mean steps"):
         compose(["experiment=maxrl_toy", "+method.t1.stepz=1"])
+
+
+def test_kore_toy_int_fields_reject_words_and_fractions():
+    from common.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"method\.toy\.n_old.*Integer|Integer.*n_old"):
+        compose(["experiment=kore_toy", "method.toy.n_old=ten"])
+    with pytest.raises(ConfigError, match=r"method\.toy\.lora_rank.*Integer|Integer.*lora_rank"):
+        compose(["experiment=kore_toy", "method.toy.lora_rank=4.5"])
+
+
+def test_offline_hub_ids_say_how_to_provide_the_weights(tmp_path):
+    """Every direct ``from_pretrained`` goes through ``weights_hint``: the load_model message."""
+    from common.models import ModelNotAvailableError, weights_hint
+    from methods.sv_features.real_models import load_causal_lm
+
+    with pytest.raises(ModelNotAvailableError, match="Provide the weights"):
+        load_causal_lm("no-such-org/no-such-model")
+    with (
+        pytest.raises(ModelNotAvailableError, match="no-such-org/clip"),
+        weights_hint("no-such-org/clip"),
+    ):
+        raise OSError("not in the cache")
+    with pytest.raises(OSError, match="broken") as info, weights_hint(tmp_path):
+        raise OSError("broken checkpoint")  # a local folder: its own error passes through
+    assert not isinstance(info.value, ModelNotAvailableError)

@@ -194,9 +194,12 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
             if isinstance(model, str):
                 from transformers import AutoModelForCausalLM
 
-                own_ref = AutoModelForCausalLM.from_pretrained(
-                    model, **dict(args.model_init_kwargs or {})
-                )
+                from common.models import weights_hint
+
+                with weights_hint(model):
+                    own_ref = AutoModelForCausalLM.from_pretrained(
+                        model, **dict(args.model_init_kwargs or {})
+                    )
             else:
                 own_ref = copy.deepcopy(model)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)

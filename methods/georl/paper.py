@@ -79,7 +79,7 @@ def image_prompts(spec: DatasetSpec):
 
 def paper_stage(run: Run) -> dict[str, float]:
     """``stage=paper``: GeoRLTrainer on ``run.model``; returns the last logged Geo-RL metrics."""
-    from common.models import load_model, load_processor, load_tokenizer
+    from common.models import load_model, load_processor, load_tokenizer, weights_hint
     from methods.georl.embed import MiniLMEmbedder
     from methods.georl.grounding import ClipSentenceGrounding, KeywordGrounding
     from methods.georl.toy import synthetic_scenes
@@ -123,10 +123,10 @@ def paper_stage(run: Run) -> dict[str, float]:
         processing = load_processor(spec)
         dataset = image_prompts(mcfg.train_data)
         clip_spec = mcfg.clip.path or mcfg.clip.name
-        clip = CLIPModel.from_pretrained(clip_spec).to(model.device).eval()
-        grounding = ClipSentenceGrounding(
-            clip, CLIPProcessor.from_pretrained(clip_spec), tau=mcfg.clip.tau, q_min=args.q_min
-        )
+        with weights_hint(clip_spec):
+            clip = CLIPModel.from_pretrained(clip_spec).to(model.device).eval()
+            clip_processor = CLIPProcessor.from_pretrained(clip_spec)
+        grounding = ClipSentenceGrounding(clip, clip_processor, tau=mcfg.clip.tau, q_min=args.q_min)
         quality = _ClipQualityReward(grounding)
     if mcfg.lora_r > 0:
         from peft import LoraConfig, get_peft_model

@@ -67,6 +67,7 @@ def train_glue(
         Trainer,
     )
 
+    from common.models import weights_hint
     from common.tracking import record_model_load
 
     if task not in GLUE_TASKS:
@@ -75,8 +76,9 @@ def train_glue(
     for split in ("train", val_split):
         if split not in data:
             raise ValueError(f"GLUE {task}: dataset has no split {split!r}; splits: {list(data)}")
-    tok = AutoTokenizer.from_pretrained(model_spec)
-    model = AutoModelForSequenceClassification.from_pretrained(model_spec, num_labels=n_labels)
+    with weights_hint(model_spec):
+        tok = AutoTokenizer.from_pretrained(model_spec)
+        model = AutoModelForSequenceClassification.from_pretrained(model_spec, num_labels=n_labels)
     record_model_load(model_spec, kind="sequence_classification")
 
     def encode(batch):

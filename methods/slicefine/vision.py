@@ -99,16 +99,18 @@ def train_vision(
     """
     from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer
 
+    from common.models import weights_hint
     from common.tracking import record_model_load
 
     for split in (train_split, eval_split):
         if split not in data:
             raise ValueError(f"dataset has no split {split!r}; splits: {list(data)}")
     labels = sorted(set(data[train_split]["label"]))
-    processor = AutoImageProcessor.from_pretrained(model_spec)
-    model = AutoModelForImageClassification.from_pretrained(
-        model_spec, num_labels=len(labels), ignore_mismatched_sizes=True
-    )
+    with weights_hint(model_spec):
+        processor = AutoImageProcessor.from_pretrained(model_spec)
+        model = AutoModelForImageClassification.from_pretrained(
+            model_spec, num_labels=len(labels), ignore_mismatched_sizes=True
+        )
     record_model_load(model_spec, kind="image_classification")
 
     def transform(batch):

@@ -150,9 +150,12 @@ def _tokenizer_and_prompts(run):
     from transformers import AutoTokenizer
 
     from common.config import model_id
+    from common.models import weights_hint
     from methods.sv_features.real_models import ioi_prompts
 
-    tok = AutoTokenizer.from_pretrained(run.method.real.tokenizer or model_id(run.model))
+    spec = run.method.real.tokenizer or model_id(run.model)
+    with weights_hint(spec):
+        tok = AutoTokenizer.from_pretrained(spec)
     return ioi_prompts(tok, run.method.real.n_prompts, run.seed)
 
 

@@ -240,13 +240,16 @@ def load_causal_lm(model_id: str, revision: str | None = None, dtype=torch.float
     """
     from transformers import AutoModelForCausalLM
 
+    from common.models import weights_hint
+
     path = Path(model_id)
     kw: dict = {"attn_implementation": "eager", "dtype": dtype}
     if revision is not None and (path / revision).is_dir():
         return AutoModelForCausalLM.from_pretrained(path / revision, **kw).eval()
     if revision is not None:
         kw["revision"] = revision
-    return AutoModelForCausalLM.from_pretrained(model_id, **kw).eval()
+    with weights_hint(model_id):
+        return AutoModelForCausalLM.from_pretrained(model_id, **kw).eval()
 
 
 def checkpoint_sweep(

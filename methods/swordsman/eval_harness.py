@@ -140,8 +140,12 @@ class SwordsmanHarnessLM:
             from transformers import AutoModelForMaskedLM, AutoTokenizer
 
             torch_dtype = getattr(torch, dtype) if dtype != "auto" else None
-            model = AutoModelForMaskedLM.from_pretrained(model_path, dtype=torch_dtype).to(device)
-            tok = AutoTokenizer.from_pretrained(model_path)
+            from common.models import weights_hint
+
+            with weights_hint(model_path):
+                model = AutoModelForMaskedLM.from_pretrained(model_path, dtype=torch_dtype)
+                tok = AutoTokenizer.from_pretrained(model_path)
+            model = model.to(device)
             if tok.mask_token_id is None:
                 raise ValueError(f"{model_path}: the tokenizer has no mask token")
             eos = {int(tok.eos_token_id)} if tok.eos_token_id is not None else set()

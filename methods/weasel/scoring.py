@@ -129,8 +129,12 @@ class TokenMatchSimilarity:
         if self._model is None:
             from transformers import AutoModel, AutoTokenizer
 
-            self._tok = AutoTokenizer.from_pretrained(self.model_name_or_path)
-            self._model = AutoModel.from_pretrained(self.model_name_or_path).to(self.device).eval()
+            from common.models import weights_hint
+
+            with weights_hint(self.model_name_or_path):
+                self._tok = AutoTokenizer.from_pretrained(self.model_name_or_path)
+                self._model = AutoModel.from_pretrained(self.model_name_or_path)
+            self._model = self._model.to(self.device).eval()
             n_layers = self._model.config.num_hidden_layers
             if self.num_layers > n_layers:
                 raise ValueError(f"num_layers={self.num_layers} exceeds the encoder's {n_layers}")
