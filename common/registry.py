@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import time
 from pathlib import Path
@@ -98,6 +99,17 @@ def compose(overrides: list[str] | None = None, run_dir: str | Path | None = Non
     return cfg
 
 
+def default_output_root() -> Path:
+    """Where a run without ``run_dir`` goes: ``$ICML26_OUTPUT_DIR``, else ``<tmp>/icml26/outputs``.
+
+    Never the current folder, so a run started inside the checkout does not write into it.
+    """
+    import tempfile
+
+    env = os.environ.get("ICML26_OUTPUT_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "icml26" / "outputs"
+
+
 def run_method(cfg: DictConfig) -> dict[str, float]:
     """Validates the config, seeds everything, runs the selected stage and returns its metrics.
 
@@ -121,7 +133,7 @@ def run_method(cfg: DictConfig) -> dict[str, float]:
     module = get_method(name)
     if cfg.get("run_dir") is None:
         with open_dict(cfg):
-            cfg.run_dir = str(Path.cwd() / "outputs" / name / time.strftime("%Y%m%d-%H%M%S"))
+            cfg.run_dir = str(default_output_root() / name / time.strftime("%Y%m%d-%H%M%S"))
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     set_seed(int(cfg.seed))
     reset_models_loaded()

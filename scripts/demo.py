@@ -1,7 +1,7 @@
 """The tour behind ``make demo``: every registered method's toy at its demo size, then one table.
 
 For each ``methods/<slug>/run.py`` it composes ``experiment=<slug>_toy`` plus the module's
-``DEMO_OVERRIDES``, runs it into ``results/demo/<slug>/`` and reads the two ``HEADLINE`` keys (the
+``DEMO_OVERRIDES``, runs it into ``$ICML26_DEMO_DIR/demo/<slug>/`` (default ``<tmp>/icml26/demo``, never the checkout) and reads the two ``HEADLINE`` keys (the
 method's headline metric and its baseline's). A first row always exercises the shared pieces on their
 own: a few GRPO steps of a tiny Qwen2 on the arithmetic task through ``common/rl.py``.
 
@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -23,10 +24,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("ICML26_PROGRESS", "0")
 
-from common.registry import REPO_ROOT, compose, discover_methods, get_method, run_method  # noqa: E402
+from common.registry import compose, discover_methods, get_method, run_method  # noqa: E402
 
 logger = logging.getLogger("icml26.demo")
-RESULTS = REPO_ROOT / "results"
+# outside the checkout: $ICML26_DEMO_DIR, else <tmp>/icml26/demo
+RESULTS = Path(os.environ.get("ICML26_DEMO_DIR") or Path(tempfile.gettempdir()) / "icml26" / "demo")
 
 
 def foundation_demo(run_dir: Path, steps: int = 24, seed: int = 0) -> dict[str, float]:

@@ -1,6 +1,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -174,3 +175,38 @@ def test_offline_hub_ids_say_how_to_provide_the_weights(tmp_path):
     with pytest.raises(OSError, match="broken") as info, weights_hint(tmp_path):
         raise OSError("broken checkpoint")  # a local folder: its own error passes through
     assert not isinstance(info.value, ModelNotAvailableError)
+
+
+def _untracked_and_ignored() -> set[str]:
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {
+        line[3:]
+        for line in out.splitlines()
+        if line[:2] in ("??", "!!") and ".venv/" not in line and "__pycache__" not in line
+    }
+
+
+def test_run_method_without_run_dir_writes_outside_the_checkout(tmp_path, monkeypatch):
+    """No run folder: the default is under $ICML26_OUTPUT_DIR / the temp dir, never cwd or the repo."""
+    from common.registry import default_output_root, run_method
+    from methods.agentxray.run import DEMO_OVERRIDES
+
+    monkeypatch.delenv("ICML26_OUTPUT_DIR", raising=False)
+    assert REPO_ROOT not in default_output_root().resolve().parents
+    monkeypatch.setenv("ICML26_OUTPUT_DIR", str(tmp_path / "out"))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    before = _untracked_and_ignored()
+    cfg = compose(["experiment=agentxray_toy", *DEMO_OVERRIDES])
+    assert cfg.run_dir is None
+    run_method(cfg)
+    assert Path(cfg.run_dir).is_relative_to(tmp_path / "out") and any(Path(cfg.run_dir).iterdir())
+    assert not any(work.iterdir()), "the run wrote into the current folder"
+    assert _untracked_and_ignored() <= before, "the run wrote into the checkout"
