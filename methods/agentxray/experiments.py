@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from common.config import Run
-from common.tracking import save_plot, write_results
+from common.tracking import progress, save_plot, write_results
 
 from .config import PAPER_ARMS, AgentXRayRunConfig, MCTSConfig
 from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
@@ -144,7 +144,7 @@ def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str,
             budgets: dict[int, int] = {}
             for arm in arms:
                 rows = []
-                for seed in cfg.seeds:
+                for seed in progress(cfg.seeds, desc=f"agentxray {arm} it={iters}", unit="seed"):
                     t0 = time.perf_counter()
                     wf, st = _toy_search(arm, cfg, iters, seed, train, budgets.get(seed))
                     if arm == "red_black":

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.tracking import progress
+
 from .config import MCTSConfig
 from .executor import WorkflowExecutor
 from .primitives import Primitive, PrimitiveSpace
@@ -331,7 +333,7 @@ class AgentXRaySearch:
         if not train:
             logger.warning("empty training split: search skipped")
         else:
-            for i in range(self.cfg.iterations):
+            for i in progress(range(self.cfg.iterations), desc="agentxray MCTS", unit="iter"):
                 task, target = train[i % len(train)]
                 rewards.append(self.iterate(task, target))
         wf = self.best_workflow() if train else []

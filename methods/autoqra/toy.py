@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common.tracking import progress
+
 from .apply import block_modules, build_quantized_lora_model
 from .evaluators import EvalResult
 from .memory import MemoryModel
@@ -90,7 +92,7 @@ def train_lm(model, data: torch.Tensor, steps: int, batch: int, lr: float, seed:
     gen = torch.Generator().manual_seed(seed)
     model.train()
     loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    for _ in progress(range(steps), desc="autoqra train", unit="step"):
         ids = data[torch.randint(0, len(data), (batch,), generator=gen)]
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)

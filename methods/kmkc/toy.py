@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from common.llm import ScriptedChat
+from common.tracking import progress
 
 from .augment import AugmentConfig, build_cgke_dataset
 from .config import ToyConfig
@@ -99,7 +100,7 @@ def train(model, world: FactWorld, pairs, steps: int, lr: float, batch: int, see
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    for _ in progress(range(steps), desc="kmkc train", unit="step"):
         ids, labels = _batch(world, [pairs[rng.randrange(len(pairs))] for _ in range(batch)])
         loss = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
         opt.zero_grad()
@@ -381,7 +382,7 @@ def run_toy(run: Any) -> dict[str, float]:
     t0 = time.time()
     seeds = [int(run.seed) + s for s in tc.seeds]
     per_seed, diags = [], {}
-    for seed in seeds:
+    for seed in progress(seeds, desc="kmkc seeds", unit="seed"):
         m, d = run_seed(tc, seed, arms)
         d["fit"] = {k: m["profile"][f"decay_{k}"] for k in ("a", "b", "c")}
         per_seed.append(m)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from common.activations import capture
+from common.tracking import progress
 from methods.kore.config import ToyConfig
 from methods.kore.covariance import collect_input_covariances
 from methods.kore.metrics import hars
@@ -120,7 +121,7 @@ def train(model, examples, steps, lr, batch_size, pad, seed):
     g = torch.Generator().manual_seed(seed)
     model.train()
     loss = torch.tensor(math.nan)
-    for _ in range(steps):
+    for _ in progress(range(steps), desc="kore train", unit="step"):
         idx = torch.randint(len(examples), (batch_size,), generator=g)
         batch = {k: v[idx] for k, v in full.items()}
         loss = model(**batch).loss
@@ -297,7 +298,7 @@ def run_toy(run) -> dict[str, float]:
     seeds = [int(run.seed) + s for s in tc.seeds]
     per_seed, diags = [], {}
     try:
-        for seed in seeds:
+        for seed in progress(seeds, desc="kore seeds", unit="seed"):
             m, d = run_seed(tc, seed)
             per_seed.append(m)
             diags[str(seed)] = d

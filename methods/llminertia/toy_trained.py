@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from common.tracking import progress
+
 from .config import TrainedToyConfig
 from .core import LLMInertiaPipeline, answer_plain
 from .induction_data import make_cooccurrence_corpus
@@ -274,7 +276,7 @@ def train_base(
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
     losses = []
-    for _ in range(steps):
+    for _ in progress(range(steps), desc="llminertia train", unit="step"):
         idx = torch.randint(len(texts), (batch,), generator=g)
         b_ids, b_mask = ids[idx], mask[idx]
         logits = model(input_ids=b_ids, attention_mask=b_mask).logits[:, :-1]  # [B, T-1, V]
@@ -466,7 +468,7 @@ def run_trained_toy(cfg: TrainedToyConfig, out_dir: str) -> tuple[dict, dict]:
         }
 
     rows.append(measure(base, -1.0, 0))  # the base model (ratio -1 marks it)
-    for ratio in cfg.ratios:
+    for ratio in progress(cfg.ratios, desc="llminertia ratios", unit="ratio"):
         corpus = make_cooccurrence_corpus(
             world.test, ratio, TOY_COOC_TEMPLATES, world.filler(200, cfg.seed), seed=cfg.seed
         )

@@ -13,6 +13,7 @@ import numpy as np
 
 from common.config import Run
 from common.llm import ChatLLM
+from common.tracking import progress
 from methods.sacopt.backend import assemble_program, run_sandboxed
 from methods.sacopt.codegen import LLMCoder
 from methods.sacopt.config import TOY_ARMS, SACOptRunConfig
@@ -232,7 +233,7 @@ def run_benchmark(
 
     # per_seed[name][k] = list of records of seed k
     per_seed: dict[str, list[list[dict[str, Any]]]] = {n: [] for n in loaded}
-    for seed in cfg.seeds:
+    for seed in progress(cfg.seeds, desc="sacopt seeds", unit="seed"):
         client = llm or OpenAIChat(
             cfg.llm_model,
             base_url=cfg.llm_base_url,

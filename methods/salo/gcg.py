@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from common.tracking import progress
+
 logger = logging.getLogger(__name__)
 _SLOT = "\x00SUFFIX\x00"
 
@@ -148,7 +150,7 @@ def gcg_attack(
     model.eval()
     if detector is not None:
         detector.eval()
-    for step in range(steps + 1):
+    for step in progress(range(steps + 1), desc="salo GCG", unit="step"):
         one_hot = torch.zeros(n_tokens, vocab, device=device, dtype=embed.weight.dtype)
         one_hot[torch.arange(n_tokens), suffix] = 1.0
         one_hot.requires_grad_(True)

@@ -15,6 +15,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from common.tracking import progress
+
 HARMFUL = ["bomb", "poison", "weapon", "virus", "malware", "explosive", "drug", "ransom"]
 SYNONYMS = [
     "toxin",
@@ -154,7 +156,7 @@ def train_refusal_lm(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1), eta_min=lr / 10)
     model.train()
-    for _ in range(steps):
+    for _ in progress(range(steps), desc="salo LM train", unit="step"):
         ids, lab = lm_batch(world, tok, batch_size)
         loss = model(
             input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=lab

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from common.tracking import progress
 from methods.salo.operator import SALO
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def train_detector(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=cfg.min_lr)
     loss_fn = nn.BCEWithLogitsLoss()
     detector.train()
-    for epoch in range(cfg.epochs):
+    for epoch in progress(range(cfg.epochs), desc="salo detector", unit="epoch"):
         perm = torch.randperm(n, generator=gen)
         total = 0.0
         for b0 in range(0, n, cfg.batch_size):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from common.tracking import progress
 from methods.sv_features.alignment import (
     feature_sv_cosines,
     match_pairs_to_ranks,
@@ -185,7 +186,7 @@ def train_toy(
     )
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     history: list[dict[str, float]] = []
-    for step in range(cfg.steps + 1):
+    for step in progress(range(cfg.steps + 1), desc="sv_features train", unit="step"):
         f_r, f_s = sample_features(cfg.batch, cfg.n_keys, cfg.n_features, cfg.feature_prob, gen)
         losses = model.losses(f_r, f_s, T)
         if step % log_every == 0 or step == cfg.steps:

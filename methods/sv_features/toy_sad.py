@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from common.tracking import progress
 from methods.sv_features.config import MatchTaskConfig
 from methods.sv_features.sad import sparse_attention_decomposition
 
@@ -117,7 +118,7 @@ def run_match_toy(
     g = torch.Generator().manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     model.train()
-    for step in range(1, cfg.steps + 1):
+    for step in progress(range(1, cfg.steps + 1), desc="sv_features SAD", unit="step"):
         ids, tgt, _ = sample_match_batch(cfg, cfg.batch, g)
         out = model(input_ids=ids).logits[:, -1]
         loss = torch.nn.functional.cross_entropy(out, tgt)
