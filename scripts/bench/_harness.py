@@ -23,6 +23,7 @@ Peak memory (:func:`peak_memory`) on the CPU:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import platform
@@ -36,6 +37,7 @@ __all__ = [
     "machine",
     "now",
     "peak_memory",
+    "peak_rss",
     "row",
     "spread_ratio",
     "time_median",
@@ -165,6 +167,32 @@ def peak_memory(fn: Callable[[], Any], torch_: bool = True) -> int:
         return int(tracemalloc.get_traced_memory()[1] - base)
     finally:
         tracemalloc.stop()
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_rss(fn: Callable[[], Any]) -> int:
+    """Peak resident-set growth (bytes) of ``fn()``: Linux ``VmHWM`` after ``fn`` minus ``VmRSS``
+    before, with the high-water mark reset (``/proc/self/clear_refs``) and free heap returned to
+    the OS (``malloc_trim``) first. Counts everything the process touches (tensors, Python,
+    libraries), so use it for whole training steps; for tensor code prefer :func:`peak_memory`."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError):  # non-glibc: no trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _rss_kib("VmRSS")
+    fn()
+    return (_rss_kib("VmHWM") - before) * 1024
 
 
 def _fmt_threshold(max_ratio: float | None, min_ratio: float | None) -> str | None:

@@ -1,123 +1,86 @@
-"""Bench: the cost of APO over GRPO, measured within one run on CPU (not a test).
+"""APO loss vs GRPO loss from the same policy logits: peak memory and time (issue 33 point 3).
 
-Two ratios:
+Both start from the same leaf logits [B, T, V] (fp32, allocated before the measurement, so not
+counted) and run forward + backward of the loss:
 
-1. Loss only: forward + backward of ``apo_policy_loss`` vs ``grpo_clipped_loss``, both starting from
-   the same policy logits [B, T, V] (log-softmax included in both), so the ratio is the price
-   of the K-wide gather and the anchor term.
-2. Trainer: ``APOTrainer.train()`` vs ``trl.GRPOTrainer.train()`` for a few steps on a tiny Qwen2,
-   same data and seed. The ratio includes APO's extra teacher-forced reference pass and the
-   full-vocab log-softmax. With a tiny model it is an upper bound: generation, which both trainers
-   pay, dominates at scale.
+* GRPO: TRL's ``selective_log_softmax`` at the sampled tokens (what ``trl.GRPOTrainer`` uses) and the
+  clipped surrogate ``grpo_clipped_loss``;
+* APO: ``policy_logps_at`` (the sampled token + the reference Top-K through the same TRL function)
+  and ``apo_policy_loss(..., gathered=True)``, as ``APOTrainer`` computes it;
+* APO dense (before issue 33): ``log_softmax`` over the full vocabulary of every position, then the
+  loss (informative row).
 
-    python scripts/bench/apo.py --B 8 --T 256 --V 8192 --steps 3 --repeats 3
+Peak memory: the torch profiler's memory timeline (tensor allocations during the call, see
+``_harness.peak_memory``). Threshold: APO ≤ 1.25× GRPO at V = 151,936, B·T = 4×512. The trainer-level
+APO vs GRPO ratio is in the ``rl_trainers`` bench.
 """
 
 from __future__ import annotations
 
-import argparse
-import copy
-import os
-import statistics
-import sys
-import time
+import torch
+from trl.trainer.utils import selective_log_softmax
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import torch  # noqa: E402
-
-from methods.apo import apo_policy_loss, grpo_clipped_loss, topk_from_logits  # noqa: E402
+from methods.apo import apo_policy_loss, grpo_clipped_loss
+from methods.apo.loss import policy_logps_at
+from scripts.bench._harness import peak_memory, row, spread_ratio, time_pair
 
 
-def _loss_times(b: int, t: int, v: int, k: int, repeats: int) -> tuple[float, float]:
+def run(quick: bool = False) -> dict:
+    b, t, v, k, reps = (2, 16, 2048, 8, 1) if quick else (4, 512, 151_936, 8, 3)
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(b, t, v, generator=g)
-    ids, lp = topk_from_logits(logits + 0.5 * torch.randn(b, t, v, generator=g), k)
+    ids = torch.randint(0, v, (b, t, k), generator=g)
+    ref_lp = torch.log_softmax(torch.randn(b, t, k, generator=g), -1) - 1.0
     sampled = torch.randint(0, v, (b, t), generator=g)
     adv = torch.randn(b, generator=g)
     mask = torch.ones(b, t)
-    old = torch.log_softmax(logits, -1).gather(-1, sampled[..., None]).squeeze(-1)
-
-    def apo():
-        z = logits.clone().requires_grad_(True)
-        loss, _ = apo_policy_loss(torch.log_softmax(z, -1), old, sampled, adv, mask, ids, lp)
-        loss.backward()
+    with torch.no_grad():
+        old = selective_log_softmax(logits, sampled) - 0.01
 
     def grpo():
-        z = logits.clone().requires_grad_(True)
-        logp = torch.log_softmax(z, -1).gather(-1, sampled[..., None]).squeeze(-1)
-        grpo_clipped_loss(logp, old, adv, mask).backward()
+        z = logits.detach().requires_grad_(True)
+        grpo_clipped_loss(selective_log_softmax(z, sampled), old, adv, mask).backward()
 
-    times = {"apo": [], "grpo": []}
-    for _ in range(repeats):
-        for name, fn in (("grpo", grpo), ("apo", apo)):
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return statistics.median(times["apo"]), statistics.median(times["grpo"])
+    def apo():
+        z = logits.detach().requires_grad_(True)
+        ls, lk = policy_logps_at(z, sampled, ids)
+        apo_policy_loss(lk, old, sampled, adv, mask, ids, ref_lp, gathered=True, logp_sampled=ls)[
+            0
+        ].backward()
 
+    def apo_dense():
+        z = logits.detach().requires_grad_(True)
+        apo_policy_loss(torch.log_softmax(z, -1), old, sampled, adv, mask, ids, ref_lp)[
+            0
+        ].backward()
 
-def _trainer_times(steps: int, repeats: int) -> tuple[float, float]:
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    from common.rl import cpu_grpo_kwargs
-    from common.tiny import tiny_causal_lm
-    from methods.apo import APOConfig, APOTrainer
-
-    model, tok = tiny_causal_lm(seed=0)
-    data = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "hello", "abc"] * 4})
-
-    def reward(completions, **kw):
-        return [len(set(c)) / 10.0 for c in completions]
-
-    def once(trainer_cls, cfg_cls):
-        torch.manual_seed(0)
-        kw = cpu_grpo_kwargs(
-            output_dir="/tmp/apo_bench", max_steps=steps, per_device_train_batch_size=16,
-            num_generations=4, max_completion_length=32,
-        )  # fmt: skip
-        tr = trainer_cls(
-            model=copy.deepcopy(model), reward_funcs=reward, args=cfg_cls(**kw),
-            train_dataset=data, processing_class=tok,
-        )  # fmt: skip
-        start = time.perf_counter()
-        tr.train()
-        return time.perf_counter() - start
-
-    times = {"apo": [], "grpo": []}
-    for _ in range(repeats):
-        times["grpo"].append(once(GRPOTrainer, GRPOConfig))
-        times["apo"].append(once(APOTrainer, APOConfig))
-    return statistics.median(times["apo"]), statistics.median(times["grpo"])
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--B", type=int, default=8)
-    p.add_argument("--T", type=int, default=256)
-    p.add_argument("--V", type=int, default=8192)
-    p.add_argument("--K", type=int, default=8)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--skip-trainer", action="store_true")
-    a = p.parse_args()
-    torch.manual_seed(0)
-    print("command: python " + " ".join(sys.argv))
-    apo_s, grpo_s = _loss_times(a.B, a.T, a.V, a.K, a.repeats)
-    print("| measurement | apo (s) | grpo (s) | apo / grpo |")
-    print("|---|---|---|---|")
-    print(
-        f"| loss fwd+bwd, B={a.B} T={a.T} V={a.V} K={a.K} | {apo_s:.4f} | {grpo_s:.4f} | "
-        f"{apo_s / grpo_s:.2f} |"
-    )
-    if not a.skip_trainer:
-        apo_t, grpo_t = _trainer_times(a.steps, a.repeats)
-        print(
-            f"| trainer.train(), tiny Qwen2, {a.steps} steps, 16 completions x 32 tokens | "
-            f"{apo_t:.2f} | {grpo_t:.2f} | {apo_t / grpo_t:.2f} |"
-        )
-
-
-if __name__ == "__main__":
-    main()
+    mem = {
+        name: peak_memory(fn) for name, fn in (("grpo", grpo), ("apo", apo), ("dense", apo_dense))
+    }
+    ta, tg, _, q1, q3 = time_pair(apo, grpo, reps)
+    td, tg2, _, d1, d3 = time_pair(apo_dense, grpo, max(1, reps - 1))
+    mib = 2**20
+    size = f"B={b}, T={t}, V={v}, K={k}"
+    return {
+        "title": "APO loss vs GRPO loss (memory, time)",
+        "command": "python -m scripts.bench apo",
+        "rows": [
+            row(
+                f"peak loss MiB, {size}",
+                mem["apo"] / mib,
+                mem["grpo"] / mib,
+                "one profiled call",
+                1.25,
+            ),
+            row(f"loss fwd+bwd s, {size}", ta, tg, spread_ratio(q1, q3)),
+            row(
+                f"before: dense log-softmax peak MiB, {size}",
+                mem["dense"] / mib,
+                mem["grpo"] / mib,
+                "one profiled call",
+            ),
+            row(f"before: dense log-softmax s, {size}", td, tg2, spread_ratio(d1, d3)),
+        ],
+        "notes": f"The logits themselves ({b * t * v * 4 / mib:.0f} MiB fp32) exist before the call "
+        "and are not counted; the gradient w.r.t. them is (both losses must produce it).",
+    }

@@ -1,25 +1,17 @@
-"""Bench: the simulator's sliding window bounds the context (official demo loop), CPU, tiny model.
+"""WebWorld: the simulator's sliding window bounds the context (official demo loop), tiny model.
 
-Rolls a random-init tiny Qwen2 world model for ``--steps`` steps with ``window=None`` (full history)
-and ``window=W`` and reports the prompt length (tokens) at the last step and the mean wall time per
-step. With a window the prompt length stays bounded, while the full history grows linearly.
-
-    python scripts/bench/webworld.py --steps 30 --window 5
+Rolls a random-init tiny Qwen2 world model for S steps with ``window=W`` (method) and ``window=None``
+(full history, baseline): prompt length (tokens) at the last step and mean wall time per step.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import torch  # noqa: E402
-
-from common.generation import HFGenerator  # noqa: E402
-from common.tiny import tiny_causal_lm  # noqa: E402
-from methods.webworld.simulator import WebWorldSimulator  # noqa: E402
+from common.generation import HFGenerator
+from common.tiny import tiny_causal_lm
+from methods.webworld.simulator import WebWorldSimulator
+from scripts.bench._harness import row
 
 S0 = "RootWebArea 'home', focused\n\t[12] link 'news', clickable\n\t[13] textbox 'search', value=''"
 
@@ -36,21 +28,19 @@ def _roll(gen, tok, window, steps: int, max_tokens: int) -> tuple[int, float]:
     return n_prompt, (time.perf_counter() - t0) / steps
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--window", type=int, default=5)
-    ap.add_argument("--max-tokens", type=int, default=8)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+def run(quick: bool = False) -> dict:
+    steps, window = (4, 2) if quick else (30, 5)
     model, tok = tiny_causal_lm("qwen2", seed=0, max_position_embeddings=8192)
     gen = HFGenerator(model, tok)
-    print("| context | prompt tokens at last step | s / step |")
-    print("|---|---|---|")
-    for w in (None, args.window):
-        n, dt = _roll(gen, tok, w, args.steps, args.max_tokens)
-        print(f"| {'full' if w is None else f'window={w}'} | {n} | {dt:.3f} |")
-
-
-if __name__ == "__main__":
-    main()
+    n_full, t_full = _roll(gen, tok, None, steps, 8)
+    n_win, t_win = _roll(gen, tok, window, steps, 8)
+    return {
+        "title": "WebWorld sliding window vs full history",
+        "command": "python -m scripts.bench webworld",
+        "rows": [
+            row(f"prompt tokens at step {steps}", n_win, n_full, "", max_ratio=1.0),
+            row("s / step", t_win, t_full, "one roll each"),
+        ],
+        "notes": f"window={window}, {steps} steps, 8 new tokens per step. Threshold ≤ 1× (ours): the "
+        "window must not lengthen the prompt.",
+    }

@@ -1,0 +1,196 @@
+"""RL trainers against TRL's own ``GRPOTrainer``: step time and peak memory (issue 33 point 2).
+
+MaxRL, Geo-RL, KMKC-CDKC, ThreadWeaver P-GRPO and APO train the same tiny random-init Qwen2
+(``common.tiny``, seed 0) on the same prompts, batch (4 prompts × 4 generations), completion
+length, reward and seed as ``trl.GRPOTrainer``. Per trainer: the median wall time of a training
+step after warm-up steps (one ``on_step_begin`` → ``on_step_end`` of the HF ``Trainer``: generation,
+reward, advantages, loss, backward, optimizer step), and the peak resident-memory growth of a
+two-step ``train()`` call (``VmHWM`` reset before, see ``_harness.peak_rss``; the torch profiler's
+memory timeline loses allocations across the Trainer's threads/hooks, so the whole process is
+measured instead). The rounds
+alternate GRPO and the methods so that a drifting machine load hits all alike.
+
+Thresholds: ≤ 1.05× GRPO (APO ≤ 1.3×, including its teacher-forced reference Top-K pass).
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from scripts.bench._harness import peak_rss, row
+
+THRESHOLD = {"apo": 1.3}
+DEFAULT_THRESHOLD = 1.05
+
+
+def _reward(completions, **kwargs):
+    """0/1 with spread inside each group (MaxRL needs binary rewards, CDKC reads > 0.5 as correct)."""
+    return [float(len(str(c)) % 2 == 0) for c in completions]
+
+
+def _quality(completions, **kwargs):
+    """The same signal mapped into (0, 1], as Geo-RL's grounding quality must be."""
+    return [0.25 + 0.75 * r for r in _reward(completions)]
+
+
+class _Embedder:
+    """Hashed bag-of-characters embedder for Geo-RL (cheap, deterministic)."""
+
+    def encode(self, texts):
+        out = torch.zeros(len(texts), 16)
+        for i, t in enumerate(texts):
+            for ch in str(t):
+                out[i, ord(ch) % 15] += 1.0
+            out[i, -1] += 0.1
+        return out
+
+
+def _trainers() -> dict[str, tuple[Any, Any, dict, dict]]:
+    """name -> (trainer class, config class, extra config kwargs, extra trainer kwargs)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from methods.apo import APOConfig, APOTrainer
+    from methods.georl import GeoRLGRPOConfig, GeoRLTrainer
+    from methods.kmkc import CDKCConfig, CDKCTrainer
+    from methods.maxrl import MaxRLConfig, MaxRLTrainer
+    from methods.threadweaver.pgrpo_trainer import PGRPOConfig, PGRPOTrainer
+
+    return {
+        "grpo": (GRPOTrainer, GRPOConfig, {}, {}),
+        "maxrl": (MaxRLTrainer, MaxRLConfig, {}, {}),
+        "georl": (
+            GeoRLTrainer,
+            GeoRLGRPOConfig,
+            {},
+            {"embedder": _Embedder(), "reward_funcs": [_quality]},
+        ),
+        "kmkc_cdkc": (CDKCTrainer, CDKCConfig, {}, {}),
+        "threadweaver_pgrpo": (
+            PGRPOTrainer,
+            PGRPOConfig,
+            {"parallel_rollouts": False, "scale_rewards": "none"},
+            {},
+        ),
+        "apo": (APOTrainer, APOConfig, {}, {}),
+    }
+
+
+class _StepTimer:
+    def __init__(self):
+        self.times: list[float] = []
+        self._t = 0.0
+
+    def on_step_begin(self, args, state, control, **kw):
+        self._t = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        self.times.append(time.perf_counter() - self._t)
+
+
+def _build(name, spec, model, tok, data, steps: int, completion: int, out: str):
+    from transformers import TrainerCallback
+
+    from common.rl import cpu_grpo_kwargs
+
+    cls, cfg_cls, cfg_extra, tr_extra = spec
+    kw = cpu_grpo_kwargs(
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_completion_length=completion,
+        logging_steps=10_000,
+    )
+    kw.update(cfg_extra)
+    if "parallel_rollouts" in kw:
+        kw["rollout_budget_tokens"] = completion  # the orchestrator's length bound
+    kw.setdefault("loss_type", "dapo")
+    kw.setdefault("logging_strategy", "no")
+    torch.manual_seed(0)
+    tr_extra = {"reward_funcs": [_reward], **tr_extra}
+    trainer = cls(
+        model=copy.deepcopy(model),
+        args=cfg_cls(**kw),
+        train_dataset=data,
+        processing_class=tok,
+        **tr_extra,
+    )
+    timer = _StepTimer()
+    cb = type("_CB", (TrainerCallback,), {})()
+    cb.on_step_begin, cb.on_step_end = timer.on_step_begin, timer.on_step_end
+    trainer.add_callback(cb)
+    return trainer, timer
+
+
+def run(quick: bool = False) -> dict:
+    from datasets import Dataset
+
+    from common.tiny import tiny_causal_lm
+
+    steps, warm, rounds, completion = (2, 1, 1, 4) if quick else (7, 2, 2, 24)
+    from methods.threadweaver.special_tokens import add_threadweaver_tokens
+
+    model, tok = tiny_causal_lm("qwen2", seed=0)
+    add_threadweaver_tokens(model, tok)  # P-GRPO's tags; the same model and tokenizer for all
+    regions = ["mastered", "confused", "missing", "missing"]
+    data = Dataset.from_dict(
+        {"prompt": [f"{i}+{i % 7}=" for i in range(64)], "region": regions * 16}
+    )
+    specs = _trainers()
+    times: dict[str, list[float]] = {n: [] for n in specs}
+    peaks: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for name, spec in specs.items():
+                tr, timer = _build(name, spec, model, tok, data, steps, completion, tmp)
+                tr.train()
+                times[name] += timer.times[warm:]
+        for name, spec in specs.items():
+            tr, _ = _build(name, spec, model, tok, data, 2, completion, tmp)
+            peaks[name] = peak_rss(tr.train)
+    g_med = statistics.median(times["grpo"])
+    rows = []
+    for name in specs:
+        if name == "grpo":
+            continue
+        thr = THRESHOLD.get(name, DEFAULT_THRESHOLD)
+        med = statistics.median(times[name])
+        q = statistics.quantiles(times[name], n=4, method="inclusive")
+        rows.append(
+            row(
+                f"{name}: s/step",
+                med,
+                g_med,
+                spread=f"IQR {q[0]:.3f}–{q[2]:.3f} s (n={len(times[name])})",
+                max_ratio=thr,
+            )
+        )
+        rows.append(
+            row(
+                f"{name}: peak RSS growth MiB",
+                peaks[name] / 2**20,
+                peaks["grpo"] / 2**20,
+                max_ratio=thr,
+            )
+        )
+    gq = statistics.quantiles(times["grpo"], n=4, method="inclusive")
+    notes = (
+        f"Baseline `trl.GRPOTrainer`: {g_med:.3f} s/step (IQR {gq[0]:.3f}–{gq[2]:.3f} s, "
+        f"n={len(times['grpo'])}), peak {peaks['grpo'] / 2**20:.1f} MiB. Setup: tiny Qwen2 "
+        f"(common.tiny, seed 0), 16 completions (4 prompts × 4) × {completion} tokens, "
+        f"loss_type='dapo' (P-GRPO: scale_rewards='none', the only one it implements), {steps} steps per run of which {warm} warm-up, "
+        f"{rounds} round(s) alternating the trainers. P-GRPO runs with parallel_rollouts=False "
+        "(its sequential path through the orchestrator and HFGenerateEngine, not TRL's generate)."
+    )
+    return {
+        "title": "RL trainers vs trl.GRPOTrainer",
+        "command": "python -m scripts.bench rl_trainers",
+        "rows": rows,
+        "notes": notes,
+    }
