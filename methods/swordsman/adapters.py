@@ -1,4 +1,5 @@
-"""Model adapters: one interface over LLaDA, Dream and tiny masked LMs.
+"""Model adapters: one interface over LLaDA, Dream and tiny masked LMs (official ``llada/generate.py``,
+``dream/model/generation_utils_block.py``).
 
 The decoder needs three things from a masked-diffusion LM: a full forward pass whose logits are aligned so
 that ``logits[:, j]`` predicts ``x[:, j]``, an optional KV cache from that pass, and a cheap forward over the

@@ -1,4 +1,4 @@
-"""Block-syntax alignment rate.
+"""Block-syntax alignment rate (a paper metric; the segmentation is our inference).
 
 The paper reports how often decoder block boundaries coincide with syntactic segment boundaries (78% for
 Swordsman vs 12-16% for fixed blocks). The segmentation procedure is not published; here the caller

@@ -106,6 +106,10 @@ def swordsman_generate(
 ) -> DecodeResult:
     """Decode ``cfg.gen_length`` tokens with entropy-driven blocks and dynamic unmasking.
 
+    The paper's decoder (abstract: entropy-driven partition + dynamic parallel unmasking), as official
+    ``llada/generate.py::generate_adaptive`` and its prefix/dual-cache variants; Dream as
+    ``dream/model/generation_utils_block.py::_sample_adaptive``.
+
     Degenerate settings: ``min_block_len == max_block_len = B`` gives fixed blocks of ``B``;
     ``tau_min == tau_max = τ`` gives a fixed threshold; both together reproduce
     ``fixed_block_generate(B, τ)`` token for token.

@@ -1,4 +1,5 @@
-"""Entropy-driven adaptive block partition.
+"""Entropy-driven adaptive block partition (paper: boundaries at entropy rises ΔH_i = H_{i+1} − H_i;
+the exact rule is official ``llada/generate.py::determine_next_block_length``).
 
 At the first undecided position ``s`` the model has just predicted every masked position. The next block
 ends right before the position whose uncertainty rises most relative to its left neighbour, searched in the
@@ -20,7 +21,8 @@ def next_block_length(
     min_jump: float = 0.01,
     seq_end: int | None = None,
 ) -> int:
-    """Length of the next block, cut at the largest uncertainty jump.
+    """Length of the next block, cut at the largest uncertainty jump (official
+    ``determine_next_block_length``: one largest jump per window, no multi-boundary rule).
 
     With ``a = start + min_len`` and ``e = min(start + max_len, seq_end)``, the jumps are
     ``d_j = u_j - u_{j-1}`` for ``j ∈ [a, e)``; ``j* = argmax d_j`` (first maximiser). The block is
