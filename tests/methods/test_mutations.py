@@ -1,0 +1,88 @@
+"""Tests that catch hand-made mutations of the methods' central equations (issue 32, point 4).
+
+Each test is built so that the mutation named in its docstring changes the asserted outcome: the
+inputs break the ties and symmetries that let the mutation pass the methods' own test files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+
+def test_autoqra_rank_downgrade_scores_by_rank_importance():
+    """Eqs. 4-5: a rank downgrade is scored with I_r (mutation: I_q in its place)."""
+    from methods.autoqra import Importance, MemoryModel, QRConfig, SearchSpace, repair_to_budget
+
+    space = SearchSpace((2, 4, 8), (4, 8, 16), 2)
+    mem = MemoryModel([128 * 64, 128 * 64], [64, 64], group_size=128)  # identical layers: same ΔM
+    imp = Importance(raw_q=[0.0, 1.0], raw_r=[1.0, 0.0])  # I_q = [0, 1], I_r = [1, 0]
+    top = space.maximum()
+    budget = mem.total_bytes(top) - 1.0  # one downgrade is enough
+    out = repair_to_budget(top, space, mem, imp, budget, protect=frozenset({0, 1}))  # ranks only
+    assert out.q == top.q and out.r == (16, 8)  # layer 1 has the lower rank importance
+    out = repair_to_budget(top, space, mem, imp, budget)  # bits too: layer 0's I_q = 0 is cheapest
+    assert out.q == (4, 8) and out.r == top.r or out.r == (16, 8) and out.q == top.q
+    assert out != QRConfig(top.q, (8, 16))
+
+
+def test_agentxray_beta_threshold_floors_n_beta():
+    """θ_β = sorted_desc[min(⌊nβ⌋, n−1)]: exactly ⌊nβ⌋ distinct scores lie above θ_β whenever
+    nβ is not an integer (mutation: ⌈nβ⌉, which the method's own test, at nβ = 2, cannot see)."""
+    from tests.methods.test_agentxray import MCTSConfig, _search
+
+    rng = np.random.default_rng(0)
+    for beta in (0.3, 0.5, 0.7):
+        s = _search(MCTSConfig(beta=beta))
+        for n in (3, 5, 7, 9):
+            scores = rng.permutation(np.linspace(0.0, 1.0, n)).tolist()
+            theta = s.beta_threshold(scores)
+            k = int(np.floor(n * beta))
+            assert sum(x > theta for x in scores) == min(k, n - 1), (beta, n)
+
+
+@pytest.mark.parametrize("pooling", ["max", "mean"])
+def test_salo_pool_reduces_layer_and_token_per_channel(pooling):
+    """§4.1: pooling is over (layer, token) of each channel, valid tokens only (mutations: another
+    pair of axes, the channel axis, the padded length)."""
+    from methods.salo.operator import SALO
+
+    g = torch.Generator().manual_seed(0)
+    B, C, L, T = 2, 3, 4, 5
+    a = torch.randn(B, C, L, T, generator=g)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[1, 3:] = False
+    a[1, :, :, 3:] = 50.0  # padding must never win the max or enter the mean
+    got = SALO(hidden_dim=4, pooling=pooling).pool(a, mask)
+    assert got.shape == (B, C)
+    for b in range(B):
+        for c in range(C):
+            cells = a[b, c][:, mask[b]]  # [L, T_b]
+            want = cells.max() if pooling == "max" else cells.mean()
+            torch.testing.assert_close(got[b, c], want)
+
+
+def test_mcce_nsga_so_selection_elites_then_fronts_by_descending_fitness():
+    """Official ``nsga2_so_selection``: the ⌊k/2⌋ fittest, then each front by descending F
+    (mutations: a front visited by ascending F; ⌊k/2⌋ ± 1 elites). The third-fittest item sits in
+    a dominated front, so the elite count decides whether it is chosen."""
+    from methods.mcce.core import Candidate
+    from methods.mcce.selection import nsga2_so_select
+
+    pts = {  # name: t (minimised); F = 2 − Σ t
+        "a": (0.20, 0.50),  # front 1, F 1.30
+        "b": (0.50, 0.35),  # front 1, F 1.15
+        "e": (0.10, 0.84),  # front 1, F 1.06
+        "f": (0.90, 0.05),  # front 1, F 1.05
+        "c": (0.00, 1.00),  # front 1, F 1.00
+        "d": (1.00, 0.00),  # front 1, F 1.00
+        "q": (0.21, 0.51),  # front 2 (a dominates it), F 1.28
+        "q2": (0.22, 0.52),  # front 3, F 1.26
+    }
+    cands = [
+        Candidate(value=k, raw={}, t=np.array(v), total=2.0 - sum(v), index=i)
+        for i, (k, v) in enumerate(pts.items())
+    ]
+    assert {c.value for c in nsga2_so_select(cands, 4)} == {"a", "q", "b", "e"}
+    assert {c.value for c in nsga2_so_select(cands, 6)} == {"a", "q", "q2", "b", "e", "f"}
