@@ -86,3 +86,41 @@ def test_mcce_nsga_so_selection_elites_then_fronts_by_descending_fitness():
     ]
     assert {c.value for c in nsga2_so_select(cands, 4)} == {"a", "q", "b", "e"}
     assert {c.value for c in nsga2_so_select(cands, 6)} == {"a", "q", "q2", "b", "e", "f"}
+
+
+def _webworld_chat():
+    return [
+        {"role": "system", "content": "you simulate pages"},
+        {"role": "user", "content": "page one, action click 3"},
+        {"role": "assistant", "content": "page two"},
+        {"role": "user", "content": "action type hello"},
+        {"role": "assistant", "content": "page three"},
+    ]
+
+
+def test_webworld_template_supervises_the_end_token():
+    """The assistant block under ``{% generation %}`` ends with ``<|im_end|>``: the model learns to
+    stop (mutation: the end token moved after ``{% endgeneration %}``)."""
+    from methods.webworld.train import site_tokenizer
+
+    msgs = _webworld_chat()
+    tok = site_tokenizer([m["content"] for m in msgs], kind="word")
+    out = tok.apply_chat_template(
+        msgs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    on = [i for i, m in zip(ids, mask) if m]
+    assert on.count(end) == 2 and on[-1] == end  # one per assistant turn, each supervised
+    assert tok.decode(on) == "page two<|im_end|>page three<|im_end|>"
+
+
+def test_webworld_stage2_prompt_keeps_every_turn_before_the_last_answer():
+    """Stage 2: prompt = every turn before the last assistant turn (mutation: the last user turn,
+    the action to simulate, dropped from the prompt)."""
+    from methods.webworld.train import last_turn_dataset
+
+    msgs = _webworld_chat()
+    row = last_turn_dataset([{"messages": msgs}])[0]
+    assert row["prompt"] + row["completion"] == msgs
+    assert row["prompt"][-1] == {"role": "user", "content": "action type hello"}
