@@ -167,6 +167,15 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
         self.band: tuple[float, float] | None = None
         self._band_values: list[float] = []
         self._band_calls = 0
+        self._cdkc_capture: list | None = None
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
+        # Records the policy forward of TRL's loss, so that the calibration term reuses its
+        # log-probs/entropies instead of a second forward (issue 33: step time vs GRPO).
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._cdkc_capture is not None:
+            self._cdkc_capture.append(out)
+        return out
 
     # ----- generation-time hooks -----------------------------------------------------------
     def _local_correct(self, inputs: dict[str, Any]) -> torch.Tensor:
@@ -216,8 +225,21 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
             "cdkc_region": torch.tensor([index.get(r, 0) for r in regions], dtype=torch.long),
         }
 
-    def _token_signal(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
-        """Per-token uncertainty ``[b, T]``: entropy of the next-token distribution or NLL."""
+    def _token_signal(
+        self, model: torch.nn.Module, inputs: dict[str, Any], captured: list | None = None
+    ) -> torch.Tensor:
+        """Per-token uncertainty ``[b, T]``: entropy of the next-token distribution or NLL.
+
+        ``captured``: the outputs of the loss's own forward (same model, same batch); reused when
+        it holds one of the right shape, else the model is run again."""
+        shape = tuple(inputs["completion_ids"].shape)
+        for logps, ent, *_ in reversed(captured or []):
+            if tuple(logps.shape) != shape:
+                continue
+            if self.args.signal == "entropy" and ent is not None:
+                return ent
+            if self.args.signal != "entropy":
+                return -logps
         if self.args.signal == "entropy":
             return self.per_token_logps(model, inputs, with_entropy=True)[1]
         return -self.per_token_logps(model, inputs)
@@ -225,7 +247,12 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
     # ----- the loss ------------------------------------------------------------------------
     def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
         """(E8): GRPO loss + the signed calibration term (loss mode)."""
-        loss = super().policy_loss(model, inputs)
+        self._cdkc_capture = [] if self.args.calibration_mode == "loss" else None
+        try:
+            loss = super().policy_loss(model, inputs)
+            captured = self._cdkc_capture
+        finally:
+            self._cdkc_capture = None
         if self.args.calibration_mode != "loss":
             return loss
         w = self.args.calibration_weights(self.band)
@@ -233,7 +260,7 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
         if all(v == 0.0 for p in pairs for v in p):
             return loss  # every λ = 0: exactly TRL's GRPO loss
         mask = inputs["completion_mask"]
-        token_h = self._token_signal(model, inputs)  # [b, T] (E3 or E1)
+        token_h = self._token_signal(model, inputs, captured)  # [b, T] (E3 or E1)
         h = masked_mean(token_h, mask)  # [b] H̄
         regions = [REGIONS[i] for i in inputs["cdkc_region"].tolist()]
         if self.band is None:
