@@ -9,7 +9,7 @@ from scripts.bench._harness import row
 
 
 def run(quick: bool = False) -> dict:
-    n, fps, tmaxes = (4, (0.5,), (0, 5)) if quick else (60, (0.0, 0.05, 0.2, 0.5), (0, 1, 5))
+    n, fps, tmaxes = (4, (0.5,), (0, 5)) if quick else (30, (0.0, 0.05, 0.2, 0.5), (0, 1, 5))
     rows = []
     for fp in fps:
         for t_max in tmaxes:
