@@ -107,6 +107,9 @@ def _build(name, spec, model, tok, data, steps: int, completion: int, out: str):
         max_completion_length=completion,
         logging_steps=10_000,
     )
+    # Every completion has the full length: with a random model EOS comes at random, and the
+    # trainers' different RNG use would otherwise change the generated lengths (and step times).
+    kw["generation_kwargs"] = {"min_new_tokens": completion}
     kw.update(cfg_extra)
     if "parallel_rollouts" in kw:
         kw["rollout_budget_tokens"] = completion  # the orchestrator's length bound
@@ -184,7 +187,7 @@ def run(quick: bool = False) -> dict:
         f"Baseline `trl.GRPOTrainer`: {g_med:.3f} s/step (IQR {gq[0]:.3f}–{gq[2]:.3f} s, "
         f"n={len(times['grpo'])}), peak {peaks['grpo'] / 2**20:.1f} MiB. Setup: tiny Qwen2 "
         f"(common.tiny, seed 0), 16 completions (4 prompts × 4) × {completion} tokens, "
-        f"loss_type='dapo' (P-GRPO: scale_rewards='none', the only one it implements), {steps} steps per run of which {warm} warm-up, "
+        f"min_new_tokens = max_completion_length (equal lengths), loss_type='dapo' (P-GRPO: scale_rewards='none', the only one it implements), {steps} steps per run of which {warm} warm-up, "
         f"{rounds} round(s) alternating the trainers. P-GRPO runs with parallel_rollouts=False "
         "(its sequential path through the orchestrator and HFGenerateEngine, not TRL's generate)."
     )
