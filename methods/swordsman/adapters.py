@@ -240,9 +240,12 @@ def _load_remote(model_id: str, dtype: str, device: str | None):
     from transformers import AutoModel, AutoTokenizer
 
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
-    model = AutoModel.from_pretrained(model_id, trust_remote_code=True, dtype=torch_dtype)
+    from common.models import weights_hint
+
+    with weights_hint(model_id):
+        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, dtype=torch_dtype)
+        tok = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True)
     if device is not None:
         model = model.to(device)
-    tok = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True)
     logger.info("loaded %s (%s)", model_id, type(model).__name__)
     return model, tok
