@@ -131,12 +131,29 @@ def _build(name, spec, model, tok, data, steps: int, completion: int, out: str):
     return trainer, timer
 
 
+def _quart(xs: list[float]) -> list[float]:
+    return statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+
+
+def _profile(name, spec, model, tok, data, completion: int, out: str, top: int = 6) -> str:
+    """Top self-CPU ops of a 2-step ``train()`` (torch.profiler), as one line."""
+    import torch.profiler as tp
+
+    tr, _ = _build(name, spec, model, tok, data, 2, completion, out)
+    with tp.profile(activities=[tp.ProfilerActivity.CPU]) as prof:
+        tr.train()
+    ev = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e3
+    ops = ", ".join(f"`{e.key}` {e.self_cpu_time_total / 1e3:.0f} ms" for e in ev)
+    return f"{name}: total self CPU {total:.0f} ms; top {ops}"
+
+
 def run(quick: bool = False) -> dict:
     from datasets import Dataset
 
     from common.tiny import tiny_causal_lm
 
-    steps, warm, rounds, completion = (2, 1, 1, 4) if quick else (7, 2, 2, 24)
+    steps, warm, rounds, completion = (3, 1, 1, 4) if quick else (7, 2, 2, 24)
     from methods.threadweaver.special_tokens import add_threadweaver_tokens
 
     model, tok = tiny_causal_lm("qwen2", seed=0)
@@ -149,6 +166,8 @@ def run(quick: bool = False) -> dict:
     times: dict[str, list[float]] = {n: [] for n in specs}
     peaks: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        # process warm-up (first-call costs of torch/TRL), so GRPO, run first, is not penalised
+        _build("grpo", specs["grpo"], model, tok, data, 2, completion, tmp)[0].train()
         for _ in range(rounds):
             for name, spec in specs.items():
                 tr, timer = _build(name, spec, model, tok, data, steps, completion, tmp)
@@ -164,7 +183,7 @@ def run(quick: bool = False) -> dict:
             continue
         thr = THRESHOLD.get(name, DEFAULT_THRESHOLD)
         med = statistics.median(times[name])
-        q = statistics.quantiles(times[name], n=4, method="inclusive")
+        q = _quart(times[name])
         rows.append(
             row(
                 f"{name}: s/step",
@@ -182,7 +201,13 @@ def run(quick: bool = False) -> dict:
                 max_ratio=thr,
             )
         )
-    gq = statistics.quantiles(times["grpo"], n=4, method="inclusive")
+    missed = sorted({r["metric"].split(":")[0] for r in rows if r["met"] is False})
+    profiles = []
+    if missed:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ["grpo", *missed]:
+                profiles.append(_profile(name, specs[name], model, tok, data, completion, tmp))
+    gq = _quart(times["grpo"])
     notes = (
         f"Baseline `trl.GRPOTrainer`: {g_med:.3f} s/step (IQR {gq[0]:.3f}–{gq[2]:.3f} s, "
         f"n={len(times['grpo'])}), peak {peaks['grpo'] / 2**20:.1f} MiB. Setup: tiny Qwen2 "
@@ -191,6 +216,11 @@ def run(quick: bool = False) -> dict:
         f"{rounds} round(s) alternating the trainers. P-GRPO runs with parallel_rollouts=False "
         "(its sequential path through the orchestrator and HFGenerateEngine, not TRL's generate)."
     )
+    if profiles:
+        notes += (
+            "\n\nProfiles of the trainers that missed a threshold (torch.profiler, 2 steps):\n\n"
+            + "\n".join(f"- {p}" for p in profiles)
+        )
     return {
         "title": "RL trainers vs trl.GRPOTrainer",
         "command": "python -m scripts.bench rl_trainers",
