@@ -40,7 +40,6 @@ def run(quick: bool = False) -> dict:
             rr,
             naive,
             f"IQR {rr_iqr:.2g} / {nv_iqr:.2g} s",
-            max_ratio=1.0,
         )
     ]
     for name, fn in (
@@ -55,5 +54,6 @@ def run(quick: bool = False) -> dict:
         "command": "python -m scripts.bench instruction_selection",
         "rows": rows,
         "notes": f"M={m} queries, N={n} pool, B={b} picks; the round-robin orderings are checked equal. "
-        "Threshold ≤ 1× (ours): the one-sort form must not be slower than the loop it replaces.",
+        "No threshold in the issue. The one-sort-per-row form pays M full sorts of N up front; "
+        "a ratio > 1 means that at this size it costs more than B vectorised argmax passes.",
     }
