@@ -73,7 +73,8 @@ def collect_input_covariances(
         if not isinstance(m, nn.Linear):
             raise ValueError(f"module {n!r} is {type(m).__name__}, expected a dense nn.Linear")
     covs = {
-        n: torch.zeros(m.in_features, m.in_features, dtype=store_dtype) for n, m in selected.items()
+        n: torch.zeros(m.in_features, m.in_features, dtype=store_dtype, device=m.weight.device)
+        for n, m in selected.items()
     }
     state: dict[str, torch.Tensor | None] = {"mask": None}
     n_tokens = 0
@@ -100,7 +101,9 @@ def collect_input_covariances(
     try:
         was_training = model.training
         model.eval()
+        dev = next(model.parameters()).device
         for batch in dataloader:
+            batch = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in batch.items()}
             ids = batch["input_ids"]
             mask = batch.get("attention_mask")
             if mask is None and ids.shape[0] > 1:

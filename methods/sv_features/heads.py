@@ -161,7 +161,7 @@ def _raw_head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
         dh = cfg.hidden_size // n_heads
         w = attn.query_key_value.weight.detach()  # [3d, d], rows per head: q | k | v
         b = attn.query_key_value.bias
-        b = torch.zeros(w.shape[0]) if b is None else b.detach()
+        b = w.new_zeros(w.shape[0]) if b is None else b.detach()
         base = head * 3 * dh
         sl_q, sl_k = slice(base, base + dh), slice(base + dh, base + 2 * dh)
         A = torch.cat([w[sl_q].T, b[sl_q][None]], 0)
@@ -200,18 +200,19 @@ def rope_rotations(model: nn.Module, positions: torch.Tensor) -> torch.Tensor:
     rot = getattr(base, "rotary_emb", None)
     if rot is None:
         raise TypeError(f"{type(model).__name__} has no rotary_emb: not a rotary model")
-    positions = torch.as_tensor(positions).long().flatten()
+    dev = next(model.parameters()).device
+    positions = torch.as_tensor(positions, device=dev).long().flatten()
     cfg = model.config
     dh = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    dummy = torch.zeros(1, positions.numel(), dh, dtype=torch.float32)
+    dummy = torch.zeros(1, positions.numel(), dh, dtype=torch.float32, device=dev)
     cos, sin = rot(dummy, positions[None])
     cos, sin = cos[0].float(), sin[0].float()  # [P, rd]; rd < dh for partial rotary (GPT-NeoX)
     rd = cos.shape[-1]
     half = rd // 2
-    M = torch.zeros(rd, rd)
+    M = cos.new_zeros(rd, rd)
     M[torch.arange(half), torch.arange(half) + half] = -1.0
     M[torch.arange(half) + half, torch.arange(half)] = 1.0
-    R = torch.eye(dh).repeat(positions.numel(), 1, 1)
+    R = torch.eye(dh, device=cos.device).repeat(positions.numel(), 1, 1)
     R[:, :rd, :rd] = torch.diag_embed(cos) + torch.diag_embed(sin) @ M
     return R
 
@@ -319,7 +320,7 @@ def ov_factors(
     wv, wo = _raw_ov_factors(model, layer, head)
     if fold_ln:
         name = _raw_head_factors(model, layer, head).input_module
-        zero = torch.zeros(1, wv.shape[1])
+        zero = wv.new_zeros(1, wv.shape[1], dtype=torch.float32)
         wv = fold_norm(model, name, torch.cat([wv.float(), zero], 0))[:-1]
     return wv, wo
 
