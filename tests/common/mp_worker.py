@@ -30,6 +30,23 @@ def _length_reward(completions, completion_ids, **_):
     return [float(len(ids) >= 3) for ids in completion_ids]
 
 
+class HashEmbedder:
+    """A deterministic bag-of-words embedder for Geo-RL (float32, never zero)."""
+
+    def encode(self, texts):
+        out = torch.zeros(len(texts), 8)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i, sum(map(ord, w)) % 7] += 1.0
+            out[i, -1] += 0.1
+        return out
+
+
+def _quality(prompts, completions, completion_ids, **_):
+    """A Geo-RL grounding quality in (0, 1] that varies inside a group."""
+    return [0.3 + 0.3 * (len(ids) % 3) for ids in completion_ids]
+
+
 def _deterministic(base):
     """A trainer whose rollouts depend only on the prompt and the global position (no sampling)."""
 
@@ -69,7 +86,9 @@ def _grpo_args(out: str, per_device: int, **extra):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--trainer", choices=["grpo", "maxrl", "sft"], required=True)
+    parser.add_argument(
+        "--trainer", choices=["grpo", "maxrl", "sft", "apo", "georl", "kmkc"], required=True
+    )
     parser.add_argument("--per-device", type=int, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -93,7 +112,23 @@ def main() -> None:
         trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tok)
     else:
         data = Dataset.from_dict({"prompt": PROMPTS})
-        if args.trainer == "maxrl":
+        kw, extra = _grpo_args(str(out / "trl"), args.per_device), {}
+        if args.trainer == "apo":
+            from methods.apo.trainer import APOConfig, APOTrainer
+
+            base, config = APOTrainer, APOConfig(**kw)
+        elif args.trainer == "georl":
+            from methods.georl import GeoRLGRPOConfig
+            from methods.georl.trainer import GeoRLTrainer
+
+            base, config = GeoRLTrainer, GeoRLGRPOConfig(**kw)
+            extra = {"embedder": HashEmbedder(), "reward_funcs": _quality}
+        elif args.trainer == "kmkc":
+            from methods.kmkc import CDKCConfig, CDKCTrainer
+
+            base, config = CDKCTrainer, CDKCConfig(**kw)
+            data = data.add_column("region", ["mastered", "confused", "missing", "missing"])
+        elif args.trainer == "maxrl":
             from methods.maxrl.trainer import MaxRLConfig, MaxRLTrainer
 
             base, config = (
@@ -107,10 +142,10 @@ def main() -> None:
 
             base = GroupAdvantageGRPOTrainer
             config = GRPOConfig(**_grpo_args(str(out / "trl"), args.per_device))
+        extra.setdefault("reward_funcs", _length_reward)
         trainer = _deterministic(base)(
-            model=model, reward_funcs=_length_reward, args=config, train_dataset=data,
-            processing_class=tok,
-        )  # fmt: skip
+            model=model, args=config, train_dataset=data, processing_class=tok, **extra
+        )
     trainer.train()
     acc = trainer.accelerator
     record = {"world": acc.num_processes}

@@ -31,7 +31,7 @@ def _run(cmd: list[str]) -> None:
     assert out.returncode == 0, out.stderr[-4000:]
 
 
-@pytest.mark.parametrize("trainer", ["grpo", "maxrl", "sft"])
+@pytest.mark.parametrize("trainer", ["grpo", "maxrl", "sft", "apo", "georl", "kmkc"])
 def test_two_processes_match_one(trainer, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     _run(
@@ -57,7 +57,11 @@ def test_two_processes_match_one(trainer, tmp_path):
     assert r0["rewards"] == r1["rewards"]  # gathered: the whole group on both ranks
     rewards = torch.tensor(r0["rewards"])  # [B, N]
     assert rewards.shape[1] == 4 and bool((rewards.std(dim=1) > 0).all())
-    if trainer == "maxrl":
+    if trainer in ("apo", "georl", "kmkc"):
+        # the one-process run holds every group whole: the split run must give its advantages
+        expected = torch.tensor(json.loads((one / "record0.json").read_text())["advantages"])
+        assert bool((expected != 0).any())
+    elif trainer == "maxrl":
         from methods.maxrl import maxrl_advantages
 
         expected = maxrl_advantages(rewards)
