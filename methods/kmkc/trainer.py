@@ -268,7 +268,8 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
             self._band_calls += 1
             if self._band_calls >= self.args.stabilize_batches:
                 lo, hi = self.args.stabilize_quantiles
-                vals = torch.tensor(self._band_values)
+                # every process's H̄ values: one band for all ranks, as with one process
+                vals = self.accelerator.gather(torch.tensor(self._band_values, device=h.device))
                 self.band = (float(vals.quantile(lo)), float(vals.quantile(hi)))
                 self.log_metric("cdkc/band_lo", self.band[0])
                 self.log_metric("cdkc/band_hi", self.band[1])

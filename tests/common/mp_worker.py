@@ -126,7 +126,8 @@ def main() -> None:
         elif args.trainer == "kmkc":
             from methods.kmkc import CDKCConfig, CDKCTrainer
 
-            base, config = CDKCTrainer, CDKCConfig(**kw)
+            # the confused band freezes after step 1 and shapes the loss of step 2
+            base, config = CDKCTrainer, CDKCConfig(**kw, stabilize_batches=1)
             data = data.add_column("region", ["mastered", "confused", "missing", "missing"])
         elif args.trainer == "maxrl":
             from methods.maxrl.trainer import MaxRLConfig, MaxRLTrainer
@@ -152,6 +153,7 @@ def main() -> None:
     if args.trainer != "sft":
         record["rewards"] = trainer.last_rewards.tolist()  # [B, N], gathered over processes
         record["advantages"] = trainer.last_advantages.tolist()
+        record["band"] = getattr(trainer, "band", None)  # kmkc: the frozen confused band
     out.mkdir(parents=True, exist_ok=True)
     (out / f"record{acc.process_index}.json").write_text(json.dumps(record))
     if acc.is_main_process:

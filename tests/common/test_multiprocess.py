@@ -61,6 +61,10 @@ def test_two_processes_match_one(trainer, tmp_path):
         # the one-process run holds every group whole: the split run must give its advantages
         expected = torch.tensor(json.loads((one / "record0.json").read_text())["advantages"])
         assert bool((expected != 0).any())
+        band = json.loads((one / "record0.json").read_text())["band"]
+        assert r0["band"] == r1["band"] and (band is None) == (trainer != "kmkc")
+        if band is not None:  # kmkc: the band is a quantile of all ranks' H̄, as with one process
+            torch.testing.assert_close(torch.tensor(r0["band"]), torch.tensor(band))
     elif trainer == "maxrl":
         from methods.maxrl import maxrl_advantages
 
