@@ -84,10 +84,54 @@ def _grpo_args(out: str, per_device: int, **extra):
     )
 
 
+def _pgrpo(out: Path, per_device: int):
+    """ThreadWeaver's P-GRPO on the toy tokenizer: alternate rows follow a correct parallel trace
+    and a wrong sequential one (the oracle engine of the threadweaver tests)."""
+    from datasets import Dataset
+
+    from common.rl import cpu_grpo_kwargs
+    from methods.threadweaver import (
+        PGRPOConfig,
+        PGRPOReward,
+        PGRPOTrainer,
+        Trajectory,
+        extract_units,
+    )
+    from methods.threadweaver.toy import make_codebook, toy_tokenizer, toy_trajectory
+    from tests.methods.test_threadweaver import MixedOracle, _small_model
+
+    tok = toy_tokenizer(n_symbols=4, chain_len=4)
+    cb = make_codebook(4, 4, seed=0)
+    t1, t2 = toy_trajectory([0, 2], cb, "par"), toy_trajectory([1, 3, 0], cb, "par")
+    par = Trajectory([t1.segments[0], " ; ", t2.segments[0]], t2.final)
+    seq = Trajectory(toy_trajectory([0, 2], cb, "seq").segments, "A: c0 c0")  # wrong answer
+
+    def enc(s):
+        return tok(s, add_special_tokens=False)["input_ids"]
+
+    prompt = [tok.bos_token_id, *enc("Q: s0 s2\n")]
+    engine = MixedOracle(*(extract_units(prompt, t, enc, tok.eos_token_id)[1] for t in (par, seq)))
+    engine.n_prompt = len(prompt)
+    ds = Dataset.from_list([{"prompt": tok.decode(prompt), "answer": par.final}] * 8)
+    kw = cpu_grpo_kwargs(
+        output_dir=str(out / "trl"), max_steps=2, learning_rate=0.5, optim="sgd",
+        lr_scheduler_type="constant", per_device_train_batch_size=per_device, num_generations=N,
+        shuffle_dataset=False,
+    )  # fmt: skip
+    reward = PGRPOReward(verify=lambda text, g: text.replace("<eos>", "").endswith(g))
+    return PGRPOTrainer(
+        model=_small_model(len(tok), "qwen3"), args=PGRPOConfig(**kw, rollout_budget_tokens=200),
+        train_dataset=ds, processing_class=tok, reward_funcs=[reward],
+        engine_factory=lambda tr: engine,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "--trainer", choices=["grpo", "maxrl", "sft", "apo", "georl", "kmkc"], required=True
+        "--trainer",
+        choices=["grpo", "maxrl", "sft", "apo", "georl", "kmkc", "pgrpo"],
+        required=True,
     )
     parser.add_argument("--per-device", type=int, required=True)
     parser.add_argument("--out", required=True)
@@ -99,7 +143,10 @@ def main() -> None:
     torch.manual_seed(0)
     model, tok = tiny_causal_lm("qwen2", seed=0)
     out = Path(args.out)
-    if args.trainer == "sft":
+    if args.trainer == "pgrpo":
+        trainer = _pgrpo(out, args.per_device)
+        model = trainer.model
+    elif args.trainer == "sft":
         from trl import SFTConfig, SFTTrainer
 
         data = Dataset.from_dict({"text": [p + " " + str(i) for i, p in enumerate(PROMPTS * 2)]})
@@ -147,6 +194,9 @@ def main() -> None:
         trainer = _deterministic(base)(
             model=model, args=config, train_dataset=data, processing_class=tok, **extra
         )
+    if trainer.accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "init.pt")
     trainer.train()
     acc = trainer.accelerator
     record = {"world": acc.num_processes}
