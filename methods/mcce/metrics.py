@@ -34,11 +34,23 @@ def hypervolume(
 
     Returns:
         The dominated volume; 0 for no points. The maximum is ref^m.
+
+    Raises:
+        ValueError: a non-finite objective value or ``ref`` (a NaN point would otherwise be dropped
+            silently by the box test).
     """
+    if not np.isfinite(ref):
+        raise ValueError(f"ref must be finite, got {ref!r}")
     if isinstance(cands, np.ndarray):
         t = np.asarray(cands, dtype=float)
         if t.ndim != 2:
             raise ValueError(f"cands must be 2-D [n, m] when an array, got shape {t.shape}")
+        bad = np.flatnonzero(~np.isfinite(t).all(axis=1))
+        if bad.size:
+            raise ValueError(
+                f"hypervolume: {bad.size} point(s) with a non-finite objective (first: row {bad[0]}, "
+                f"t={t[bad[0]].tolist()}); score or drop them before computing HV"
+            )
         order = np.argsort(-(t.shape[1] - t.sum(1)), kind="stable")
         t = t[order]
     else:
@@ -46,6 +58,8 @@ def hypervolume(
         if not ranked:
             return 0.0
         t = np.stack([c.t for c in ranked])  # [n, m]
+        if not np.isfinite(t).all():
+            raise ValueError("hypervolume: a candidate has a non-finite objective; score it first")
     if len(t) == 0:
         return 0.0
     if top is not None:

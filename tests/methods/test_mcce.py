@@ -161,6 +161,15 @@ def test_nsga2_so_select_properties():
 
 
 # --------------------------------------------------------------------------- metrics
+def test_hypervolume_refuses_nan_points():
+    y = np.array([[0.2, 0.3], [np.nan, 0.1], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="non-finite objective.*row 1"):
+        hypervolume(y, ref=1.1, top=None)
+    with pytest.raises(ValueError, match="ref must be finite"):
+        hypervolume(y[[0, 2]], ref=float("nan"))
+    assert hypervolume(y[[0, 2]], ref=1.1, top=None) > 0
+
+
 def test_hypervolume_closed_forms_and_monte_carlo():
     y = np.array([[0.2, 0.5, 0.9]])
     assert hypervolume(y, ref=1.1, top=None) == pytest.approx(np.prod(1.1 - y[0]))
