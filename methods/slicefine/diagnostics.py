@@ -114,10 +114,10 @@ def local_ticket_test(
                 mask[p : p + r, :] = True
             else:
                 mask[:, p : p + r] = True
-            step = lr * grad * mask
-            w -= step
+            w0 = w.detach().clone()
+            w -= lr * grad * mask
             deltas.append(float(loss_fn() - base_loss))
-            w += step
+            w.copy_(w0)  # bit-exact restore ((w - s) + s can differ from w in the last ulp)
     w.requires_grad_(was)
     d = np.asarray(deltas)
     return {"win_rate": float((d < 0).mean()), "mean_delta_loss": float(d.mean())}

@@ -36,6 +36,46 @@ def _check_r(r: int, orient: str, d_out: int, d_in: int) -> int:
     return dim
 
 
+class _SliceLinearFn(torch.autograd.Function):
+    """One autograd node for y = x Wᵀ + b with the slice update added in place (our inference).
+
+    Forward: one full matmul plus an r-wide one written into the output's slice (no concatenated
+    copy of y). Backward: ∂x = ∂y W (+ the slice's term), ∂delta = the slice of ∂yᵀ x; W is frozen,
+    so its gradient is never formed. Saves only x (as the LoRA branch does), W and delta.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, delta, start: int, stop: int, row: bool):
+        y = F.linear(x, weight, bias)  # [..., d_out]
+        if row:
+            y[..., start:stop] += F.linear(x, delta)  # [..., r]
+        else:
+            y += F.linear(x[..., start:stop], delta)
+        ctx.save_for_backward(x, weight, delta)
+        ctx.slice = (start, stop, row)
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight, delta = ctx.saved_tensors
+        start, stop, row = ctx.slice
+        gx = gdelta = gbias = None
+        if ctx.needs_input_grad[0]:
+            gx = gy @ weight  # [..., d_in]
+            if row:
+                gx += gy[..., start:stop] @ delta
+            else:
+                gx[..., start:stop] += gy @ delta
+        if ctx.needs_input_grad[3]:
+            g2 = gy.reshape(-1, gy.shape[-1])
+            x2 = x.reshape(-1, x.shape[-1])
+            gdelta = g2[:, start:stop].T @ x2 if row else g2.T @ x2[:, start:stop]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gbias = gy.reshape(-1, gy.shape[-1]).sum(0)
+        return gx, None, gbias, gdelta, None, None, None
+
+
 class SliceFineLinear(nn.Module):
     """A frozen ``nn.Linear`` with one trainable row or column slice (forward math our
     inference, equivalent to W₀ + M ⊙ U).
@@ -88,12 +128,15 @@ class SliceFineLinear(nn.Module):
         return self.orient, self.pos, self.pos + self.r
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)  # [..., d_out]
         start, stop = self.pos, self.pos + self.r
-        if self.orient == "row":
-            upd = F.linear(x, self.delta)  # [..., r]
-            return torch.cat([y[..., :start], y[..., start:stop] + upd, y[..., stop:]], dim=-1)
-        return y + F.linear(x[..., start:stop], self.delta)  # [..., d_out]
+        w, b = self.base.weight, self.base.bias
+        if w.requires_grad:  # someone unfroze the base weight: plain autograd keeps it correct
+            y = self.base(x)  # [..., d_out]
+            if self.orient == "row":
+                upd = F.linear(x, self.delta)  # [..., r]
+                return torch.cat([y[..., :start], y[..., start:stop] + upd, y[..., stop:]], -1)
+            return y + F.linear(x[..., start:stop], self.delta)  # [..., d_out]
+        return _SliceLinearFn.apply(x, w, b, self.delta, start, stop, self.orient == "row")
 
     @torch.no_grad()
     def commit(self) -> None:

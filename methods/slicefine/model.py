@@ -11,8 +11,9 @@ weight and activates the next one, synchronously across layers:
 - ``mode="alternate"``: row and column blocks alternate, each with its own cursor (our inference).
 
 ``merge_and_unload`` returns the original module classes with the update folded in (zero new
-parameters); ``slice_state_dict`` is the compact artifact: the final values of every touched row and
-column, which restore the merged weights bit-exactly on top of the base model.
+parameters); ``slice_state_dict`` / ``save_slices`` is the compact artifact: the final values of the
+touched rows and columns (each entry once, as contiguous blocks), which restore the merged weights
+bit-exactly on top of the base model.
 """
 
 from __future__ import annotations
@@ -151,24 +152,36 @@ class SliceFineModel(nn.Module):
         self.num_switches += 1
 
     @torch.no_grad()
-    def slice_state_dict(self) -> dict[str, dict[str, torch.Tensor | str]]:
-        """The compact artifact: per layer, the final values of every touched row and column.
+    def slice_state_dict(self) -> dict[str, torch.Tensor]:
+        """The compact artifact: the final values of the touched slices, nothing else.
 
-        Loading it on top of the untouched base model reproduces the merged weights bit-exactly.
+        Flat ``{key: tensor}`` (safetensors-ready). Per layer, every maximal run of touched rows
+        ``[a, b)`` is stored as ``"<layer>.rows.<a>-<b>"`` = W[a:b, :], and every run of touched
+        columns ``[c, d)`` as ``"<layer>.cols.<c>-<d>"`` = W[untouched rows, c:d] (the crossing with
+        touched rows is already in the row blocks). The payload is therefore exactly the touched
+        entries, each once; loading it on top of the untouched base model reproduces the merged
+        weights bit-exactly.
         """
-        out = {}
+        out: dict[str, torch.Tensor] = {}
         for name, layer in self.layers.items():
             w = layer.effective_weight()
-            rows = torch.tensor(sorted(layer.touched_rows), dtype=torch.long)
-            cols = torch.tensor(sorted(layer.touched_cols), dtype=torch.long)
-            out[name] = {
-                "rows": rows,
-                "row_values": w[rows, :].clone(),
-                "cols": cols,
-                "col_values": w[:, cols].clone(),
-                "shape": torch.tensor(tuple(w.shape)),
-            }
+            rows = sorted(layer.touched_rows)
+            for a, b in _runs(rows):
+                out[f"{name}.rows.{a}-{b}"] = w[a:b, :].contiguous()
+            keep = _untouched(rows, w.shape[0])
+            if keep.numel():
+                for c, d in _runs(sorted(layer.touched_cols)):
+                    out[f"{name}.cols.{c}-{d}"] = w[keep, c:d].contiguous()
         return out
+
+    def save_slices(self, path) -> int:
+        """Writes :meth:`slice_state_dict` as a safetensors file; returns its size in bytes."""
+        import os
+
+        from safetensors.torch import save_file
+
+        save_file(self.slice_state_dict(), str(path))
+        return os.path.getsize(path)
 
     @torch.no_grad()
     def merge_and_unload(self) -> nn.Module:
@@ -184,26 +197,80 @@ class SliceFineModel(nn.Module):
         return self.model
 
 
+def _runs(sorted_idx: list[int]) -> list[tuple[int, int]]:
+    """Maximal runs ``[a, b)`` of consecutive integers in a sorted list."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted_idx:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def _untouched(sorted_rows: list[int], n: int) -> torch.Tensor:
+    keep = torch.ones(n, dtype=torch.bool)
+    if sorted_rows:
+        keep[torch.tensor(sorted_rows, dtype=torch.long)] = False
+    return keep.nonzero().squeeze(1)
+
+
+def _parse_key(key: str) -> tuple[str, str, int, int]:
+    try:
+        name, kind, span = key.rsplit(".", 2)
+        a, b = (int(v) for v in span.split("-"))
+    except ValueError:
+        raise ValueError(
+            f"artifact key {key!r} is not '<layer>.rows.<a>-<b>' or '<layer>.cols.<c>-<d>'"
+        ) from None
+    if kind not in ("rows", "cols") or not 0 <= a < b:
+        raise ValueError(f"artifact key {key!r}: kind must be rows|cols and 0 <= a < b")
+    return name, kind, a, b
+
+
 @torch.no_grad()
-def load_slice_state_dict(model: nn.Module, artifact: dict[str, dict]) -> nn.Module:
-    """Writes a ``slice_state_dict`` into the matching ``nn.Linear``s of a base model (in place).
+def load_slice_state_dict(model: nn.Module, artifact) -> nn.Module:
+    """Writes a ``slice_state_dict`` (dict or safetensors path) into a base model's ``nn.Linear``s.
 
     Raises:
-        ValueError: on a missing module or a shape mismatch.
+        ValueError: on a missing module, a malformed key, or a block whose shape does not fit
+            the model's weight.
     """
+    if not isinstance(artifact, dict):
+        from safetensors.torch import load_file
+
+        artifact = load_file(str(artifact))
     modules = dict(model.named_modules())
-    for name, entry in artifact.items():
+    per_layer: dict[str, dict[str, list]] = {}
+    for key, value in artifact.items():
+        name, kind, a, b = _parse_key(key)
         if name not in modules or not isinstance(modules[name], nn.Linear):
             raise ValueError(f"artifact layer {name!r} is not an nn.Linear of this model")
+        per_layer.setdefault(name, {"rows": [], "cols": []})[kind].append((a, b, value))
+    for name, blocks in per_layer.items():
         w = modules[name].weight
-        if tuple(entry["shape"].tolist()) != tuple(w.shape):
+        d_out, d_in = w.shape
+        rows = sorted(i for a, b, _ in blocks["rows"] for i in range(a, b))
+        keep = _untouched(rows, d_out) if _rows_fit(rows, d_out) else None
+        checks = [(b <= d_out and tuple(v.shape) == (b - a, d_in)) for a, b, v in blocks["rows"]]
+        checks += [
+            (keep is not None and b <= d_in and tuple(v.shape) == (keep.numel(), b - a))
+            for a, b, v in blocks["cols"]
+        ]
+        if not all(checks):
             raise ValueError(
-                f"artifact layer {name!r} has shape {tuple(entry['shape'].tolist())}, "
-                f"the model's weight is {tuple(w.shape)}"
+                f"artifact layer {name!r}: a block's shape does not fit the model's weight "
+                f"{tuple(w.shape)} (rows blocks [b-a, d_in], cols blocks [untouched rows, d-c])"
             )
-        w[:, entry["cols"]] = entry["col_values"].to(w)
-        w[entry["rows"], :] = entry["row_values"].to(w)
+        for a, b, v in blocks["rows"]:
+            w[a:b, :] = v.to(w)
+        for a, b, v in blocks["cols"]:
+            w[keep, a:b] = v.to(w)
     return model
+
+
+def _rows_fit(rows: list[int], n: int) -> bool:
+    return not rows or rows[-1] < n
 
 
 def apply_slicefine(

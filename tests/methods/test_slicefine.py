@@ -164,11 +164,13 @@ def test_slice_artifact_roundtrip_bit_exact(lm, tiny_tok):
     restored = load_slice_state_dict(base_copy, artifact)
     for (k, a), (_, b) in zip(merged.state_dict().items(), restored.state_dict().items()):
         assert torch.equal(a, b), k
-    n_artifact = sum(v["row_values"].numel() + v["col_values"].numel() for v in artifact.values())
+    n_artifact = sum(v.numel() for v in artifact.values())
     assert n_artifact < sum(p.numel() for p in merged.parameters()) / 20  # compact
-    bad = {next(iter(artifact)): {**next(iter(artifact.values())), "shape": torch.tensor([1, 1])}}
+    key, val = next(iter(artifact.items()))
     with pytest.raises(ValueError, match="shape"):
-        load_slice_state_dict(base_copy, bad)
+        load_slice_state_dict(base_copy, {key: val[:, :-1]})
+    with pytest.raises(ValueError, match="artifact key"):
+        load_slice_state_dict(base_copy, {key.rsplit(".", 1)[0] + ".x-y": val})
 
 
 def test_callback_switches_inside_hf_trainer(tmp_path):
@@ -488,3 +490,81 @@ def test_train_bias_option_of_the_paper_paths(train_bias):
     merged = sf.merge_and_unload()
     merged_bias = merged.bert.encoder.layer[0].attention.self.query.bias
     assert torch.equal(merged_bias, before) is not train_bias
+
+
+@pytest.mark.parametrize("orient", ["row", "column"])
+def test_fused_slice_node_matches_dense_effective_weight(orient):
+    # Issue 33 point 4: the one-node forward/backward equals y = x W_effᵀ + b in value and in every
+    # gradient (input, slice, bias), with a non-zero slice so the slice's ∂x term is exercised.
+    torch.manual_seed(0)
+    layer = SliceFineLinear(nn.Linear(12, 10), r=3, orient=orient, pos=5)
+    layer.base.bias.requires_grad_(True)
+    with torch.no_grad():
+        layer.delta.normal_()
+    w_eff = layer.effective_weight().requires_grad_(True)
+    b_ref = layer.base.bias.detach().clone().requires_grad_(True)
+    x = torch.randn(2, 7, 12, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    g = torch.randn(2, 7, 10)
+    y = layer(x)
+    y_ref = nn.functional.linear(x_ref, w_eff, b_ref)
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    (y * g).sum().backward()
+    (y_ref * g).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(layer.base.bias.grad, b_ref.grad, atol=1e-5, rtol=1e-5)
+    sl = w_eff.grad[5:8, :] if orient == "row" else w_eff.grad[:, 5:8]
+    torch.testing.assert_close(layer.delta.grad, sl, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["row", "alternate"])
+def test_saved_artifact_is_exactly_the_touched_slices(lm, tiny_tok, tmp_path, mode):
+    # Issue 33 point 4: the file round-trips bit-exactly and its tensor payload is the touched
+    # entries once each (brute-force mask count), not whole matrices.
+    import json
+    import struct
+
+    base_copy = copy.deepcopy(lm)
+    ids = _ids(tiny_tok)
+    sm = apply_slicefine(lm, TARGETS, r=3, mode=mode, seed=0)
+    opt = torch.optim.SGD(sm.delta_parameters(), lr=0.1)
+    for step in range(6):
+        opt.zero_grad()
+        sm(ids, labels=ids).loss.backward()
+        opt.step()
+        if step % 2 == 1:
+            sm.switch()
+    touched = 0
+    for layer in sm.layers.values():
+        mask = torch.zeros(layer.d_out, layer.d_in, dtype=torch.bool)
+        mask[sorted(layer.touched_rows), :] = True
+        mask[:, sorted(layer.touched_cols)] = True
+        touched += int(mask.sum()) * layer.base.weight.element_size()
+    path = tmp_path / "slices.safetensors"
+    size = sm.save_slices(path)
+    (header_len,) = struct.unpack("<Q", path.read_bytes()[:8])
+    assert size - 8 - header_len == touched  # payload = touched-slice bytes exactly
+    header = json.loads(path.read_bytes()[8 : 8 + header_len])
+    assert all(k.rsplit(".", 2)[1] in ("rows", "cols") for k in header if k != "__metadata__")
+    merged = sm.merge_and_unload()
+    restored = load_slice_state_dict(base_copy, path)
+    for (k, a), (_, b) in zip(merged.state_dict().items(), restored.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
+def test_static_slice_artifact_no_larger_than_peft_lora_adapter(tmp_path):
+    # Issue 33 point 4: at matched trainable parameters (row slice 2r of a square d×d matrix has
+    # 2r·d = LoRA rank r's r·(d+d)), the saved slice file is no larger than PEFT's adapter file.
+    from peft import LoraConfig, get_peft_model
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+
+    lora = get_peft_model(net(), LoraConfig(r=4, target_modules=["0", "2"]))
+    lora.save_pretrained(tmp_path / "lora")
+    lora_size = (tmp_path / "lora" / "adapter_model.safetensors").stat().st_size
+    sm = apply_slicefine(net(), ["0", "2"], r=8, mode="row", switch_every=None)
+    n_lora = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert sm.trainable_parameters() == n_lora
+    assert sm.save_slices(tmp_path / "s.safetensors") <= lora_size
