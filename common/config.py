@@ -322,7 +322,38 @@ def trainer_config(config_cls: type, node: dict[str, Any] | None = None, **defau
     """
     node = dict(node or {})
     check_trainer_node(config_cls, node, "trainer")
-    return config_cls(**{**defaults, **node})
+    return config_cls(**checkpointing_kwargs(config_cls, {**defaults, **node}))
+
+
+_RENAMED = (
+    ("gradient_checkpointing", "activation_checkpointing"),
+    ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+)
+
+
+def checkpointing_kwargs(config_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with transformers 5's names for activation checkpointing, the value kept.
+
+    TRL's configs default ``gradient_checkpointing=True``, a name transformers 5 deprecates: building
+    one without ``activation_checkpointing`` warns. The old names (still accepted in presets, where
+    the paper's scripts use them) are moved to the new ones, and an unset ``activation_checkpointing``
+    takes the class's default, so the config means the same and builds without a warning.
+
+    Raises:
+        ConfigError: when both the old and the new name of one setting are given.
+    """
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    out = dict(kwargs)
+    for old, new in _RENAMED:
+        if new not in fields:
+            continue  # an older transformers: nothing to rename
+        if old in out and new in out:
+            raise ConfigError(f"give {new!r} or its deprecated alias {old!r}, not both")
+        if old in out:
+            out[new] = out.pop(old)
+        elif new not in out and old in fields and fields[old].default is not None:
+            out[new] = fields[old].default
+    return out
 
 
 def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:

@@ -309,6 +309,7 @@ def cpu_grpo_kwargs(**overrides: Any) -> dict[str, Any]:
         "output_dir": "outputs/grpo_cpu",
         "bf16": False,
         "fp16": False,
+        "activation_checkpointing": False,  # transformers 5's name: no deprecation warning
         "use_cpu": True,
         "report_to": "none",
         "save_strategy": "no",

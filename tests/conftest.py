@@ -17,6 +17,14 @@ import torch  # noqa: E402
 torch.set_num_threads(2)
 
 
+def pytest_configure(config):
+    """The third-party warning filters of common/_warnings.py, the one place they are listed."""
+    from common._warnings import pytest_filters
+
+    for line in pytest_filters():
+        config.addinivalue_line("filterwarnings", line)
+
+
 @pytest.fixture(scope="session")
 def tiny_tok():
     """The tiny byte-level BPE tokenizer (shared; do not mutate)."""

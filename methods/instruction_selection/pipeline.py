@@ -46,11 +46,15 @@ def _attach_lora(model, cfg: Any, seed: int):
     from peft import LoraConfig, get_peft_model
 
     targets = cfg.lora_targets[0] if cfg.lora_targets == ["all-linear"] else list(cfg.lora_targets)
+    from transformers.pytorch_utils import Conv1D
+
     lcfg = LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
+        # GPT-2's Conv1D stores weights [in, out]: say so (peft would switch it on with a warning)
+        fan_in_fan_out=any(isinstance(m, Conv1D) for m in model.modules()),
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

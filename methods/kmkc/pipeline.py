@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from common.config import checkpointing_kwargs
 from common.generation import SamplingParams
 
 from .augment import AugmentConfig, build_cgke_dataset
@@ -228,7 +229,7 @@ def sft_cgke(model: Any, tokenizer: Any, dataset: Any, cfg: PaperConfig, out: Pa
     kwargs.update(cfg.sft)
     trainer = SFTTrainer(
         model=model,
-        args=SFTConfig(output_dir=str(out), **kwargs),
+        args=SFTConfig(**checkpointing_kwargs(SFTConfig, {"output_dir": str(out), **kwargs})),
         train_dataset=pc,
         processing_class=tokenizer,
     )

@@ -15,6 +15,23 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
+
+
+class _SameConv2d(nn.Conv2d):
+    """``nn.Conv2d(..., padding="same")`` with the zero padding applied explicitly.
+
+    Same output as torch's ``"same"`` (for an even kernel the extra zero goes right/bottom), without
+    the warning torch raises for an even kernel, which copies the padded input anyway.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: tuple[int, int]):
+        super().__init__(in_channels, out_channels, kernel_size, padding=0)
+        kh, kw = self.kernel_size
+        self._pad = ((kw - 1) // 2, kw - 1 - (kw - 1) // 2, (kh - 1) // 2, kh - 1 - (kh - 1) // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, self._pad))
 
 
 class SALO(nn.Module):
@@ -64,7 +81,7 @@ class SALO(nn.Module):
         self.hidden_dim, self.layer_kernel, self.pooling = hidden_dim, layer_kernel, pooling
         self.branches = nn.ModuleList(
             nn.Sequential(
-                nn.Conv2d(hidden_dim, n_filters, (layer_kernel, k), padding="same"),
+                _SameConv2d(hidden_dim, n_filters, (layer_kernel, k)),
                 nn.BatchNorm2d(n_filters),
                 nn.ReLU(),
             )

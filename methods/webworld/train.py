@@ -23,6 +23,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
+from common.config import checkpointing_kwargs
 from methods.webworld.data import Trajectory, to_chat
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def _config(base: dict, model_size: str, output_dir: str, overrides: dict[str, A
         kw.update(per_device_train_batch_size=1, gradient_accumulation_steps=4)  # ZeRO-3 (Table 9)
     kw.update(output_dir=output_dir, report_to="none", save_strategy="no", logging_steps=10)
     kw.update(overrides)
-    return SFTConfig(**kw)
+    return SFTConfig(**checkpointing_kwargs(SFTConfig, kw))
 
 
 def stage1_config(model_size: str = "8B", output_dir: str = "outputs/webworld/stage1", **overrides):
