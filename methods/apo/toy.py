@@ -21,6 +21,7 @@ Shape letters: P prompts, A actions, D embedding size, B prompts per step, G gro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 import torch
 
+from common.threads import torch_threads
 from methods.apo.config import BanditArm, BanditConfig
 from methods.apo.loss import apo_policy_loss
 
@@ -224,13 +226,11 @@ def run_toy(run: Any) -> dict[str, float]:
     toy = mc.toy
     arms = main_arms(mc) + list(mc.extra_arms)
     run_dir = Path(run.run_dir)
-    torch_threads = torch.get_num_threads()
-    torch.set_num_threads(mc.threads)
     start = time.time()
     mlog = MetricsLogger(run_dir, use_wandb=str(cfg.get("logger")) == "wandb")
     finals: dict[str, list[dict[str, float]]] = {"base": []}
     curves: dict[str, list[list[dict[str, float]]]] = {}
-    try:
+    with torch_threads(mc.threads), contextlib.closing(mlog):
         jobs = [(s, a) for s in mc.seeds for a in arms]
         problems = {s: make_bandit(toy, int(s)) for s in mc.seeds}
         for s in mc.seeds:
@@ -246,9 +246,6 @@ def run_toy(run: Any) -> dict[str, float]:
                     {f"{arm.name}/seed{seed}/{k}": v for k, v in row.items() if k != "step"},
                     step=int(row["step"]),
                 )
-    finally:
-        torch.set_num_threads(torch_threads)
-        mlog.close()
     metrics = {arm: _mean_std(rows) for arm, rows in finals.items()}
     _plot(
         curves,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from common.threads import torch_threads
 from methods.georl.config import ARM_NAMES, GeoRLConfig, ToyConfig
 from methods.georl.dpp import loo_advantages
 from methods.georl.embed import BagOfFactsEmbedder, TextEmbedder
@@ -298,10 +299,8 @@ def run_toy(run) -> dict[str, float]:
     mcfg = run.method
     # The toy's tensors are tiny: one thread avoids OpenMP spin-waits that slow it 10-30x on a
     # busy 2-core machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     t0 = time.time()
-    try:
+    with torch_threads(1):
         toy = FactSlotToy(mcfg.toy, mcfg.reward, seed=run.seed)
         mlog = MetricsLogger(run.run_dir, use_wandb=run.cfg.get("logger") == "wandb")
         warm = toy.warm_start()
@@ -324,8 +323,6 @@ def run_toy(run) -> dict[str, float]:
             timings[arm] = time.time() - t
             logger.info("georl toy: %s %s (%.1f s)", arm, metrics[arm], timings[arm])
         mlog.close()
-    finally:
-        torch.set_num_threads(threads)
     _plot(metrics, run.run_dir / "coverage_vs_hallucination.png")
     notes = (
         "Arms share one warm start, seed, sample stream and optimiser (REINFORCE, "

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from common.activations import capture
+from common.threads import torch_threads
 from common.tracking import progress
 from methods.kore.config import ToyConfig
 from methods.kore.covariance import collect_input_covariances
@@ -292,18 +293,14 @@ def run_toy(run) -> dict[str, float]:
     from common.tracking import write_results
 
     tc: ToyConfig = run.method.toy
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the toy's matmuls are tiny: extra threads only add contention
     t0 = time.time()
     seeds = [int(run.seed) + s for s in tc.seeds]
     per_seed, diags = [], {}
-    try:
+    with torch_threads(1):  # the toy's matmuls are tiny: extra threads only add contention
         for seed in progress(seeds, desc="kore seeds", unit="seed"):
             m, d = run_seed(tc, seed)
             per_seed.append(m)
             diags[str(seed)] = d
-    finally:
-        torch.set_num_threads(n_threads)
     metrics: dict[str, dict[str, float]] = {}
     for arm in per_seed[0]:
         rows = [m[arm] for m in per_seed]

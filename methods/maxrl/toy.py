@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import torch
-
 from common.config import Run
+from common.threads import torch_threads
 from common.tracking import progress, save_plot, write_results
 
 from .classification import make_gaussian_classes, train_classifier
@@ -42,9 +41,7 @@ def _plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
 def run_toy(run: Run) -> dict[str, float]:
     """Toy T1; writes ``results.json``, ``results.md`` and ``t1_curves.png`` into the run folder."""
     mcfg, start = run.method, time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threading only adds overhead
-    try:
+    with torch_threads(1):  # tiny matmuls: threading only adds overhead
         data = make_gaussian_classes(mcfg.t1, seed=run.seed)
         jobs = [("ce", 1)] if "ce" in mcfg.methods else []
         jobs += [(m, n) for m in mcfg.methods if m != "ce" for n in mcfg.n_rollouts]
@@ -58,8 +55,6 @@ def run_toy(run: Run) -> dict[str, float]:
         for method in mcfg.methods:  # headline arms: each sampled method at the largest N
             if method != "ce":
                 metrics[method] = dict(metrics[f"{method}_N{n_max}"])
-    finally:
-        torch.set_num_threads(threads)
     _plot(curves, run.run_dir / "t1_curves.png")
     notes = (
         f"Toy T1: {mcfg.t1.num_classes} classes, linear policy from zero (pass@1 starts at "
@@ -82,12 +77,8 @@ def run_toy(run: Run) -> dict[str, float]:
 def run_maze(run: Run) -> dict[str, float]:
     """Toy T2: SFT warm start, then GRPO vs MaxRL through MaxRLTrainer (TRL) on mazes."""
     t2, start = run.method.t2, time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         metrics = run_maze_toy(t2, ("grpo", "maxrl"), seed=run.seed, output_dir=str(run.run_dir))
-    finally:
-        torch.set_num_threads(threads)
     notes = (
         f"Toy T2: {t2.size}x{t2.size} Prim mazes, tiny Qwen2 (hidden {t2.hidden_size}); SFT on BFS "
         f"paths until held-out pass@1 >= {t2.sft_band[0]}, then {t2.rl_steps} RL steps of "

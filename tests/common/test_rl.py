@@ -22,6 +22,7 @@ from common.rl import (  # noqa: E402
     reduce_token_loss,
     trl_group_advantages,
 )
+from common.threads import torch_threads  # noqa: E402
 from common.tiny import tiny_causal_lm  # noqa: E402
 
 
@@ -33,10 +34,8 @@ def _reward_distinct_chars(completions, **kwargs):
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Tiny matmuls: one thread is faster, and the CI machine has two cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")
