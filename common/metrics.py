@@ -6,13 +6,20 @@
 - ``hypervolume``: pymoo's exact hypervolume indicator; maximised objectives are negated.
 - ``expected_calibration_error``: equal-width confidence bins, weighted |accuracy − confidence|.
 - ``auroc``: scikit-learn's ROC AUC with input checks.
+- ``spearman``: scipy's rank correlation (average ranks for ties), NaN where it is undefined.
+- ``normalize_answer`` / ``token_f1``: the SQuAD answer normalisation and token-level F1 (Rajpurkar
+  et al., 2016, official evaluation script), optionally mapping number words to digits.
+- ``ci_halfwidth``: half-width of a normal or Student-t confidence interval of a mean (scipy).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import string
+import warnings
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -145,3 +152,113 @@ def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarr
     if len(np.unique(y)) != 2:
         raise ValueError(f"labels must contain both classes, got {np.unique(y).tolist()}")
     return float(roc_auc_score(y, s))
+
+
+def spearman(
+    x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, *, min_n: int = 2
+) -> float:
+    """Spearman's rank correlation ρ of paired samples (``scipy.stats.spearmanr``; ties get average
+    ranks).
+
+    Args:
+        x, y: equal-length 1-D samples.
+        min_n: fewer pairs than this give NaN (some callers ask for 3: ρ of two points is ±1).
+
+    Returns:
+        ρ in [-1, 1]; NaN when there are fewer than ``min_n`` pairs, either side is constant or any
+        value is NaN (ρ is undefined there).
+
+    Raises:
+        ValueError: on mismatched lengths, inputs that are not 1-D, or ``min_n < 2``.
+    """
+    from scipy.stats import spearmanr
+
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"x and y must be equal-length 1-D, got shapes {a.shape} and {b.shape}")
+    if min_n < 2:
+        raise ValueError(f"min_n must be >= 2, got {min_n}")
+    if a.size < min_n or np.isnan(a).any() or np.isnan(b).any() or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(spearmanr(a, b).statistic)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+_NUMBER_WORDS = {
+    w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine".split())
+}
+
+
+def normalize_answer(text: str, *, number_words: bool = False) -> str:
+    """SQuAD answer normalisation: lower-case, drop punctuation and the articles a/an/the, squeeze
+    whitespace (the official SQuAD v1.1 evaluation script).
+
+    Args:
+        text: the answer.
+        number_words: also map the words zero..nine to digits (LoCoMo-style scoring, as epicache's
+            evaluation uses).
+
+    Raises:
+        TypeError: ``text`` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    words = _ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split()
+    if number_words:
+        words = [_NUMBER_WORDS.get(w, w) for w in words]
+    return " ".join(words)
+
+
+def token_f1(pred: str, gold: str, normalize: Callable[[str], str] = normalize_answer) -> float:
+    """Token-level F1 of a prediction against one gold answer (SQuAD): the harmonic mean of the
+    precision and recall of the multiset of shared tokens after ``normalize``.
+
+    Two empty answers score 1, one empty answer scores 0.
+    """
+    p, g = normalize(pred).split(), normalize(gold).split()
+    if not p or not g:
+        return float(p == g)
+    same = sum((Counter(p) & Counter(g)).values())
+    if same == 0:
+        return 0.0
+    prec, rec = same / len(p), same / len(g)
+    return 2 * prec * rec / (prec + rec)
+
+
+def ci_halfwidth(
+    values: Sequence[float] | np.ndarray,
+    level: float = 0.95,
+    dist: str = "normal",
+) -> float:
+    """Half-width of a confidence interval for the mean: q · s / √n, with s the sample standard
+    deviation (ddof 1) and q the two-sided ``level`` quantile of the normal (``dist="normal"``) or
+    Student-t with n − 1 degrees of freedom (``dist="t"``), from ``scipy.stats``.
+
+    Args:
+        values: the samples (one per seed, say).
+        level: the coverage, in (0, 1).
+        dist: ``"normal"`` or ``"t"``.
+
+    Returns:
+        The half-width; NaN for fewer than two values.
+
+    Raises:
+        ValueError: on ``level`` outside (0, 1), an unknown ``dist`` or non-1-D ``values``.
+    """
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1:
+        raise ValueError(f"values must be 1-D, got shape {x.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if dist not in ("normal", "t"):
+        raise ValueError(f"dist must be 'normal' or 't', got {dist!r}")
+    if x.size < 2:
+        return float("nan")
+    tail = 0.5 + level / 2
+    z = stats.norm.ppf(tail) if dist == "normal" else stats.t.ppf(tail, df=x.size - 1)
+    return float(z * x.std(ddof=1) / math.sqrt(x.size))

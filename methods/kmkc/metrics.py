@@ -6,22 +6,12 @@ from the paper; see the deviations table of docs/methods/kmkc.md).
 
 from __future__ import annotations
 
-import re
-import string
 from typing import Literal
 
 import numpy as np
 
 from common.metrics import expected_calibration_error as _equal_width_ece
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD-style normalisation: lowercase, drop punctuation and articles, squeeze whitespace."""
-    text = _ARTICLES.sub(" ", text.lower().translate(_PUNCT))
-    return " ".join(text.split())
+from common.metrics import normalize_answer  # SQuAD normalisation, re-exported by methods.kmkc
 
 
 def check_golds(golds: object) -> list[str]:

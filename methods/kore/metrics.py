@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
+
+from common.metrics import token_f1 as _squad_token_f1
 
 
 def _norm(s: str) -> str:
@@ -26,16 +27,13 @@ def cover_exact_match(pred: str, gold: str) -> float:
 
 
 def token_f1(pred: str, gold: str) -> float:
-    """Word-level F1 between prediction and gold (App. B.3); 0.0 for an empty prediction."""
+    """Word-level F1 between prediction and gold (App. B.3); 0.0 for an empty prediction.
+
+    :func:`common.metrics.token_f1` with this module's normalisation (lower-case, squeeze
+    whitespace; punctuation and articles are kept).
+    """
     _check_gold(gold)
-    p, g = _norm(pred or "").split(), _norm(gold).split()
-    if not p:
-        return 0.0
-    common = sum((Counter(p) & Counter(g)).values())
-    if common == 0:
-        return 0.0
-    prec, rec = common / len(p), common / len(g)
-    return 2 * prec * rec / (prec + rec)
+    return _squad_token_f1(pred or "", gold, normalize=_norm)
 
 
 def knowledge_adaptation(preds: Sequence[str], golds: Sequence[str]) -> dict[str, float]:

@@ -6,11 +6,15 @@ import pytest
 
 from common.metrics import (
     auroc,
+    ci_halfwidth,
     expected_calibration_error,
     hypervolume,
     majority_vote,
     mean_pass_at_k,
+    normalize_answer,
     pass_at_k,
+    spearman,
+    token_f1,
 )
 
 
@@ -97,3 +101,83 @@ def test_auroc():
     assert auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
     with pytest.raises(ValueError, match="both classes"):
         auroc([0.1, 0.2], [1, 1])
+
+
+def _average_ranks(v):
+    """1-based ranks, ties sharing the mean of the positions they span (brute force)."""
+    return [1 + sum(w < x for w in v) + (sum(w == x for w in v) - 1) / 2 for x in v]
+
+
+def test_spearman_is_pearson_of_average_ranks():
+    x = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    y = [2.0, 7.0, 1.0, 8.0, 2.0, 8.0, 1.0, 8.0]  # ties on both sides
+    expect = float(np.corrcoef(_average_ranks(x), _average_ranks(y))[0, 1])
+    assert spearman(x, y) == pytest.approx(expect, abs=1e-12)
+
+
+def test_spearman_sees_only_the_order():
+    x = np.linspace(-2.0, 3.0, 9)
+    assert spearman(x, np.exp(x)) == pytest.approx(1.0)
+    assert spearman(x, -(x**3)) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "min_n"),
+    [
+        ([1.0, 2.0, 3.0], [5.0, 5.0, 5.0], 2),  # constant side
+        ([1.0, 2.0], [1.0, 2.0], 3),  # fewer than min_n pairs
+        ([1.0, 2.0, 3.0], [1.0, math.nan, 2.0], 2),  # NaN value
+    ],
+)
+def test_spearman_is_nan_where_undefined(x, y, min_n):
+    assert math.isnan(spearman(x, y, min_n=min_n))
+
+
+def test_spearman_bad_input():
+    with pytest.raises(ValueError, match="equal-length"):
+        spearman([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="min_n"):
+        spearman([1.0, 2.0], [1.0, 2.0], min_n=1)
+
+
+def test_normalize_answer_squad_rules():
+    assert normalize_answer("  The Cat, sat on a MAT!  ") == "cat sat on mat"
+    assert normalize_answer("theatre an-other") == "theatre another"  # whole words only
+    assert normalize_answer("Two apples and one pear") == "two apples and one pear"
+    assert normalize_answer("Two apples and one pear", number_words=True) == "2 apples and 1 pear"
+    with pytest.raises(TypeError, match="text must be a str"):
+        normalize_answer(None)
+
+
+def test_token_f1_hand_worked():
+    # pred {cat, sat, on, mat} vs gold {cat, on, mat}: precision 3/4, recall 1 -> F1 6/7.
+    assert token_f1("The cat sat on the mat.", "cat on a mat") == pytest.approx(6 / 7)
+    # multiset overlap: min counts x:1, y:1 -> precision = recall = 2/3.
+    assert token_f1("x x y", "x y y") == pytest.approx(2 / 3)
+    assert token_f1("dog", "cat") == 0.0
+    assert token_f1("", "the") == 1.0  # both empty after normalisation
+    assert token_f1("", "cat") == 0.0
+    assert token_f1("Cat!", "cat", normalize=str.lower) == 0.0  # the given normaliser is used
+
+
+def test_ci_halfwidth_matches_scipy_intervals():
+    from scipy import stats
+
+    x = np.array([0.2, 0.5, 0.4, 0.9, 0.7])
+    sem = x.std(ddof=1) / math.sqrt(x.size)
+    lo, hi = stats.t.interval(0.9, x.size - 1, loc=x.mean(), scale=sem)
+    assert ci_halfwidth(x, level=0.9, dist="t") == pytest.approx((hi - lo) / 2)
+    lo, hi = stats.norm.interval(0.95, loc=x.mean(), scale=sem)
+    assert ci_halfwidth(x) == pytest.approx((hi - lo) / 2)
+    assert ci_halfwidth(x) == pytest.approx(1.96 * sem, rel=1e-4)  # the familiar rounded 1.96
+
+
+def test_ci_halfwidth_edges_and_bad_input():
+    assert math.isnan(ci_halfwidth([1.0]))
+    assert ci_halfwidth([2.0, 2.0, 2.0]) == 0.0
+    with pytest.raises(ValueError, match="level"):
+        ci_halfwidth([1.0, 2.0], level=1.0)
+    with pytest.raises(ValueError, match="dist"):
+        ci_halfwidth([1.0, 2.0], dist="bootstrap")
+    with pytest.raises(ValueError, match="1-D"):
+        ci_halfwidth([[1.0, 2.0]])
