@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from common.llm import ScriptedChat
+from common.threads import torch_threads
 from common.tracking import progress
 
 from .augment import AugmentConfig, build_cgke_dataset
@@ -370,6 +371,7 @@ def _plot(diags: dict, path: Path) -> None:
     save_plot(fig, path)
 
 
+@torch_threads(1)  # tiny GPT-2: one thread is as fast, and safe on a shared machine
 def run_toy(run: Any) -> dict[str, float]:
     """``stage=toy``: decay law, regions vs tiers, CGKE vs uniform SFT, GRPO vs CDKC."""
     import statistics
@@ -378,7 +380,6 @@ def run_toy(run: Any) -> dict[str, float]:
     from common.tracking import write_results
 
     tc, arms, cfg = run.method.toy, list(run.method.arms), run.cfg
-    torch.set_num_threads(1)  # tiny GPT-2: one thread is as fast, and safe on a shared machine
     t0 = time.time()
     seeds = [int(run.seed) + s for s in tc.seeds]
     per_seed, diags = [], {}

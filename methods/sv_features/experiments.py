@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from common.threads import torch_threads
 from common.tracking import save_plot, write_results
 from methods.sv_features.alignment import lsq_optimal_omega, whitened_feature_dirs
 from methods.sv_features.toy import multi_pair_pairs, train_toy
@@ -56,79 +57,79 @@ def toy_stage(run) -> dict[str, float]:
 
     rc = run.method
     cfg = run.cfg
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    seed = int(run.seed)
-    run_dir = Path(run.run_dir)
-    metrics: dict[str, dict[str, float]] = {}
-    extra: dict = {"timings_s": {}, "histories": {}}
-    t_all = time.time()
-    keys = ("align_top", "sigma_ratio_12", "ortho_gap", "attn", "recon")
-    if "single" in rc.toys:
-        t0 = time.time()
-        tc = replace(rc.single, seed=seed)
-        _, h1 = train_toy(tc, log_every=rc.log_every)
-        tc0 = replace(rc.single, seed=seed, lam=0.0)
-        _, h0 = train_toy(tc0, log_every=rc.log_every)
-        metrics["single"] = _last(h1, keys) | {"align_init": float(h1[0]["align_top"])}
-        metrics["single_no_attn"] = _last(h0, keys)
-        extra["histories"]["single"] = h1
-        extra["histories"]["single_no_attn"] = h0
-        extra["timings_s"]["single"] = time.time() - t0
-        if rc.plots:
-            _plot_single(h1, h0, run_dir / "toy_a_alignment.png")
-    if "multi" in rc.toys:
-        t0 = time.time()
-        tc = replace(rc.multi, seed=seed, pairs=multi_pair_pairs(**asdict(rc.multi_pairs)))
-        model, hm = train_toy(tc, log_every=max(rc.log_every, tc.steps // 10 or 1))
-        metrics["multi"] = _last(
-            hm,
-            (
-                "align_matched_median",
-                "align_matched_mean",
-                "spearman_sigma_weight",
-                "spearman_rank_weight",
-                "attn",
-                "recon",
+    with torch_threads(min(2, torch.get_num_threads())):
+        seed = int(run.seed)
+        run_dir = Path(run.run_dir)
+        metrics: dict[str, dict[str, float]] = {}
+        extra: dict = {"timings_s": {}, "histories": {}}
+        t_all = time.time()
+        keys = ("align_top", "sigma_ratio_12", "ortho_gap", "attn", "recon")
+        if "single" in rc.toys:
+            t0 = time.time()
+            tc = replace(rc.single, seed=seed)
+            _, h1 = train_toy(tc, log_every=rc.log_every)
+            tc0 = replace(rc.single, seed=seed, lam=0.0)
+            _, h0 = train_toy(tc0, log_every=rc.log_every)
+            metrics["single"] = _last(h1, keys) | {"align_init": float(h1[0]["align_top"])}
+            metrics["single_no_attn"] = _last(h0, keys)
+            extra["histories"]["single"] = h1
+            extra["histories"]["single_no_attn"] = h0
+            extra["timings_s"]["single"] = time.time() - t0
+            if rc.plots:
+                _plot_single(h1, h0, run_dir / "toy_a_alignment.png")
+        if "multi" in rc.toys:
+            t0 = time.time()
+            tc = replace(rc.multi, seed=seed, pairs=multi_pair_pairs(**asdict(rc.multi_pairs)))
+            model, hm = train_toy(tc, log_every=max(rc.log_every, tc.steps // 10 or 1))
+            metrics["multi"] = _last(
+                hm,
+                (
+                    "align_matched_median",
+                    "align_matched_mean",
+                    "spearman_sigma_weight",
+                    "spearman_rank_weight",
+                    "attn",
+                    "recon",
+                ),
+            )
+            extra["histories"]["multi"] = hm
+            extra["timings_s"]["multi"] = time.time() - t0
+            if rc.plots:
+                _plot_multi(model, run_dir / "toy_b_sigma_vs_weight.png")
+        if "closed_form" in rc.toys:
+            t0 = time.time()
+            metrics["closed_form"] = _closed_form(**asdict(rc.closed_form), seed=seed)
+            if rc.plots:
+                _plot_closed_form(asdict(rc.closed_form), seed, run_dir / "toy_c_closed_form.png")
+            extra["timings_s"]["closed_form"] = time.time() - t0
+        if "sad" in rc.toys:
+            t0 = time.time()
+            mcfg = replace(rc.sad, seed=seed)
+            hist_d: list = []
+            dists: dict = {}
+            out = run_match_toy(mcfg, hist_d, max(1, mcfg.steps // 6), dists)
+            metrics["sad_init"] = out["init"]
+            metrics["sad_trained"] = out["trained"]
+            extra["histories"]["sad"] = hist_d
+            if rc.plots:
+                _plot_sad(hist_d, dists, run_dir / "toy_d_sad.png")
+            extra["timings_s"]["sad"] = time.time() - t0
+        return write_results(
+            run_dir,
+            "sv_features",
+            metrics,
+            cfg=cfg,
+            extra=extra,
+            wall_time_s=time.time() - t_all,
+            notes=(
+                "single: align_top = min(|cos(w_i, u_1)|, |cos(w_j, v_1)|) for the target pair; "
+                "single_no_attn: the same toy with lam = 0 (negative control). multi: Hungarian-matched "
+                "alignment of all pairs; spearman_* = rank correlation of sigma (or rank) with pair weight. "
+                "closed_form: sampled lstsq fit vs Sigma_X^-1 X T Y^T Sigma_Y^-1. sad_*: one-layer model on "
+                "the matching task, edge (last, j*), median Rolls-Tovee sparseness / N_recon (lower = "
+                "sparser) in the singular basis and in a random rotation (control)."
             ),
         )
-        extra["histories"]["multi"] = hm
-        extra["timings_s"]["multi"] = time.time() - t0
-        if rc.plots:
-            _plot_multi(model, run_dir / "toy_b_sigma_vs_weight.png")
-    if "closed_form" in rc.toys:
-        t0 = time.time()
-        metrics["closed_form"] = _closed_form(**asdict(rc.closed_form), seed=seed)
-        if rc.plots:
-            _plot_closed_form(asdict(rc.closed_form), seed, run_dir / "toy_c_closed_form.png")
-        extra["timings_s"]["closed_form"] = time.time() - t0
-    if "sad" in rc.toys:
-        t0 = time.time()
-        mcfg = replace(rc.sad, seed=seed)
-        hist_d: list = []
-        dists: dict = {}
-        out = run_match_toy(mcfg, hist_d, max(1, mcfg.steps // 6), dists)
-        metrics["sad_init"] = out["init"]
-        metrics["sad_trained"] = out["trained"]
-        extra["histories"]["sad"] = hist_d
-        if rc.plots:
-            _plot_sad(hist_d, dists, run_dir / "toy_d_sad.png")
-        extra["timings_s"]["sad"] = time.time() - t0
-    return write_results(
-        run_dir,
-        "sv_features",
-        metrics,
-        cfg=cfg,
-        extra=extra,
-        wall_time_s=time.time() - t_all,
-        notes=(
-            "single: align_top = min(|cos(w_i, u_1)|, |cos(w_j, v_1)|) for the target pair; "
-            "single_no_attn: the same toy with lam = 0 (negative control). multi: Hungarian-matched "
-            "alignment of all pairs; spearman_* = rank correlation of sigma (or rank) with pair weight. "
-            "closed_form: sampled lstsq fit vs Sigma_X^-1 X T Y^T Sigma_Y^-1. sad_*: one-layer model on "
-            "the matching task, edge (last, j*), median Rolls-Tovee sparseness / N_recon (lower = "
-            "sparser) in the singular basis and in a random rotation (control)."
-        ),
-    )
 
 
 def _load(run, revision: str | None = None):

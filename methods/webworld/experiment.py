@@ -27,10 +27,9 @@ import statistics
 import tempfile
 import time
 
-import torch
-
 from common.config import Run
 from common.generation import HFGenerator
+from common.threads import torch_threads
 from common.tiny import induction_warmup, tiny_causal_lm
 from common.tracking import write_results
 from methods.webworld.config import WebWorldRunConfig
@@ -223,92 +222,92 @@ def _grammar_texts() -> list[str]:
 def toy_stage(run: Run) -> dict[str, float]:
     """Trains the toy world models, runs the three experiments and writes results.{json,md}."""
     tc = run.method
-    torch.set_num_threads(tc.threads)
-    t0 = time.time()
-    seed = int(run.seed)
-    rng = random.Random(seed)
-    sites = make_sites(tc.n_sites, rng, n_pages=tc.n_pages)
-    train_sites, test_sites = sites[: tc.n_train_sites], sites[tc.n_train_sites :]
-    pool = []
-    while len(pool) < tc.data_sizes[1]:
-        t = crawl(rng.choice(train_sites), rng, tc.min_steps, tc.max_steps)
-        if t.n_transitions:
-            pool.append(t)
-    evals = []
-    while len(evals) < tc.eval_trajectories:
-        t = crawl(rng.choice(test_sites), rng, tc.min_steps, tc.max_steps)
-        if t.n_transitions:
-            evals.append(t)
-    templates = {k: v for k, v in (tc.prompts or {}).items()}
-    full = chat_dataset(pool, **templates)
-    corpus = [m["content"] for r in full for m in r["messages"]] + _grammar_texts()
-    tok = site_tokenizer(corpus, tc.vocab_size, kind=tc.tokenizer)
-    metrics: dict[str, dict[str, float]] = {}
-    gens = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for arm, n in (("data_small", tc.data_sizes[0]), ("data_large", tc.data_sizes[1])):
-            mk = dict(tc.model)
-            arch = mk.pop("arch", "qwen2")
-            model, _ = tiny_causal_lm(arch, seed=seed, tokenizer=tok, **mk)
-            t1 = time.time()
-            # Lookup warm-up on random words (common.tiny.induction_warmup): without it the model
-            # never leaves the context-free-page plateau within this CPU budget (docs, "Toy").
-            n_special = max([*tok.all_special_ids, tok.unk_token_id or 0]) + 1
-            warm = induction_warmup(model, n_special, len(tok), tc.induction_steps, seed=seed)
-            sft = stage1_config(
-                "tiny",
-                output_dir=tmp,
-                learning_rate=tc.lr,
-                lr_scheduler_type=tc.lr_scheduler,
-                num_train_epochs=tc.epochs,
-                per_device_train_batch_size=tc.batch_size,
-                gradient_accumulation_steps=1,
-                packing=False,
-                seed=seed,
-                disable_tqdm=True,
-                logging_steps=tc.log_steps,
-            )
-            model, loss = train_world_model(model, tok, full.select(range(n)), sft)
-            gen = HFGenerator(model, tok, batch_size=32)
-            gens[arm] = gen
-            m = evaluate_effects(gen, evals, "full", tc)
-            m.update(train_loss=loss, train_s=time.time() - t1, n_traj=float(n), **warm)
-            metrics[arm] = m
-            logger.info("%s: %s", arm, m)
-    big = gens["data_large"]
-    metrics["ctx_full"] = {
-        k: v for k, v in metrics["data_large"].items() if k.endswith("_acc") or k == "line_f1"
-    }
-    metrics["ctx_single"] = evaluate_effects(big, evals, "single", tc)
-    for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
-        per_seed = []
-        for s in tc.seeds:
-            succ = [
-                _episode(
-                    test_sites[e % len(test_sites)],
-                    random.Random(1_000_003 * (seed + s) + e),
-                    arm,
-                    tc,
-                    big,
+    with torch_threads(tc.threads):
+        t0 = time.time()
+        seed = int(run.seed)
+        rng = random.Random(seed)
+        sites = make_sites(tc.n_sites, rng, n_pages=tc.n_pages)
+        train_sites, test_sites = sites[: tc.n_train_sites], sites[tc.n_train_sites :]
+        pool = []
+        while len(pool) < tc.data_sizes[1]:
+            t = crawl(rng.choice(train_sites), rng, tc.min_steps, tc.max_steps)
+            if t.n_transitions:
+                pool.append(t)
+        evals = []
+        while len(evals) < tc.eval_trajectories:
+            t = crawl(rng.choice(test_sites), rng, tc.min_steps, tc.max_steps)
+            if t.n_transitions:
+                evals.append(t)
+        templates = {k: v for k, v in (tc.prompts or {}).items()}
+        full = chat_dataset(pool, **templates)
+        corpus = [m["content"] for r in full for m in r["messages"]] + _grammar_texts()
+        tok = site_tokenizer(corpus, tc.vocab_size, kind=tc.tokenizer)
+        metrics: dict[str, dict[str, float]] = {}
+        gens = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for arm, n in (("data_small", tc.data_sizes[0]), ("data_large", tc.data_sizes[1])):
+                mk = dict(tc.model)
+                arch = mk.pop("arch", "qwen2")
+                model, _ = tiny_causal_lm(arch, seed=seed, tokenizer=tok, **mk)
+                t1 = time.time()
+                # Lookup warm-up on random words (common.tiny.induction_warmup): without it the model
+                # never leaves the context-free-page plateau within this CPU budget (docs, "Toy").
+                n_special = max([*tok.all_special_ids, tok.unk_token_id or 0]) + 1
+                warm = induction_warmup(model, n_special, len(tok), tc.induction_steps, seed=seed)
+                sft = stage1_config(
+                    "tiny",
+                    output_dir=tmp,
+                    learning_rate=tc.lr,
+                    lr_scheduler_type=tc.lr_scheduler,
+                    num_train_epochs=tc.epochs,
+                    per_device_train_batch_size=tc.batch_size,
+                    gradient_accumulation_steps=1,
+                    packing=False,
+                    seed=seed,
+                    disable_tqdm=True,
+                    logging_steps=tc.log_steps,
                 )
-                for e in range(tc.episodes)
-            ]
-            per_seed.append(statistics.mean(succ))
-        metrics[arm] = {"success": statistics.mean(per_seed), "success_ci95": _ci95(per_seed)}
-        for i, v in enumerate(per_seed):
-            metrics[arm][f"success_seed{tc.seeds[i]}"] = v
-    return write_results(
-        run.run_dir,
-        "webworld",
-        metrics,
-        cfg=run.cfg,
-        wall_time_s=time.time() - t0,
-        notes=(
-            f"{tc.n_sites} generated sites ({tc.n_train_sites} train / "
-            f"{tc.n_sites - tc.n_train_sites} held out), {tc.n_pages} pages each; tiny "
-            f"{tc.model.get('arch', 'qwen2')} world model (hidden {tc.model['hidden_size']}) trained "
-            f"with TRL SFT, {tc.epochs} epochs on {tc.data_sizes} crawls; {len(evals)} held-out "
-            f"crawls for effect_acc; lookahead: {tc.episodes} episodes x seeds {tc.seeds}, agent_p "
-            f"{tc.agent_p}, BoN({tc.k}); success_ci95 is over seeds."
-        ),
-    )
+                model, loss = train_world_model(model, tok, full.select(range(n)), sft)
+                gen = HFGenerator(model, tok, batch_size=32)
+                gens[arm] = gen
+                m = evaluate_effects(gen, evals, "full", tc)
+                m.update(train_loss=loss, train_s=time.time() - t1, n_traj=float(n), **warm)
+                metrics[arm] = m
+                logger.info("%s: %s", arm, m)
+        big = gens["data_large"]
+        metrics["ctx_full"] = {
+            k: v for k, v in metrics["data_large"].items() if k.endswith("_acc") or k == "line_f1"
+        }
+        metrics["ctx_single"] = evaluate_effects(big, evals, "single", tc)
+        for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
+            per_seed = []
+            for s in tc.seeds:
+                succ = [
+                    _episode(
+                        test_sites[e % len(test_sites)],
+                        random.Random(1_000_003 * (seed + s) + e),
+                        arm,
+                        tc,
+                        big,
+                    )
+                    for e in range(tc.episodes)
+                ]
+                per_seed.append(statistics.mean(succ))
+            metrics[arm] = {"success": statistics.mean(per_seed), "success_ci95": _ci95(per_seed)}
+            for i, v in enumerate(per_seed):
+                metrics[arm][f"success_seed{tc.seeds[i]}"] = v
+        return write_results(
+            run.run_dir,
+            "webworld",
+            metrics,
+            cfg=run.cfg,
+            wall_time_s=time.time() - t0,
+            notes=(
+                f"{tc.n_sites} generated sites ({tc.n_train_sites} train / "
+                f"{tc.n_sites - tc.n_train_sites} held out), {tc.n_pages} pages each; tiny "
+                f"{tc.model.get('arch', 'qwen2')} world model (hidden {tc.model['hidden_size']}) trained "
+                f"with TRL SFT, {tc.epochs} epochs on {tc.data_sizes} crawls; {len(evals)} held-out "
+                f"crawls for effect_acc; lookahead: {tc.episodes} episodes x seeds {tc.seeds}, agent_p "
+                f"{tc.agent_p}, BoN({tc.k}); success_ci95 is over seeds."
+            ),
+        )
