@@ -90,7 +90,8 @@ class OpenAIChat:
 
     Args:
         model: Model name sent in the request (e.g. ``"gpt-4o"`` or the id ``vllm serve`` uses).
-        base_url: API root including ``/v1``; default ``https://api.openai.com/v1``.
+        base_url: API root including ``/v1``; default ``$OPENAI_BASE_URL`` when set (as the ``openai``
+            package reads it), else ``https://api.openai.com/v1``.
         api_key_env: Environment variable holding the key, read at each request. If unset the
             request carries no ``Authorization`` header (fine for a local ``vllm serve``).
         timeout: Seconds per HTTP attempt.
@@ -129,7 +130,8 @@ class OpenAIChat:
         if not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
         self.model = model
-        self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout = timeout
         self.max_retries = max_retries

@@ -244,3 +244,13 @@ def test_vllm_chat_is_lazy_and_names_the_extra():
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ImportError, match=r"icml26\[vllm\]"):
             VLLMChat("Qwen/Qwen2.5-0.5B-Instruct")
+
+
+def test_openai_chat_base_url_from_the_environment(monkeypatch):
+    from common.llm import OpenAIChat
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert OpenAIChat("m").base_url == "https://api.openai.com/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1/")
+    assert OpenAIChat("m").base_url == "http://127.0.0.1:9/v1"
+    assert OpenAIChat("m", base_url="http://h/v1").base_url == "http://h/v1"  # explicit wins
