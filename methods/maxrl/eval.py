@@ -8,7 +8,6 @@ formalise it; the definition used here is in :func:`tts_efficiency`).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -16,11 +15,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common.metrics import pass_at_k as _pass_at_k
+
 __all__ = ["majority_vote", "pass_at_k", "tts_efficiency"]
 
 
 def pass_at_k(n: int, c: Tensor, k: int) -> Tensor:
-    """Unbiased pass@k per problem, ``1 − C(n−c, k)/C(n, k)``, in log space (lgamma).
+    """Unbiased pass@k per problem, ``1 − C(n−c, k)/C(n, k)``: :func:`common.metrics.pass_at_k`
+    (log space) for each problem's count.
 
     Args:
         n: Samples drawn per problem.
@@ -38,16 +40,8 @@ def pass_at_k(n: int, c: Tensor, k: int) -> Tensor:
     c = torch.as_tensor(c, dtype=torch.float64)
     if ((c < 0) | (c > n)).any():
         raise ValueError(f"c must lie in [0, n={n}]")
-    fail = n - c  # [P]
-    ok = fail >= k  # otherwise C(n−c, k) = 0 and pass@k = 1
-    f = torch.where(ok, fail, torch.full_like(fail, float(k)))
-    log_ratio = (
-        torch.lgamma(f + 1)
-        - torch.lgamma(f - k + 1)
-        - (math.lgamma(n + 1) - math.lgamma(n - k + 1))
-    )
-    out = torch.where(ok, -torch.expm1(log_ratio), torch.ones_like(fail))
-    return torch.where(c == 0, torch.zeros_like(out), out)  # exact 0, no rounding
+    values = [_pass_at_k(int(n), int(ci), int(k)) for ci in c.reshape(-1).tolist()]
+    return torch.tensor(values, dtype=torch.float64).reshape(c.shape)  # [P]
 
 
 def majority_vote(
