@@ -103,7 +103,11 @@ class PaperConfig:
 @dataclass
 class AutoQRARunConfig(MethodConfig):
     """``method=autoqra``: search-space and search knobs (official configs), ``toy`` sizes and the
-    ``paper`` stage (the official real-task search on ``model``, scored on ``benchmark``)."""
+    ``paper`` stage (the official real-task search on ``model``, scored on ``benchmark``).
+
+    ``checkpoint_dir``: the search's checkpoint folder (both stages; a rerun resumes, a folder made with
+    other settings is refused); None = ``run_dir/search``.
+    """
 
     STAGES: ClassVar[dict[str, str]] = {
         "toy": "AutoQRA-tiny: joint (bits, rank) search vs fixed allocations on a tiny Llama (CPU)",
@@ -139,5 +143,6 @@ class AutoQRARunConfig(MethodConfig):
     alpha: float = 0.6
     bo_iters: int = 3
     k_bo: int = 5
+    checkpoint_dir: str | None = None
     toy: ToyConfig = field(default_factory=ToyConfig)
     paper: PaperConfig = field(default_factory=PaperConfig)

@@ -64,6 +64,14 @@ class ProxyEvaluator:
         self.target_avg_bits, self.noise, self.seed = target_avg_bits, noise, seed
         self.calls: list[tuple[str, str]] = []
 
+    def settings(self) -> dict:
+        """What a checkpoint folder is bound to (``state.evaluator_settings``)."""
+        return {
+            "Q": list(self.space.Q), "R": list(self.space.R),
+            "importance": self.importance.score.tolist(), "budget": float(self.budget),
+            "target_avg_bits": self.target_avg_bits, "noise": self.noise, "seed": self.seed,
+        }  # fmt: skip
+
     def evaluate(self, cfg: QRConfig, fidelity: Fidelity) -> EvalResult:
         t0 = time.perf_counter()
         self.calls.append((cfg.key(), fidelity))

@@ -96,19 +96,8 @@ def _plot(arms: dict[str, QRConfig], path: Path) -> None:
     plt.close(fig)
 
 
-def toy_stage(run: Run) -> dict[str, float]:
-    """Run the toy; returns the flattened ``{"arm/metric": float}`` results."""
-    c = run.method
-    t = c.toy
-    seed = int(run.seed)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only contend on a loaded machine
-    run_dir = Path(run.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-
-    # 1) base model pretrained on S_pre, outliers injected, task data from S_task
+def _toy_base(t, seed: int):
+    """The base model pretrained on S_pre (outliers injected, frozen) and the S_task data."""
     src = MarkovSource(t.vocab, support=t.markov_support, order=t.markov_order, seed=seed)
     task = src.shifted(t.task_shift, seed=seed + 1)
     pre_data = src.sample(max(t.n_train, 512), t.seq_len, seed=seed + 2)
@@ -127,57 +116,36 @@ def toy_stage(run: Run) -> dict[str, float]:
         )
     for p in base.parameters():
         p.requires_grad_(False)
+    return base, pre_data, train, heldout
 
-    space = SearchSpace(c.Q, c.R, t.num_layers)
-    memory = MemoryModel.from_hf_config(
-        base.config, group_size=c.group_size, lora_bits=c.lora_bits, meta_bits=c.meta_bits
-    )
-    budget = memory.budget_from_reference(c.budget_bits, c.budget_rank, c.budget_slack)
 
-    # 2) importance priors (Phase I)
+def _toy_priors(base, pre_data, train, space: SearchSpace, group_size: int):
+    """Phase I importance priors: raw I_q (2-bit loss increase per block) and raw I_r (Fisher)."""
     calib = [pre_data[i : i + 64] for i in range(0, 128, 64)]
     task_b = [train[i : i + 32] for i in range(0, 64, 32)]
-    raw_q = compute_quant_sensitivity(base, calib, bits=space.Q[0], group_size=c.group_size)
+    raw_q = compute_quant_sensitivity(base, calib, bits=space.Q[0], group_size=group_size)
     for p in base.parameters():
         p.requires_grad_(True)
     raw_r = compute_adapt_sensitivity(base, task_b)
     for p in base.parameters():
         p.requires_grad_(False)
-    imp = Importance(raw_q, raw_r)
+    return raw_q, raw_r
 
-    fids = {
-        "low": {"steps": t.lf_steps, "n_train": t.lf_n},
-        "high": {"steps": t.hf_steps, "n_train": t.hf_n},
-        "full": {"steps": t.final_steps, "n_train": t.n_train},
-    }
-    ev = FakeQuantEvaluator(base, memory, train, heldout, fids, t.lr, t.batch, c.group_size, seed)
 
-    # 3) AutoQRA search
-    evo = EvolutionConfig(
-        pop=c.pop,
-        gens=c.gens,
-        promote_k=c.promote_k,
-        k_neighbors=c.k_neighbors,
-        gamma=c.gamma,
-        hv_eps=c.hv_eps,
-        hv_window=c.hv_window,
-        max_lowbit_fraction=c.max_lowbit_fraction,
-        offspring_ops=tuple(c.offspring_ops),
-        surrogate_training=c.surrogate_training,
-        jitter_mode=c.jitter_mode,
-        init_promotion=c.init_promotion,
+def evolution_config(c) -> EvolutionConfig:
+    """``EvolutionConfig`` from the run config's search knobs."""
+    return EvolutionConfig(
+        pop=c.pop, gens=c.gens, promote_k=c.promote_k, k_neighbors=c.k_neighbors, gamma=c.gamma,
+        hv_eps=c.hv_eps, hv_window=c.hv_window, max_lowbit_fraction=c.max_lowbit_fraction,
+        offspring_ops=tuple(c.offspring_ops), surrogate_training=c.surrogate_training,
+        jitter_mode=c.jitter_mode, init_promotion=c.init_promotion,
         hv_include_init=c.hv_include_init,
-    )
-    t0 = time.perf_counter()
-    stage1, sel = AutoQRA(
-        space, memory, imp, ev, budget, evo, c.alpha, c.bo_iters, c.k_bo, seed
-    ).run(run_dir / "search")
-    search_s = time.perf_counter() - t0
-    auto_cfg = QRConfig(tuple(sel.q), tuple(sel.r))
-    both = [r for r in stage1.records if r.phigh is not None]
-    n_hf = len(both) + len(sel.history)
+    )  # fmt: skip
 
-    # 4) baselines at the same budget
+
+def _baseline_arms(c, space, memory, raw_q, budget, ev, n_hf: int, seed: int):
+    """The fixed allocations at the same budget, and random feasible search with ``n_hf`` HF evaluations."""
+    t = c.toy
     ref_rank = c.budget_rank
     hi_rank = space.R[min(space.idx_r(ref_rank) + 1, len(space.R) - 1)]
     lo_bits = space.Q[max(space.idx_q(c.budget_bits) - 1, 0)]
@@ -199,9 +167,12 @@ def toy_stage(run: Run) -> dict[str, float]:
             if p > best_p:
                 best, best_p = rc, p
         arms["random_search"] = best
-    arms["autoqra"] = auto_cfg
+    return arms
 
-    # 5) final fine-tune of every arm over the seeds
+
+def _final_metrics(arms, c, base, memory, train, heldout, fids, budget) -> dict[str, dict]:
+    """Final fine-tune of every arm over ``toy.final_seeds``: task CE (mean, std), memory, bits, ranks."""
+    t = c.toy
     metrics: dict[str, dict[str, float]] = {}
     unknown = sorted(set(t.arms) - set(arms) - {"random_search"})
     if unknown:
@@ -224,6 +195,55 @@ def toy_stage(run: Run) -> dict[str, float]:
             "avg_bits": float(np.mean(ac.q)),
             "avg_rank": float(np.mean(ac.r)),
         }
+    return metrics
+
+
+def toy_stage(run: Run) -> dict[str, float]:
+    """Run the toy; returns the flattened ``{"arm/metric": float}`` results.
+
+    The search checkpoints into ``method.checkpoint_dir`` (default ``run_dir/search``); a rerun with
+    the same settings resumes it, other settings are refused (``CheckpointMismatch``).
+    """
+    c = run.method
+    t = c.toy
+    seed = int(run.seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    torch.set_num_threads(1)  # tiny matmuls: extra threads only contend on a loaded machine
+    run_dir = Path(run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    base, pre_data, train, heldout = _toy_base(t, seed)  # 1) base model and task data
+    space = SearchSpace(c.Q, c.R, t.num_layers)
+    memory = MemoryModel.from_hf_config(
+        base.config, group_size=c.group_size, lora_bits=c.lora_bits, meta_bits=c.meta_bits
+    )
+    budget = memory.budget_from_reference(c.budget_bits, c.budget_rank, c.budget_slack)
+    raw_q, raw_r = _toy_priors(base, pre_data, train, space, c.group_size)  # 2) Phase I
+    imp = Importance(raw_q, raw_r)
+    fids = {
+        "low": {"steps": t.lf_steps, "n_train": t.lf_n},
+        "high": {"steps": t.hf_steps, "n_train": t.hf_n},
+        "full": {"steps": t.final_steps, "n_train": t.n_train},
+    }
+    ev = FakeQuantEvaluator(base, memory, train, heldout, fids, t.lr, t.batch, c.group_size, seed)
+
+    # 3) AutoQRA search (checkpointed)
+    ckpt_dir = Path(c.checkpoint_dir) if c.checkpoint_dir else run_dir / "search"
+    t0 = time.perf_counter()
+    stage1, sel = AutoQRA(
+        space, memory, imp, ev, budget, evolution_config(c), c.alpha, c.bo_iters, c.k_bo, seed
+    ).run(ckpt_dir)
+    search_s = time.perf_counter() - t0
+    auto_cfg = QRConfig(tuple(sel.q), tuple(sel.r))
+    both = [r for r in stage1.records if r.phigh is not None]
+    n_hf = len(both) + len(sel.history)
+
+    # 4) baselines at the same budget, 5) final fine-tune of every arm over the seeds
+    arms = _baseline_arms(c, space, memory, raw_q, budget, ev, n_hf, seed)
+    arms["autoqra"] = auto_cfg
+    metrics = _final_metrics(arms, c, base, memory, train, heldout, fids, budget)
     ob = [b for b in t.outlier_blocks if b < t.num_layers] if t.inject_outliers else []
     others = [i for i in range(t.num_layers) if i not in ob]
     metrics["search"] = {

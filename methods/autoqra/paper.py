@@ -16,6 +16,7 @@ through ``method.paper.sft_data.path`` / ``benchmark.sets.winogrande.path``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -281,6 +282,24 @@ class PaperEvaluator:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.calls: dict[str, int] = {}
 
+    def settings(self) -> dict:
+        """What a checkpoint folder is bound to: the model's name and size, the SFT settings and
+        digests of the training and evaluation data (``state.evaluator_settings``)."""
+        from .state import array_digest
+
+        ids = [np.asarray(f["input_ids"]) for f in self.train_feats]
+        return {
+            "model": getattr(self.base.config, "_name_or_path", type(self.base).__name__),
+            "n_params": sum(p.numel() for p in self.base.parameters()),
+            "fidelities": self.fidelities, "backend": self.backend, "group_size": self.group_size,
+            "lr": self.lr, "batch": self.batch, "grad_accum": self.grad_accum,
+            "lora_dropout": self.lora_dropout, "seed": self.seed,
+            "train": array_digest(*ids),
+            "eval": hashlib.sha256(
+                json.dumps(self.eval_items, sort_keys=True, default=str).encode()
+            ).hexdigest(),
+        }  # fmt: skip
+
     def steps_for(self, fidelity: str) -> tuple[int, int]:
         """(optimiser steps, training examples) of a fidelity: ``ceil(ratio·N·epochs / (batch·accum))``."""
         fid = self.fidelities[fidelity]
@@ -405,9 +424,10 @@ def paper_stage(run: Any) -> dict[str, float]:
         init_promotion=c.init_promotion, hv_include_init=c.hv_include_init,
     )  # fmt: skip
     out_dir = Path(run.run_dir)
+    ckpt_dir = Path(c.checkpoint_dir) if c.checkpoint_dir else out_dir / "search"
     stage1, sel = AutoQRA(
         space, memory, imp, evaluator, budget, evo, c.alpha, c.bo_iters, c.k_bo, run.seed
-    ).run(out_dir / "search")
+    ).run(ckpt_dir)
     sel_cfg = QRConfig(tuple(sel.q), tuple(sel.r))
     metrics = {
         "selected": {
@@ -418,8 +438,8 @@ def paper_stage(run: Any) -> dict[str, float]:
             "avg_rank": float(np.mean(sel.r)),
         },
         "search": {
-            "n_lf": float(evaluator.calls.get("low", 0)),
-            "n_hf": float(evaluator.calls.get("high", 0)),
+            "n_lf": float(stage1.n_evals["low"]),  # from the cache: exact across resumes
+            "n_hf": float(stage1.n_evals["high"] + sum("phigh" in h for h in sel.history)),
             "pareto_size": float(len(stage1.pareto)),
             "budget_gb": budget / 1e9,
         },

@@ -20,6 +20,7 @@ from .apply import block_modules, build_quantized_lora_model
 from .evaluators import EvalResult
 from .memory import MemoryModel
 from .space import QRConfig
+from .state import array_digest
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +197,17 @@ class FakeQuantEvaluator:
         }
         self.lr, self.batch, self.group_size, self.seed = lr, batch, group_size, seed
         self.calls: dict[str, int] = {}
+
+    def settings(self) -> dict:
+        """What a checkpoint folder is bound to: the training settings and digests of the base
+        weights and the task data (``state.evaluator_settings``)."""
+        sd = self.base.state_dict()
+        return {
+            "fidelities": self.fidelities, "lr": self.lr, "batch": self.batch,
+            "group_size": self.group_size, "seed": self.seed,
+            "base": array_digest(*(sd[k] for k in sorted(sd))),
+            "train": array_digest(self.train), "heldout": array_digest(self.heldout),
+        }  # fmt: skip
 
     def evaluate(self, cfg: QRConfig, fidelity: str) -> EvalResult:
         if fidelity not in self.fidelities:

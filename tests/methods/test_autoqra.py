@@ -380,18 +380,34 @@ class _Killer:
         return self.inner.evaluate(cfg, fidelity)
 
 
-def test_checkpoint_resume_skips_finished_evaluations(tmp_path):
+def test_checkpoint_resume_is_exact_in_both_stages(tmp_path):
+    """A run stopped at evaluation N and resumed equals the uninterrupted one: same records, Pareto
+    set, HV history, operator counts, selection and BO history, the same evaluation calls split
+    between the two runs, and exact ``n_evals`` (the official per-pair surrogate refits replayed)."""
+    from dataclasses import asdict
+
     space, mem, imp, B, ev = _proxy(seed=2)
     evo = EvolutionConfig(pop=8, gens=3, promote_k=3, k_neighbors=2, surrogate_min_samples=4)
-    ref = MultiFidelityEvolution(space, mem, imp, _Killer(ev, None), B, evo, seed=1).run()
-    ck = tmp_path / "ck.json"
-    first = _Killer(ev, kill_after=40)
-    with pytest.raises(KeyboardInterrupt):
-        MultiFidelityEvolution(space, mem, imp, first, B, evo, seed=1, checkpoint=ck).run()
-    second = _Killer(ev, None)
-    res = MultiFidelityEvolution(space, mem, imp, second, B, evo, seed=1, checkpoint=ck).run()
-    assert not set(first.calls) & set(second.calls)  # nothing evaluated twice
-    assert [(r.q, r.r) for r in res.pareto] == [(r.q, r.r) for r in ref.pareto]
+
+    def run(killer, folder):
+        return AutoQRA(space, mem, imp, killer, B, evo, bo_iters=3, k_bo=3, seed=1).run(folder)
+
+    ref_ev = _Killer(ev, None)
+    ref1, ref_sel = run(ref_ev, tmp_path / "ref")
+    n1 = ref1.n_evals["low"] + ref1.n_evals["high"]
+    n_bo = sum("phigh" in h for h in ref_sel.history)
+    assert len(ref_ev.calls) == n1 + n_bo and n_bo >= 2 and ref1.n_evals["high"] > 4
+    for n in (40, n1 + n_bo - 1):  # inside a generation (surrogate fitted); Stage 2's last call
+        first, second = _Killer(ev, kill_after=n), _Killer(ev, None)
+        with pytest.raises(KeyboardInterrupt):
+            run(first, tmp_path / f"k{n}")
+        res, sel = run(second, tmp_path / f"k{n}")
+        assert first.calls + second.calls == ref_ev.calls  # nothing repeated, lost or reordered
+        assert res.n_evals == ref1.n_evals
+        assert [asdict(r) for r in res.records] == [asdict(r) for r in ref1.records]
+        assert [asdict(r) for r in res.pareto] == [asdict(r) for r in ref1.pareto]
+        assert (res.hv_history, res.op_counts) == (ref1.hv_history, ref1.op_counts)
+        assert asdict(sel) == asdict(ref_sel)
 
 
 # ---------------------------------------------------------------- toy pieces
