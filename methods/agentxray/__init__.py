@@ -28,6 +28,7 @@ from .primitives import (
     parse_profile,
     render_profile,
 )
+from .resume import SearchCheckpoint
 from .similarity import Similarity, codes_to_content, parse_project, sfe, tfidf_cosine
 
 RedBlackMCTS = AgentXRaySearch  # our API name
@@ -43,6 +44,7 @@ __all__ = [
     "PrimitiveSpace",
     "ProfileGenerator",
     "RedBlackMCTS",
+    "SearchCheckpoint",
     "SearchResult",
     "Similarity",
     "StaticProfileGenerator",

@@ -40,7 +40,7 @@ HIDDEN_CHAIN_LONG: tuple[str, ...] = (
 
 @dataclass
 class MCTSConfig:
-    """Search settings (defaults: official code, official `search/tree.py`, `config/config.yaml`)."""
+    """Search settings (defaults: official code ``search/tree.py``, ``config/config.yaml``)."""
 
     iterations: int = 20  # repo CLI default
     max_children: int = 16  # M, repo configs
@@ -80,12 +80,12 @@ class MCTSConfig:
 
     @property
     def agent_quota(self) -> int:
-        """A = max(1, ⌊M·min_agent_ratio⌋)."""
+        """A = max(1, ⌊M·min_agent_ratio⌋) agent children per node (official code ``search/tree.py``)."""
         return max(1, math.floor(self.max_children * self.min_agent_ratio))
 
     @property
     def tool_quota(self) -> int:
-        """Tq = min(M − A, max_tools_per_node)."""
+        """Tq = min(M − A, max_tools_per_node) tool children per node (official code ``search/tree.py``)."""
         return max(0, min(self.max_children - self.agent_quota, self.max_tools_per_node))
 
 
@@ -108,6 +108,9 @@ class AgentXRayRunConfig(MethodConfig):
         tools: tool primitives of the paper stage. compiler_timeout: seconds per compiler run.
         compiler_isolation: ``bwrap`` (bubblewrap sandbox) or ``unsafe-no-sandbox`` (named
             explicitly: limits and a clean environment only).
+        checkpoint_dir: where every MCTS search (toy and paper) saves its state after each
+            iteration and journals its LLM calls and tool runs; rerunning the same command
+            resumes, a folder made with other settings is refused naming the setting.
     """
 
     STAGES: ClassVar[dict[str, str]] = {
@@ -150,6 +153,7 @@ class AgentXRayRunConfig(MethodConfig):
     tools: list[str] = field(default_factory=lambda: list(PAPER_TOOLS))
     compiler_timeout: float = 30.0  # official tools/compiler.py
     compiler_isolation: str = "bwrap"
+    checkpoint_dir: str | None = None  # per-search checkpoints + call journals; a rerun resumes
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]

@@ -1,4 +1,4 @@
-"""AgentXRay dataset loading (official `agents/base.py`, `search/tree.py`, bad-input rule): ``<root>/<name>/{train,test}.json`` item lists.
+"""AgentXRay dataset loading (official code ``cli.py``, ``README.md``): ``<root>/<name>/{train,test}.json``.
 
 The datasets live on the Hugging Face hub as ``shiowen/AgentXRay-Datasets`` (a dataset repo of
 plain JSON files under ``data/<name>/``; ``maps`` uses ``train_alpaca.json``/``test_alpaca.json``).
@@ -37,7 +37,8 @@ HUB_ID = "shiowen/AgentXRay-Datasets"
 
 
 def item_to_pair(item: dict, index: int) -> tuple[str, str]:
-    """Turn one JSON item into ``(task τ, expected output o*)``."""
+    """Turn one JSON item into ``(task τ, expected output o*)`` (official code ``cli.py``; Alpaca
+    items use instruction + input, our inference)."""
     if not isinstance(item, dict):
         raise ValueError(f"item {index} must be an object, got {type(item).__name__}")
     if "output" not in item or ("input" not in item and "instruction" not in item):

@@ -1,4 +1,7 @@
-"""Chain execution Φ(s, τ) of a linear workflow (official `agents/base.py`, `search/tree.py`) and the sandboxed tool primitives.
+"""Chain execution Φ(s, τ) of a linear workflow and the sandboxed tool primitives.
+
+The paper restricts workflows to chains (its linearity hypothesis, introduction); the execution
+details are official code ``agents/base.py``, ``search/tree.py`` and ``tools/``.
 
 ``c_0 = ""`` and ``c_l = exec(s_l, τ, c_{l−1})``. An agent step is one chat call whose prompt
 holds the role profile, the task and the previous content; a tool step is a deterministic
@@ -29,7 +32,8 @@ Tool = Callable[[str], "str | None"]
 
 
 def agent_messages(p: Primitive, task: str, content: str) -> list[dict[str, str]]:
-    """The chat prompt of one agent step (role profile + task + previous content)."""
+    """The chat prompt of one agent step: role profile + task + previous content (official code
+    ``agents/base.py``; our wording, the official prompt text is not copied)."""
     system = (
         f"You are {p.name}, a {p.role or 'software engineer'}. {p.profile}\n"
         f"Thought pattern: {p.reasoning or 'reasoning'}."
@@ -63,7 +67,8 @@ class WorkflowExecutor:
         self.no_code = 0
 
     def step(self, p: Primitive, task: str, content: str) -> str | None:
-        """Execute one primitive on the previous content; ``None`` means FAILURE."""
+        """c_l = exec(s_l, τ, c_{l−1}): one primitive on the previous content; ``None`` means FAILURE
+        (official code ``search/tree.py`` ``MCTSNode.action``)."""
         if p.kind == "tool":
             fn = self.tools.get(p.name)
             if fn is None:
@@ -89,7 +94,8 @@ class WorkflowExecutor:
         return out
 
     def run(self, wf: Sequence[Primitive], task: str) -> str | None:
-        """Φ(s, τ): run the chain from empty content; returns the final content or ``None``."""
+        """Φ(s, τ): run the chain from c_0 = "" (official code ``experiment.py``); returns the final
+        content or ``None``."""
         content = ""
         for p in wf:
             out = self.step(p, task, content)
@@ -99,7 +105,8 @@ class WorkflowExecutor:
         return content
 
     def final_output(self, content: str | None) -> str:
-        """``codes_to_content(filter_code(c_L))``; empty string (reward 0) when there is no code."""
+        """``codes_to_content(filter_code(c_L))`` (official code ``utils/codes.py``); empty string
+        (reward 0) when there is no code."""
         files = parse_project(content or "")
         if not files:
             self.no_code += 1
@@ -119,7 +126,8 @@ _DEF = re.compile(r"\s*def\s+(\w+)\s*\(")
 
 
 def _with_report(content: str, tool: str, report: str) -> str:
-    """The tool step's message to the next agent: content, the tool's report, a fix request."""
+    """The tool step's message to the next agent: content, the tool's report, a fix request
+    (official code ``agents/base.py`` ``ToolAgent.query``; our wording)."""
     return f"{content}\n\n{tool} report:\n{report}\nPlease fix the code based on the report."
 
 

@@ -1,4 +1,4 @@
-"""Red-Black MCTS over linear workflows (official `search/tree.py`, official code ``search/tree.py``).
+"""Red-Black MCTS over linear workflows (the paper's "MCTS with Red-Black Pruning"; details: official code ``search/tree.py``).
 
 Tree statistics: visit count N(v), value sum W(v), mean Q̄(v) = W/N. Red-Black colouring, redone
 at the start of each iteration:
@@ -9,8 +9,8 @@ at the start of each iteration:
 
 A red node is pruned from expansion: it only descends by UCB,
 ``UCB(c) = Q̄(c) + C_p·sqrt(2·ln N(v) / N(c))`` (+∞ for an unvisited child). A black node with
-fewer than M children expands one new child (agent/tool quotas of official `search/tree.py::best_child_for_train`). A new node runs one
-random rollout to depth L_max (official `search/tree.py`); rewards are backed up along the path.
+fewer than M children expands one new child (agent/tool quotas of official code ``search/tree.py::best_child_for_train``). A new node runs one
+random rollout to depth L_max (official code ``search/tree.py``); rewards are backed up along the path.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ RED, BLACK = "red", "black"
 
 @dataclass
 class Node:
-    """A tree node: the primitive applied at depth d(v) after its ancestors' chain (official `search/tree.py`)."""
+    """A tree node: the primitive applied at depth d(v) after its ancestors' chain (official code ``search/tree.py``)."""
 
     primitive: Primitive | None  # None at the root
     depth: int = 0
@@ -52,11 +52,11 @@ class Node:
 
     @property
     def q(self) -> float:
-        """Q̄(v) = W/N (0 when unvisited)."""
+        """Q̄(v) = W/N (0 when unvisited; MCTS statistics, official code ``search/tree.py``)."""
         return self.W / self.N if self.N else 0.0
 
     def add(self, primitive: Primitive, max_depth: int) -> Node:
-        """Attach a child; it is terminal when its depth reaches L_max."""
+        """Attach a child; it is terminal when its depth reaches L_max (official code ``search/tree.py``)."""
         c = Node(primitive, self.depth + 1, parent=self, terminal=self.depth + 1 >= max_depth)
         self.children.append(c)
         return c
@@ -71,7 +71,7 @@ class Node:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready subtree (for checkpoints and the results folder)."""
+        """JSON-ready subtree, node contents included (checkpoints, ``resume.py``)."""
         return {
             "primitive": None if self.primitive is None else self.primitive.to_dict(),
             "depth": self.depth,
@@ -80,6 +80,7 @@ class Node:
             "color": self.color,
             "terminal": self.terminal,
             "expanded": self.expanded,
+            "content": self.content,
             "children": [c.to_dict() for c in self.children],
         }
 
@@ -95,6 +96,7 @@ class Node:
             color=d["color"],
             terminal=d["terminal"],
             expanded=d["expanded"],
+            content=d.get("content", ""),
             parent=parent,
         )
         v.children = [cls.from_dict(c, v) for c in d.get("children", [])]
@@ -115,7 +117,7 @@ class SearchResult:
 
 
 class AgentXRaySearch:
-    """MCTS with Red-Black pruning over chains of primitives (official `search/tree.py`).
+    """MCTS with Red-Black pruning over chains of primitives (official code ``search/tree.py``).
 
     Args:
         space: Primitive space Ω.
@@ -139,22 +141,39 @@ class AgentXRaySearch:
         self.root = Node(None, 0)
         self.rollout_steps = 0
         self.executions = 0
+        self._ckpt = None  # a resume.SearchCheckpoint while a checkpointed run() is going
+
+    def _step(self, p: Primitive, task: str, content: str) -> str | None:
+        """``executor.step``, through the checkpoint's journal when there is one."""
+        if self._ckpt is not None:
+            return self._ckpt.step(p, task, content)
+        return self.executor.step(p, task, content)
 
     # ------------------------------------------------------------------ Red-Black colouring
     def node_score(self, v: Node) -> float:
-        """score(v) = Q̄(v) · (d(v)+1)/(L_max+1) · |C(v)|/M (0 for a leaf)."""
+        """score(v) = Q̄(v) · (d(v)+1)/(L_max+1) · |C(v)|/M (0 for a leaf).
+
+        The paper's Red-Black score "integrates proxy quality with search depth" (abstract); the
+        exact product, with the width factor, is official code ``search/tree.py``.
+        """
         c = self.cfg
         return v.q * (v.depth + 1) / (c.max_depth + 1) * len(v.children) / c.max_children
 
     def beta_threshold(self, scores: Sequence[float]) -> float:
-        """θ_β = sorted_desc(scores)[min(⌊n·β⌋, n−1)]."""
+        """θ_β = sorted_desc(scores)[min(⌊n·β⌋, n−1)]: the top-β quantile of the node scores
+        (Red-Black Pruning; the index rule, floor and clamp, is official code ``search/tree.py``)."""
         if not scores:
             raise ValueError("scores must be non-empty")
         s = sorted(scores, reverse=True)
         return s[min(math.floor(len(s) * self.cfg.beta), len(s) - 1)]
 
     def color_tree(self) -> None:
-        """Recolour every node (red ⇔ non-leaf, score ≥ θ_β, some child non-terminal)."""
+        """Recolour every node (red ⇔ non-leaf, score ≥ θ_β, some child non-terminal).
+
+        Red-Black Pruning (paper abstract); the rule, the ``≥`` and the non-terminal-child test
+        are official code ``search/tree.py`` (``ColorTree``); ``coloring=False`` is its unpruned
+        ablation.
+        """
         nodes = self.root.walk()
         if not self.cfg.coloring:
             for v in nodes:
@@ -170,7 +189,8 @@ class AgentXRaySearch:
             v.color = RED if red else BLACK
 
     def ucb(self, parent: Node, child: Node) -> float:
-        """UCB(c) = Q̄(c) + C_p·sqrt(2·ln N(v) / N(c)); +∞ when N(c) = 0."""
+        """UCB(c) = Q̄(c) + C_p·sqrt(2·ln N(v) / N(c)); +∞ when N(c) = 0 (MCTS selection;
+        C_p = 1.4 and the form are official code ``search/tree.py`` ``_basic_child_selection``)."""
         if child.N == 0:
             return math.inf
         bonus = math.sqrt(2.0 * math.log(max(parent.N, 1)) / child.N)
@@ -219,7 +239,7 @@ class AgentXRaySearch:
         return None
 
     def select_or_expand(self, v: Node, task: str) -> Node | None:
-        """Black and not full → expand a new child; otherwise descend by UCB (official `search/tree.py::best_child_for_train`)."""
+        """Black and not full → expand a new child; otherwise descend by UCB (official code ``search/tree.py::best_child_for_train``)."""
         cfg = self.cfg
         if cfg.pure_random:
             if not v.children:
@@ -237,11 +257,13 @@ class AgentXRaySearch:
 
     # ------------------------------------------------------------------ simulation
     def _reward(self, content: str | None, target: str) -> float:
+        """Sim(Φ(s, τ), o*) of the objective; 0 when the output has no code (official code
+        ``search/tree.py``, with ``filter_code`` and ``codes_to_content`` of ``utils/codes.py``)."""
         out = self.executor.final_output(content)
         return 0.0 if not out else float(self.sim(out, target))
 
     def rollout(self, c: Node, task: str, target: str) -> float:
-        """Random completion of the chain from ``c`` down to L_max (official `search/tree.py`); nodes are not kept."""
+        """Random completion of the chain from ``c`` down to L_max (official code ``search/tree.py``); nodes are not kept."""
         cfg = self.cfg
         depth, content, agents, tools = c.depth, c.content, 0, 0
         terminal, last_tools = (
@@ -272,7 +294,7 @@ class AgentXRaySearch:
             last_tools = set()
             depth += 1
             terminal = depth >= cfg.max_depth
-            out = self.executor.step(prim, task, content)
+            out = self._step(prim, task, content)
             self.rollout_steps += 1
             self.executions += 1
             if out is None:
@@ -282,7 +304,7 @@ class AgentXRaySearch:
 
     # ------------------------------------------------------------------ main loop
     def iterate(self, task: str, target: str) -> float:
-        """One MCTS iteration (official `search/tree.py`); returns the backed-up reward."""
+        """One MCTS iteration (official code ``search/tree.py``); returns the backed-up reward."""
         self.color_tree()
         v, reward = self.root, 0.0
         while not v.terminal:
@@ -290,7 +312,7 @@ class AgentXRaySearch:
             if c is None:
                 reward = 0.0
                 break
-            out = self.executor.step(c.primitive, task, v.content)
+            out = self._step(c.primitive, task, v.content)
             self.executions += 1
             if out is None:
                 c.terminal, reward, v = True, 0.0, c
@@ -311,31 +333,46 @@ class AgentXRaySearch:
             node = node.parent
         return reward
 
-    def search(self, train: Sequence[Pair]) -> list[Primitive]:
-        """Run ``cfg.iterations`` iterations, cycling over ``train`` (i mod |D|); extract."""
-        self.run(train)
+    def search(self, train: Sequence[Pair], checkpoint_dir: str | None = None) -> list[Primitive]:
+        """Run ``cfg.iterations`` iterations, cycling over ``train`` (i mod |D|), and extract the
+        workflow (official code ``search/search.py``)."""
+        self.run(train, checkpoint_dir=checkpoint_dir)
         return self.best_workflow()
 
-    def run(self, train: Sequence[Pair]) -> SearchResult:
-        """Search and return a ``SearchResult`` (empty ``train`` → no search, empty workflow)."""
-        if isinstance(train, (str, bytes)) or not isinstance(train, Sequence):
-            raise TypeError("train must be a sequence of (task, output) pairs")
-        for i, pair in enumerate(train):
-            if not (
-                isinstance(pair, (tuple, list))
-                and len(pair) == 2
-                and all(isinstance(x, str) for x in pair)
-            ):
-                raise ValueError(
-                    f"train[{i}] must be a (task, output) pair of strings, got {pair!r}"
-                )
-        rewards = []
+    def run(self, train: Sequence[Pair], checkpoint_dir: str | None = None) -> SearchResult:
+        """Search and return a ``SearchResult`` (empty ``train`` → no search, empty workflow).
+
+        The loop of official code ``search/tree.py`` (iteration i uses pair i mod |D|). With
+        ``checkpoint_dir`` the state is saved after every iteration and the expensive calls are
+        journaled (``resume.SearchCheckpoint``, our inference): a run killed at any point and
+        started again with the same settings gives the uninterrupted result; a folder made with
+        other settings raises ``common.checkpoint.CheckpointMismatch`` naming what differs.
+        """
+        _check_pairs(train)
+        rewards: list[float] = []
         if not train:
             logger.warning("empty training split: search skipped")
         else:
-            for i in progress(range(self.cfg.iterations), desc="agentxray MCTS", unit="iter"):
-                task, target = train[i % len(train)]
-                rewards.append(self.iterate(task, target))
+            ckpt, start = None, 0
+            if checkpoint_dir is not None:
+                from .resume import SearchCheckpoint
+
+                ckpt = SearchCheckpoint(checkpoint_dir, self, train)
+                start, rewards = ckpt.restore()
+            self._ckpt = ckpt
+            try:
+                its = range(start, self.cfg.iterations)
+                for i in progress(its, desc="agentxray MCTS", unit="iter"):
+                    if ckpt is not None:
+                        ckpt.begin(i)
+                    task, target = train[i % len(train)]
+                    rewards.append(self.iterate(task, target))
+                    if ckpt is not None:
+                        ckpt.save(i + 1, rewards)
+            finally:
+                self._ckpt = None
+                if ckpt is not None:
+                    ckpt.close()
         wf = self.best_workflow() if train else []
         return SearchResult(
             best_workflow=wf,
@@ -348,7 +385,7 @@ class AgentXRaySearch:
         )
 
     def best_workflow(self) -> list[Primitive]:
-        """Greedy arg-max-Q̄ path over visited children, leading tools dropped, length ≥ 2 (official `search/tree.py`, `experiment.py`)."""
+        """Greedy arg-max-Q̄ path over visited children, leading tools dropped, length ≥ 2 (official code ``search/tree.py``, ``experiment.py``)."""
         path: list[Node] = []
         v = self.root
         while not v.terminal:
@@ -370,8 +407,21 @@ class AgentXRaySearch:
         return wf
 
 
+def _check_pairs(train: Sequence[Pair]) -> None:
+    """``train`` must be a sequence of (task, output) string pairs (bad-input rule)."""
+    if isinstance(train, (str, bytes)) or not isinstance(train, Sequence):
+        raise TypeError("train must be a sequence of (task, output) pairs")
+    for i, pair in enumerate(train):
+        if not (
+            isinstance(pair, (tuple, list))
+            and len(pair) == 2
+            and all(isinstance(x, str) for x in pair)
+        ):
+            raise ValueError(f"train[{i}] must be a (task, output) pair of strings, got {pair!r}")
+
+
 def extract_workflow(result: SearchResult | Sequence[Primitive]) -> str:
-    """The white-box workflow as editable JSON (``{"workflow": [primitive, …]}``)."""
+    """The white-box workflow as editable JSON (``{"workflow": [primitive, …]}``; our format)."""
     wf = result.best_workflow if isinstance(result, SearchResult) else list(result)
     return json.dumps({"workflow": [p.to_dict() for p in wf]}, indent=2)
 

@@ -1,4 +1,4 @@
-"""Primitive space Ω of AgentXRay (official `search/node_search.py`, official code ``agents/base.py``).
+"""Primitive space Ω of AgentXRay (official code ``search/node_search.py``, ``agents/base.py``).
 
 A primitive is either an agent ``⟨role, model, reasoning pattern, local tools⟩`` or a tool. Agent
 primitives are created lazily by a profile generator (an LLM in the paper, a sampler over a fixed
@@ -59,7 +59,7 @@ TOOL_POOL: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Primitive:
-    """One workflow step: an agent (LLM call) or a deterministic tool (official `search/node_search.py`)."""
+    """One workflow step: an agent (LLM call) or a deterministic tool (official code ``search/node_search.py``)."""
 
     kind: Literal["agent", "tool"]
     name: str
@@ -157,7 +157,8 @@ def _default_tokenizer() -> Any:
 
 
 def count_tokens(text: str) -> int:
-    """Number of tokens in ``text`` under a real tokenizer (no special tokens).
+    """Number of tokens in ``text`` under a real tokenizer (no special tokens; our choice, see the
+    doc's deviations: tiktoken is not installed).
 
     The offline all-MiniLM-L6-v2 WordPiece tokenizer (30,522 word pieces) is used; it ignores
     whitespace, so indentation-heavy code counts somewhat fewer tokens than under GPT's BPE.
@@ -174,7 +175,8 @@ def count_tokens(text: str) -> int:
 def charge_llm_call(
     meter: CostMeter, category: str, llm: Any, messages: Sequence[dict], reply: str
 ) -> None:
-    """Charge one chat call: the API's ``usage`` when the client recorded one (see
+    """Charge one chat call (token accounting per iteration, official code ``backends/gpt.py``):
+    the API's ``usage`` when the client recorded one (see
     :class:`UsageOpenAIChat`), else the tokenizer count of the messages and the reply."""
     usage = llm.pop_usage() if hasattr(llm, "pop_usage") else None
     if usage is not None:
@@ -252,6 +254,16 @@ class StaticProfileGenerator:
             )
         self._rng = random.Random(self.seed)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's RNG state, JSON-ready (checkpoints, ``resume.py``)."""
+        version, internal, gauss = self._rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+
     def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive | None:
         used = {s.name for s in siblings}
         free = [p for p in self.pool if p.name not in used]
@@ -273,7 +285,7 @@ def generator_prompt(
     model_menu: Sequence[str] = MODEL_MENU,
     reasoning_menu: Sequence[str] = REASONING_MENU,
 ) -> str:
-    """The profile generator's prompt (official `search/node_search.py`): task, sibling profiles, model/pattern menus."""
+    """The profile generator's prompt (official code ``search/node_search.py``): task, sibling profiles, model/pattern menus."""
     sib = "\n".join(f"- {s.name}: {s.role}. {s.profile}" for s in siblings) or "(none)"
     return (
         "Design one new software agent for the task below, different from the existing ones.\n"
@@ -285,7 +297,7 @@ def generator_prompt(
 
 
 def render_profile(p: Primitive) -> str:
-    """A generator reply describing ``p`` in the format :func:`parse_profile` reads."""
+    """A generator reply describing ``p`` in the format :func:`parse_profile` reads (our CPU toy)."""
     tools = "".join(f" Will use {t} when needed." for t in p.tools)
     return (
         f"Name: {p.name}\nRole: {p.role or 'Software Engineer'}\n"
@@ -309,7 +321,8 @@ def parse_profile(
     default_model: str,
     fallback_index: int = 0,
 ) -> tuple[Primitive, bool]:
-    """Parse a generator reply (``Name: / Role: / Profile: / Model: / Reasoning:``).
+    """Parse a generator reply (``Name: / Role: / Profile: / Model: / Reasoning:``; official code
+    ``search/node_search.py``).
 
     Values outside the menus fall back to defaults; an unparsable reply yields the generic
     ``GeneralistDev<k>`` profile. Returns ``(primitive, parsed_ok)``.
@@ -343,7 +356,7 @@ def parse_profile(
 
 
 class LLMProfileGenerator:
-    """Profile generator backed by a ``common.llm.ChatLLM`` (official `search/node_search.py`; paper path).
+    """Profile generator backed by a ``common.llm.ChatLLM`` (official code ``search/node_search.py``; paper path).
 
     Args:
         llm: Chat client (``common.llm.OpenAIChat`` for hosted or vLLM-served models).
@@ -369,6 +382,14 @@ class LLMProfileGenerator:
         self.parse_failures = 0
         self._k = 0
 
+    def state_dict(self) -> dict[str, int]:
+        """Reply and parse-failure counters (checkpoints, ``resume.py``)."""
+        return {"k": self._k, "parse_failures": self.parse_failures}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self._k, self.parse_failures = state["k"], state["parse_failures"]
+
     def __call__(self, task: str, siblings: Sequence[Primitive]) -> Primitive:
         prompt = generator_prompt(task, siblings, self.model_menu, self.reasoning_menu)
         messages = [{"role": "user", "content": prompt}]
@@ -385,7 +406,7 @@ class LLMProfileGenerator:
 
 
 class PrimitiveSpace:
-    """The search space Ω: named tools plus agents created by a profile generator (official `search/node_search.py`).
+    """The search space Ω: named tools plus agents created by a profile generator (official code ``search/node_search.py``).
 
     Args:
         tool_names: Tool primitives available to the search (empty or ``agent_only`` → none).
@@ -421,7 +442,7 @@ class PrimitiveSpace:
         return Primitive("tool", name)
 
     def new_agents(self, task: str, siblings: Sequence[Primitive], k: int) -> list[Primitive]:
-        """Call the generator ``k`` times (official `search/tree.py::best_child_for_train` ``employee_search``), distinct names only."""
+        """Call the generator ``k`` times (official code ``search/tree.py::best_child_for_train`` ``employee_search``), distinct names only."""
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         out: list[Primitive] = []

@@ -1,4 +1,5 @@
-"""Output-only similarity proxies for AgentXRay (official `evaluation.py`, official code ``evaluation.py``).
+"""Output-only similarity proxies for AgentXRay (the paper's "Static Functional Equivalence";
+every weight and feature: official code ``evaluation.py``).
 
 ``sfe`` is Static Functional Equivalence: both outputs are parsed into projects
 ``{filename: code}`` and compared on three AST feature groups,
@@ -20,7 +21,7 @@ logger = logging.getLogger(__name__)
 _FENCE = re.compile(r"```[\w+.-]*[ \t]*\n(.*?)```", re.DOTALL)
 _HEADER = re.compile(r"^\s*(?:file\s*:\s*)?[`*#\s]*([\w./\\-]+\.[A-Za-z0-9]+)[`*:\s]*$", re.I)
 
-# Synonym heads used by ``_norm`` (official `evaluation.py`: add/subtract/…/merge/filter/sort/update lists).
+# Synonym heads used by ``_norm`` (official code ``evaluation.py``: add/subtract/…/merge/filter/sort/update lists).
 _SYNONYMS: dict[str, tuple[str, ...]] = {
     "add": ("add", "sum", "plus", "append", "insert", "total"),
     "subtract": ("subtract", "minus", "diff", "difference"),
@@ -84,7 +85,7 @@ class Similarity(Protocol):
 
 
 def parse_project(text: str) -> dict[str, str]:
-    """Parse an agent's output into a project ``{filename: code}`` (official `evaluation.py` "Parsing").
+    """Parse an agent's output into a project ``{filename: code}`` (official code ``evaluation.py``).
 
     Text before the first header is ignored; each ``File: name`` header followed by one fenced
     block becomes a file; a fence with no header becomes ``main.py``; bare parseable code with no
@@ -130,7 +131,8 @@ def parse_project(text: str) -> dict[str, str]:
 
 
 def codes_to_content(files: dict[str, str]) -> str:
-    """Render a project as ``File: name`` headers plus fenced blocks (inverse of ``parse_project``)."""
+    """Render a project as ``File: name`` headers plus fenced blocks (inverse of ``parse_project``;
+    official code ``utils/codes.py`` ``codes_to_content``)."""
     parts = []
     for name, code in files.items():
         lang = "python" if name.endswith(".py") else ""
@@ -164,7 +166,8 @@ def tfidf_cosine(a: str, b: str, *, token_pattern: str = r"(?u)\b\w\w+\b") -> fl
 
 # ----------------------------------------------------------------------------- set measures
 def _norm(name: str) -> str:
-    """Lower-case, map each ``_`` token to its synonym head, else strip one suffix."""
+    """Lower-case, map each ``_`` token to its synonym head, else strip one suffix (official code
+    ``evaluation.py``; our shorter synonym table, see the doc's deviations)."""
     out = []
     for tok in name.lower().split("_"):
         if not tok:
@@ -181,6 +184,7 @@ def _norm(name: str) -> str:
 
 
 def _jac(a: set, b: set) -> float:
+    """Jaccard; 1 when both are empty, 0 when one is (official code ``evaluation.py``)."""
     if not a and not b:
         return 1.0
     if not a or not b:
@@ -189,10 +193,13 @@ def _jac(a: set, b: set) -> float:
 
 
 def _jn(a: set[str], b: set[str]) -> float:
+    """Jaccard of normalised names (official code ``evaluation.py``)."""
     return _jac({_norm(x) for x in a}, {_norm(x) for x in b})
 
 
 def _si(a: set, b: set) -> float:
+    """Set intersection with a small-set bonus (+0.2 for |A∪B| ≤ 3, +0.1 for ≤ 5), capped at 1;
+    both empty 1, one empty 0.3 (official code ``evaluation.py``)."""
     if not a and not b:
         return 1.0
     if not a or not b:
@@ -203,6 +210,8 @@ def _si(a: set, b: set) -> float:
 
 
 def _cs(a: Counter, b: Counter) -> float:
+    """Count similarity: mean over keys of 1 − |n1 − n2|/max(n1, n2), 0.2 for a key on one side
+    only; both empty 1, one empty 0.3 (official code ``evaluation.py``)."""
     if not a and not b:
         return 1.0
     if not a or not b:
@@ -215,6 +224,7 @@ def _cs(a: Counter, b: Counter) -> float:
 
 
 def _cnt(a: int, b: int) -> float:
+    """1 − |a − b|/max(a, b); both 0 → 1, one 0 → 0.4 (official code ``evaluation.py``)."""
     if a == 0 and b == 0:
         return 1.0
     if a == 0 or b == 0:
@@ -224,6 +234,8 @@ def _cnt(a: int, b: int) -> float:
 
 # ----------------------------------------------------------------------------- features
 def _features(files: dict[str, str]) -> dict:
+    """AST features of a project for the I/L/S terms of SFE (official code ``evaluation.py``;
+    our keyword tables)."""
     f: dict = {
         "fns": set(),
         "fn_params": Counter(),
@@ -300,6 +312,7 @@ def _features(files: dict[str, str]) -> dict:
 
 
 def _recursive(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """The "recursion" pattern tag: ``fn`` calls itself by name (official code ``evaluation.py``)."""
     return any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn.name
         for n in ast.walk(fn)
@@ -307,7 +320,7 @@ def _recursive(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def sfe(pred: str, ref: str, *, return_report: bool = False) -> float | tuple[float, dict]:
-    """Static Functional Equivalence between two outputs (official `evaluation.py`).
+    """Static Functional Equivalence between two outputs (paper's SFE; official code ``evaluation.py``).
 
     ``SFE = 0.20·I + 0.50·L + 0.30·S`` with
     ``I = 0.5·F + 0.3·C + 0.2·Mo`` (functions, classes, modules),
@@ -361,3 +374,6 @@ def sfe(pred: str, ref: str, *, return_report: bool = False) -> float | tuple[fl
         "extra_functions": sorted(a["fns"] - b["fns"]),
     }
     return score, report
+
+
+SIMILARITIES: dict[str, Similarity] = {"sfe": sfe, "tfidf": tfidf_cosine}  # method.similarity

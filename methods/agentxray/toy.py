@@ -1,424 +1,250 @@
-"""XRayBench-lite: the CPU toy of our CPU toy.
+"""The toy stage ``icml26 experiment=agentxray_toy`` (``stage=toy``; our CPU toy, "XRayBench-lite").
 
-Twelve deterministic code-transforming "agents" and four tools act on a project
-``{filename: code}`` rendered as ``File: x.py`` + fenced blocks. A hidden chain of five of them is
-the black box; the search only sees (task, output) pairs. ``ToyChat`` plays the LLM: it reads the
-agent's name from the system prompt and the task / previous content from the user prompt, and
-applies that agent's transformation, so agent calls go through the same executor and token
-accounting as on the paper path.
+A hidden length-5 chain of deterministic code-transforming agents (``xraybench.py``) is the black
+box, clean and with 10% identifier noise on its outputs. Four arms at the same iteration budgets
+and seeds: ``red_black`` (AgentXRay), ``no_coloring`` (unpruned MCTS, the paper's ablation),
+``pure_random`` (random tree policy, official code ablation) and ``direct_random`` (random chains of
+length 1–L_max with the red-black arm's number of primitive executions; our baseline). Reported:
+test SFE, extracted length, tree depth, tokens (agent + generator) and exact recovery of the hidden
+chain. With ``method.checkpoint_dir`` every MCTS search checkpoints after each iteration and a
+rerun resumes it (``resume.py``).
 """
 
 from __future__ import annotations
 
-import ast
-import keyword
+import logging
+import math
 import random
-import re
-from collections.abc import Callable
-from typing import Any
+import statistics
+import time
+from pathlib import Path
 
-from .config import HIDDEN_CHAIN, HIDDEN_CHAIN_LONG  # noqa: F401  (re-exported)
-from .primitives import Primitive
-from .similarity import codes_to_content, parse_project
+from common.config import Run
+from common.tracking import progress, save_plot, write_results
 
-Project = dict[str, str]
-
-_FN_POOL = (
-    "compute_sum",
-    "find_max",
-    "compute_average",
-    "sort_values",
-    "filter_positive",
-    "count_items",
-    "merge_lists",
-    "get_min",
-    "compute_product",
-    "search_value",
+from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
+from .executor import WorkflowExecutor
+from .mcts import AgentXRaySearch, extract_workflow
+from .primitives import (
+    CostMeter,
+    Primitive,
+    PrimitiveSpace,
+    StaticProfileGenerator,
+    count_tokens,
+    generator_prompt,
+    render_profile,
 )
-_RENAME = {
-    "compute": "calculate",
-    "find": "locate",
-    "get": "fetch",
-    "sort": "order",
-    "search": "lookup",
-    "merge": "combine",
-    "count": "tally",
-    "filter": "select",
-}
+from .similarity import SIMILARITIES
+from .xraybench import (
+    ALL_AGENTS,
+    TOY_TOOLS,
+    ToyChat,
+    add_token_noise,
+    make_tasks,
+    toy_agent_pool,
+)
+
+logger = logging.getLogger(__name__)
+
+ARMS = ("red_black", "no_coloring", "pure_random", "direct_random")
+Pairs = list[tuple[str, str]]
 
 
-def make_tasks(n: int, seed: int) -> list[str]:
-    """``n`` task specs: 3–5 required function names plus a data type."""
+def summarize_seeds(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of every metric over seeds, plus the 95% CI half-widths of ``test_sfe`` and ``tokens``
+    (1.96·s/√n; 0 with one seed)."""
+
+    def ci(xs: list[float]) -> float:
+        return 1.96 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+
+    agg = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+    agg["test_sfe_ci95"] = ci([r["test_sfe"] for r in rows])
+    agg["tokens_ci95"] = ci([r["tokens"] for r in rows])
+    return agg
+
+
+def search_config(cfg: AgentXRayRunConfig, arm: str, seed: int, **over) -> MCTSConfig:
+    """``cfg.search`` for one arm: colouring on only for ``red_black``, the random tree policy for
+    ``pure_random`` (official code ablation configs)."""
+    return MCTSConfig(
+        **{
+            **cfg.search.__dict__,
+            "seed": seed,
+            "coloring": arm == "red_black" and cfg.search.coloring,
+            "pure_random": arm == "pure_random",
+            **over,
+        }
+    )
+
+
+def _direct_random(
+    cfg: AgentXRayRunConfig, iters: int, seed: int, train: Pairs, budget: int | None
+) -> tuple[list[Primitive], dict]:
+    """Best of random chains of length 1–L_max (our baseline): ``random_budget="executions"`` gives
+    it red_black's number of primitive executions, ``"iterations"`` one chain per iteration."""
+    meter = CostMeter()
+    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
+    sim = SIMILARITIES[cfg.similarity]
     rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        fns = rng.sample(_FN_POOL, rng.randint(3, 5))
-        out.append(f"Functions: {', '.join(fns)}\nData: {rng.choice(['list', 'dict', 'table'])}")
-    return out
-
-
-def _task_fns(task: str) -> list[str]:
-    m = re.search(r"Functions:\s*(.+)", task)
-    return [f.strip() for f in m.group(1).split(",")] if m else []
-
-
-def _main_tree(files: Project) -> ast.Module | None:
-    if "main.py" not in files:
-        return None
-    try:
-        return ast.parse(files["main.py"])
-    except SyntaxError:
-        return None
-
-
-def _stmt(src: str) -> list[ast.stmt]:
-    return ast.parse(src).body
-
-
-def _all_fns(tree: ast.Module) -> list[ast.FunctionDef]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-
-
-def _on_main(fn: Callable[[ast.Module, Project, str], None]) -> Callable[[Project, str], Project]:
-    def agent(files: Project, task: str) -> Project:
-        tree = _main_tree(files)
-        if tree is None:
-            return files
-        fn(tree, files, task)
-        files["main.py"] = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
-        return files
-
-    return agent
-
-
-def _planner(files: Project, task: str) -> Project:
-    plan = "# Plan: implement " + ", ".join(_task_fns(task))
-    files.setdefault("plan.md", plan + "\n")
-    return files
-
-
-def _coder(files: Project, task: str) -> Project:
-    files["main.py"] = "\n\n".join(f"def {f}(x):\n    return x" for f in _task_fns(task)) + "\n"
-    return files
-
-
-def _loop(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
-            f.body = _stmt("total = 0\nfor item in x:\n    total += item\nreturn total")
-
-
-def _class_wrap(tree: ast.Module, files: Project, task: str) -> None:
-    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    if not fns:
-        return
-    for f in fns:
-        f.args.args.insert(0, ast.arg("self"))
-    cls = ast.ClassDef("App", [], [], fns, [], type_params=[])
-    tree.body = [n for n in tree.body if n not in fns] + [cls]
-
-
-def _cli(tree: ast.Module, files: Project, task: str) -> None:
-    tree.body[:0] = _stmt("import argparse")
-    tree.body += _stmt(
-        "if __name__ == '__main__':\n    parser = argparse.ArgumentParser()\n"
-        "    parser.add_argument('--input')\n    args = parser.parse_args()"
-    )
-
-
-def _errors(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        if not (len(f.body) == 1 and isinstance(f.body[0], ast.Try)):
-            t = _stmt("try:\n    pass\nexcept Exception:\n    return None")[0]
-            t.body = f.body
-            f.body = [t]
-
-
-def _tester(files: Project, task: str) -> Project:
-    tree = _main_tree(files)
-    if tree is None:
-        return files
-    lines = ["from main import *", ""]
-    for n in tree.body:
-        if isinstance(n, ast.FunctionDef):
-            lines.append(f"def test_{n.name}():\n    assert {n.name}([1, 2]) is not None\n")
-        elif isinstance(n, ast.ClassDef):
-            for m in n.body:
-                if isinstance(m, ast.FunctionDef):
-                    lines.append(
-                        f"def test_{m.name}():\n    assert {n.name}().{m.name}([1, 2]) is not None\n"
-                    )
-    files["test_main.py"] = "\n".join(lines)
-    return files
-
-
-def _utils_split(files: Project, task: str) -> Project:
-    tree = _main_tree(files)
-    if tree is None:
-        return files
-    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    if len(fns) < 2:
-        return files
-    helper = fns[-1]
-    tree.body.remove(helper)
-    tree.body.insert(0, ast.ImportFrom("utils", [ast.alias(helper.name)], 0))
-    files["utils.py"] = ast.unparse(ast.fix_missing_locations(ast.Module([helper], []))) + "\n"
-    files["main.py"] = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
-    return files
-
-
-def _serializer(tree: ast.Module, files: Project, task: str) -> None:
-    tree.body[:0] = _stmt("import json")
-    tree.body += _stmt(
-        "def save_data(data, path):\n    with open(path, 'w') as fh:\n        json.dump(data, fh)\n\n"
-        "def load_data(path):\n    with open(path) as fh:\n        return json.load(fh)"
-    )
-
-
-def _renamer(tree: ast.Module, files: Project, task: str) -> None:
-    for n in ast.walk(tree):
-        if isinstance(n, ast.FunctionDef):
-            head, _, rest = n.name.partition("_")
-            if head in _RENAME:
-                n.name = f"{_RENAME[head]}_{rest}" if rest else _RENAME[head]
-
-
-def _visualizer(tree: ast.Module, files: Project, task: str) -> None:
-    tree.body += _stmt(
-        "def plot_results(data):\n    import matplotlib.pyplot as plt\n    plt.plot(data)\n"
-        "    plt.savefig('plot.png')"
-    )
-
-
-def _docstringer(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        if not ast.get_docstring(f):
-            f.body.insert(0, ast.Expr(ast.Constant(f"{f.name.replace('_', ' ').capitalize()}.")))
-
-
-TOY_AGENTS: dict[str, Callable[[Project, str], Project]] = {
-    "Planner": _planner,
-    "Coder": _coder,
-    "LoopImplementer": _on_main(_loop),
-    "ClassWrapper": _on_main(_class_wrap),
-    "CLIAdder": _on_main(_cli),
-    "ErrorHandler": _on_main(_errors),
-    "Tester": _tester,
-    "UtilsSplitter": _utils_split,
-    "Serializer": _on_main(_serializer),
-    "Renamer": _on_main(_renamer),
-    "Visualizer": _on_main(_visualizer),
-    "Docstringer": _on_main(_docstringer),
-}
-
-
-# Distractors (our CPU toy "more primitives"): near-misses of the chain's agents — same intent,
-# different code — so a chain must pick the right variant, not just the right kind of step.
-def _while_loop(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
-            f.body = _stmt(
-                "i = 0\nacc = 0\nwhile i < len(x):\n    acc += x[i]\n    i += 1\nreturn acc"
-            )
-
-
-def _value_errors(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        f.body[:0] = _stmt("if x is None:\n    raise ValueError('x is required')")
-
-
-def _service_wrap(tree: ast.Module, files: Project, task: str) -> None:
-    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    if not fns:
-        return
-    for f in fns:
-        f.decorator_list.append(ast.Name("staticmethod"))
-    cls = ast.ClassDef("Service", [], [], fns, [], type_params=[])
-    tree.body = [n for n in tree.body if n not in fns] + [cls]
-
-
-def _pytest_writer(files: Project, task: str) -> Project:
-    fns = _task_fns(task)
-    lines = ["import pytest", "import main", ""]
-    lines += [f"def test_{f}_runs():\n    assert hasattr(main, '{f}')\n" for f in fns]
-    files["tests/test_app.py"] = "\n".join(lines)
-    return files
-
-
-def _logging(tree: ast.Module, files: Project, task: str) -> None:
-    tree.body[:0] = _stmt("import logging\nlogger = logging.getLogger(__name__)")
-    for f in _all_fns(tree):
-        f.body.insert(0, _stmt(f"logger.info('{f.name} called')")[0])
-
-
-def _type_hints(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        for a in f.args.args:
-            if a.arg != "self" and a.annotation is None:
-                a.annotation = ast.Name("list")
-        f.returns = f.returns or ast.Name("float")
-
-
-def _validator(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        f.body[:0] = _stmt("if not x:\n    return 0")
-
-
-def _memoizer(tree: ast.Module, files: Project, task: str) -> None:
-    tree.body[:0] = _stmt("import functools")
-    for f in _all_fns(tree):
-        f.decorator_list.append(ast.parse("functools.lru_cache(maxsize=None)").body[0].value)
-
-
-def _main_fn(tree: ast.Module, files: Project, task: str) -> None:
-    calls = "\n".join(f"    print({f}([1, 2, 3]))" for f in _task_fns(task)) or "    pass"
-    tree.body += _stmt(f"def main():\n{calls}")
-
-
-def _config(files: Project, task: str) -> Project:
-    files["config.py"] = "DEFAULTS = {'data': 'data.json', 'verbose': False}\n"
-    return files
-
-
-def _sorter(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
-            f.body = _stmt("return sorted(x)")
-
-
-def _inliner(tree: ast.Module, files: Project, task: str) -> None:
-    for f in _all_fns(tree):
-        if len(f.body) == 1 and isinstance(f.body[0], ast.Return):
-            f.body = _stmt("return sum(x)")
-
-
-DISTRACTOR_AGENTS: dict[str, Callable[[Project, str], Project]] = {
-    "WhileLooper": _on_main(_while_loop),
-    "ValueErrorRaiser": _on_main(_value_errors),
-    "ServiceWrapper": _on_main(_service_wrap),
-    "PytestWriter": _pytest_writer,
-    "LoggingAdder": _on_main(_logging),
-    "TypeHinter": _on_main(_type_hints),
-    "InputValidator": _on_main(_validator),
-    "Memoizer": _on_main(_memoizer),
-    "MainFunctionAdder": _on_main(_main_fn),
-    "ConfigWriter": _config,
-    "SortImplementer": _on_main(_sorter),
-    "SumInliner": _on_main(_inliner),
-}
-ALL_AGENTS = {**TOY_AGENTS, **DISTRACTOR_AGENTS}
-
-
-def _formatter(content: str) -> str | None:
-    files = parse_project(content)
-    return (
-        codes_to_content(
-            {k: "\n".join(ln.rstrip() for ln in v.splitlines()) + "\n" for k, v in files.items()}
-        )
-        if files
-        else content
-    )
-
-
-def _dependency_extractor(content: str) -> str | None:
-    files = parse_project(content)
-    mods: set[str] = set()
-    for name, code in files.items():
-        if name.endswith(".py"):
-            try:
-                tree = ast.parse(code)
-            except SyntaxError:
+    omega = toy_agent_pool(cfg.n_distractors) + [Primitive("tool", t) for t in TOY_TOOLS]
+    budget = budget or iters * cfg.search.max_depth
+    best, best_r, used, i = [], -1.0, 0, 0
+    while (used < budget) if cfg.random_budget == "executions" else (i < iters):
+        wf = [rng.choice(omega) for _ in range(rng.randint(1, cfg.search.max_depth))]
+        task, target = train[i % len(train)]
+        sibs: list[Primitive] = []
+        for p in wf:  # each agent of a random chain stands for one generated profile
+            if p.kind != "agent":
                 continue
-            mods |= {
-                a.name.split(".")[0]
-                for n in ast.walk(tree)
-                if isinstance(n, ast.Import)
-                for a in n.names
-            }
-    third = sorted(mods - {"json", "argparse", "os", "sys", "re", "math"})
-    if not third:
-        return content
-    files["requirements.txt"] = "\n".join(third) + "\n"
-    return codes_to_content(files)
+            if cfg.tokens_per_profile is not None:
+                meter.charge("generator", cfg.tokens_per_profile)
+            else:
+                pt = count_tokens(generator_prompt(task, sibs))
+                ct = count_tokens(render_profile(p))
+                meter.charge("generator", pt + ct, ct, source="tokenizer")
+            sibs.append(p)
+        out = ex.final_output(ex.run(wf, task))
+        r = sim(out, target) if out else 0.0
+        used, i = used + len(wf), i + 1
+        if r > best_r:
+            best, best_r = wf, r
+    while best and best[0].kind == "tool":
+        best = best[1:]
+    return best, {"depth": float(len(best)), "executions": float(used), **meter.snapshot()}
 
 
-def toy_syntax_check(content: str) -> str | None:
-    """Toy tool (our CPU toy): FAILURE (``None``) when a ``.py`` file does not parse, else pass through.
-
-    The paper path's ``executor.syntax_check`` instead appends a report and passes the content on.
-    """
-    for name, code in parse_project(content).items():
-        if name.endswith(".py"):
-            try:
-                ast.parse(code)
-            except SyntaxError:
-                return None
-    return content
-
-
-def toy_empty_detect(content: str) -> str | None:
-    """Toy tool: FAILURE when there is no code or every function body is ``pass``."""
-    files = parse_project(content)
-    if not files:
-        return None
-    for code in files.values():
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
-            continue
-        fns = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-        if fns and all(len(f.body) == 1 and isinstance(f.body[0], ast.Pass) for f in fns):
-            return None
-    return content
-
-
-TOY_TOOLS: dict[str, Callable[[str], str | None]] = {
-    "syntax_check": toy_syntax_check,
-    "empty_detect": toy_empty_detect,
-    "formatter": _formatter,
-    "dependency_extractor": _dependency_extractor,
-}
-
-
-def toy_agent_pool(n_distractors: int = 0) -> list[Primitive]:
-    """The 12 agent primitives of Ω plus the first ``n_distractors`` near-miss agents (0–12)."""
-    if not 0 <= n_distractors <= len(DISTRACTOR_AGENTS):
-        raise ValueError(
-            f"n_distractors must be in [0, {len(DISTRACTOR_AGENTS)}], got {n_distractors}"
-        )
-    names = [*TOY_AGENTS, *list(DISTRACTOR_AGENTS)[:n_distractors]]
-    return [
-        Primitive("agent", n, role=n, profile=f"Toy agent {n}.", model="toy", reasoning="reasoning")
-        for n in names
-    ]
-
-
-class ToyChat:
-    """Deterministic ``ChatLLM`` stand-in that applies the named toy agent to the content."""
-
-    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
-        name = re.match(r"You are (\w+),", messages[0]["content"]).group(1)
-        user = messages[-1]["content"]
-        task = user.split("Task:\n", 1)[1].split("\n\nPrevious content:\n", 1)[0]
-        prev = user.split("\n\nPrevious content:\n", 1)[1].rsplit("\n\nReturn the FULL", 1)[0]
-        files = {} if prev == "(empty)" else parse_project(prev)
-        return codes_to_content(ALL_AGENTS[name](dict(files), task))
-
-    def chat_batch(self, batch: list[list[dict[str, Any]]], **kwargs: Any) -> list[str]:
-        return [self.chat(m) for m in batch]
-
-
-def add_token_noise(text: str, rate: float, seed: int) -> str:
-    """Replace a fraction ``rate`` of identifier tokens with random names (the noisy black box)."""
-    rng = random.Random(seed)
-
-    def sub(m: re.Match) -> str:
-        w = m.group(0)
-        if keyword.iskeyword(w) or w in ("File", "python") or rng.random() >= rate:
-            return w
-        return "v" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5))
-
-    head, *rest = re.split(r"(```\w*\n.*?```)", text, flags=re.DOTALL)
-    return head + "".join(
-        re.sub(r"\b[A-Za-z_]\w*\b", sub, p) if p.startswith("```") else p for p in rest
+def _toy_search(
+    arm: str,
+    cfg: AgentXRayRunConfig,
+    iters: int,
+    seed: int,
+    train: Pairs,
+    budget: int | None,
+    checkpoint_dir: str | None = None,
+) -> tuple[list[Primitive], dict]:
+    """One search (or the random-chain baseline) on the toy; returns workflow and stats.
+    ``checkpoint_dir``: this search's own folder (MCTS arms only)."""
+    if arm == "direct_random":
+        return _direct_random(cfg, iters, seed, train, budget)
+    meter = CostMeter()
+    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
+    gen = StaticProfileGenerator(
+        toy_agent_pool(cfg.n_distractors),
+        seed=seed,
+        tokens_per_profile=cfg.tokens_per_profile,
+        meter=meter,
     )
+    scfg = search_config(cfg, arm, seed, iterations=iters)
+    search = AgentXRaySearch(
+        PrimitiveSpace(list(TOY_TOOLS), gen), ex, SIMILARITIES[cfg.similarity], scfg
+    )
+    res = search.run(train, checkpoint_dir=checkpoint_dir)
+    return res.best_workflow, {
+        "depth": float(res.depth),
+        "executions": float(res.executions),
+        **res.tokens,
+    }
+
+
+def _toy_row(cfg: AgentXRayRunConfig, wf: list[Primitive], st: dict, test: Pairs) -> dict:
+    """Test SFE of the extracted workflow against the black box, and the search's statistics."""
+    sim = SIMILARITIES[cfg.similarity]
+    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+    scores = [sim(ex.final_output(ex.run(wf, t)), o) if wf else 0.0 for t, o in test]
+    names = [p.name for p in wf if p.kind == "agent"]
+    return {
+        "test_sfe": statistics.mean(scores),
+        "length": float(len(wf)),
+        "depth": st["depth"],
+        "tokens": float(st["tokens/total"]),
+        "tokens_generator": float(st["tokens/generator"]),
+        "tokens_agent": float(st["tokens/agent"]),
+        "exact_recovery": float(names == list(cfg.hidden_chain)),
+    }
+
+
+def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
+    """Every arm × N × noise × seed; rows ``<arm>_n<N>[_noise<r>]`` (mean over seeds, CI)."""
+    black_box = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+    hidden = [Primitive("agent", n) for n in cfg.hidden_chain]
+    train_tasks = make_tasks(cfg.n_train, cfg.data_seed)
+    test_tasks = make_tasks(cfg.n_test, cfg.data_seed + 1)
+    metrics: dict[str, dict[str, float]] = {}
+    examples: dict[str, str] = {}
+    arms = [a for a in ARMS if a in cfg.arms]  # red_black first: direct_random matches its budget
+    for noise in cfg.noise:
+
+        def target(t: str, k: int, noise: float = noise) -> str:
+            out = black_box.run(hidden, t)
+            return add_token_noise(out, noise, k) if noise > 0 else out
+
+        train = [(t, target(t, k)) for k, t in enumerate(train_tasks)]
+        test = [(t, target(t, 1000 + k)) for k, t in enumerate(test_tasks)]
+        for iters in cfg.iterations:
+            budgets: dict[int, int] = {}
+            for arm in arms:
+                rows = []
+                for seed in progress(cfg.seeds, desc=f"agentxray {arm} it={iters}", unit="seed"):
+                    t0 = time.perf_counter()
+                    folder = None
+                    if cfg.checkpoint_dir and arm != "direct_random":
+                        name = f"noise{noise:g}/{arm}_n{iters}_seed{seed}"
+                        folder = str(Path(cfg.checkpoint_dir) / "toy" / name)
+                    wf, st = _toy_search(arm, cfg, iters, seed, train, budgets.get(seed), folder)
+                    if arm == "red_black":
+                        budgets[seed] = int(st["executions"])
+                    row = _toy_row(cfg, wf, st, test)
+                    rows.append({**row, "seconds": time.perf_counter() - t0})
+                    if seed == cfg.seeds[0]:
+                        examples[f"{arm}_n{iters}"] = extract_workflow(wf)
+                key = f"{arm}_n{iters}" + (f"_noise{noise:g}" if noise > 0 else "")
+                metrics[key] = agg = summarize_seeds(rows)
+                logger.info(
+                    "%s: test SFE %.3f, length %.1f, tokens %.0f",
+                    key,
+                    agg["test_sfe"],
+                    agg["length"],
+                    agg["tokens"],
+                )
+    _plot(metrics, run_dir)
+    return metrics, {"example_workflows": examples, "hidden_chain": list(cfg.hidden_chain)}
+
+
+def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
+    """Test SFE against simulated tokens, one point per (arm, N) on the clean black box."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for arm in ARMS:
+        pts = [
+            (v["tokens"], v["test_sfe"], k)
+            for k, v in metrics.items()
+            if k.startswith(arm + "_n") and "noise" not in k
+        ]
+        if pts:
+            ax.plot([p[0] / 1e3 for p in pts], [p[1] for p in pts], "o-", label=arm)
+            for x, y, k in pts:
+                ax.annotate(k.rsplit("_", 1)[-1], (x / 1e3, y), fontsize=7)
+    ax.set_xlabel("simulated tokens during search (thousands)")
+    ax.set_ylabel("test SFE vs black box")
+    ax.set_title("XRayBench-lite: similarity vs cost (mean over seeds)")
+    ax.legend(fontsize=8)
+    save_plot(fig, Path(run_dir) / "agentxray_toy.png")
+
+
+def run_toy(run: Run) -> dict[str, float]:
+    """``stage=toy``: every arm × N × noise × seed on XRayBench-lite."""
+    rc: AgentXRayRunConfig = run.method
+    unknown = [n for n in rc.hidden_chain if n not in ALL_AGENTS]
+    if unknown:
+        raise ValueError(
+            f"method.hidden_chain must name toy agents, unknown: {unknown}; "
+            f"known: {sorted(ALL_AGENTS)}"
+        )
+    t0 = time.perf_counter()
+    metrics, extra = _run_toy(rc, str(run.run_dir))
+    extra["wall_seconds"] = time.perf_counter() - t0
+    return write_results(run.run_dir, "agentxray", metrics, cfg=run.cfg, extra=extra)

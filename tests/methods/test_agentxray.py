@@ -40,7 +40,13 @@ from methods.agentxray.primitives import (
     generator_prompt,
     render_profile,
 )
-from methods.agentxray.toy import HIDDEN_CHAIN, TOY_TOOLS, ToyChat, make_tasks, toy_agent_pool
+from methods.agentxray.xraybench import (
+    HIDDEN_CHAIN,
+    TOY_TOOLS,
+    ToyChat,
+    make_tasks,
+    toy_agent_pool,
+)
 
 A = Primitive("agent", "A")
 T = Primitive("tool", "t0")
@@ -704,8 +710,8 @@ def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatc
 def test_toy_variants_distractors_long_chain_and_random_budget():
     from common.config import Run
     from methods.agentxray.config import AgentXRayRunConfig
-    from methods.agentxray.experiments import _toy_search, run_toy
-    from methods.agentxray.toy import DISTRACTOR_AGENTS, HIDDEN_CHAIN_LONG
+    from methods.agentxray.toy import _toy_search, run_toy
+    from methods.agentxray.xraybench import DISTRACTOR_AGENTS, HIDDEN_CHAIN_LONG
 
     pool = toy_agent_pool(12)
     assert len(pool) == 24 and {p.name for p in pool} >= set(DISTRACTOR_AGENTS)
