@@ -36,6 +36,7 @@ from .select import (
     brute_force_select,
     compute_budget,
     greedy_select,
+    greedy_select_many,
     greedy_select_naive,
     objective,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "distance_matrix",
     "extract_target_bid",
     "greedy_select",
+    "greedy_select_many",
     "greedy_select_naive",
     "importance",
     "objective",

@@ -1,4 +1,9 @@
-"""AgentLab-format step records, trajectory reconstruction and the final subset (official ``postprocess_dataset.py``).
+"""AgentLab-format step records, trajectory reconstruction and the final subset.
+
+The paper selects steps per trajectory and trains on the selected subset (paper: abstract; project
+page, "How Weasel selects training data"); the record format, the trajectory reconstruction and the
+subset rules are the official code's (``prepare_scores.py`` for parsing and segmentation,
+``postprocess_dataset.py`` for the subset) and are listed in docs/methods/weasel.md (Deviations).
 
 One record is one step: chat messages ``[system, user, assistant]``. The user prompt carries the
 ``## Goal:``, ``## AXTree:`` and interaction-history sections of BrowserGym's GenericAgent; the
@@ -40,7 +45,9 @@ _ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 def parse_agentlab_prompt(user_prompt: str) -> dict[str, str]:
     """Sections of a GenericAgent user prompt: ``goal``, ``obs_history``, ``axtree``, ``history``.
 
-    Missing sections are empty strings. Several AXTree sections are joined with a blank line.
+    Official code ``prepare_scores.py`` (``extract_goal``, ``extract_axtree``,
+    ``extract_obs_history``); the paper does not give the prompt format. Missing sections are empty
+    strings. Several AXTree sections are joined with a blank line.
     """
     if not isinstance(user_prompt, str):
         raise TypeError(f"user_prompt must be a str, got {type(user_prompt).__name__}")
@@ -57,7 +64,7 @@ def parse_agentlab_prompt(user_prompt: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One parsed training step (official ``postprocess_dataset.py``)."""
+    """One parsed training step: the texts scored by Φ and D (official code ``prepare_scores.py``)."""
 
     messages: list[dict]
     index: int
@@ -86,7 +93,8 @@ def _find(messages: list[dict], role: str, pos: int) -> dict | None:
 def parse_records(
     records: Sequence[dict], allow_missing_goal: bool = False
 ) -> tuple[list[StepRecord], dict[str, int]]:
-    """Parses chat records into :class:`StepRecord` (official ``postprocess_dataset.py``, docs/methods/weasel.md).
+    """Parses chat records into :class:`StepRecord` (official code ``prepare_scores.py``:
+    ``get_user_prompt``, ``get_assistant_response``; the errors are ours, docs/methods/weasel.md).
 
     Records without a user or assistant message are skipped and counted.
 
@@ -136,7 +144,10 @@ def parse_records(
 
 
 def segment_by_goal(records: Sequence[StepRecord]) -> list[Trajectory]:
-    """Groups records by goal and splits each group into runs of consecutive indices (official ``postprocess_dataset.py``).
+    """Groups records by goal and splits each group into runs of consecutive indices.
+
+    Official code ``prepare_scores.py`` (``group_trajectories``, ``split_contiguous``): the paper
+    selects per trajectory but does not say how trajectories are rebuilt from step records.
 
     Warns when one goal yields several segments (unrelated trajectories sharing a goal string are
     then split silently otherwise). Trajectories come out ordered by their first index.
@@ -169,7 +180,8 @@ def build_subset(
     dedupe: bool = False,
     preserve_order: bool = False,
 ) -> list[dict]:
-    """The final training set from selected indices (official ``postprocess_dataset.py``).
+    """The final training set from selected indices (official code ``postprocess_dataset.py``;
+    the paper reports the 10K-step AgentTrek subset, the caps are the official code's).
 
     Drops records whose user prompt is longer than ``max_user_chars`` (before sampling), then keeps
     a ``random.Random(seed).sample`` of ``max_examples`` if more remain.

@@ -14,7 +14,7 @@ from .config import WeaselConfig
 from .data import build_subset, parse_records, segment_by_goal
 from .pruning import PruneStats, prune_record
 from .scoring import TextSimilarity, distance_matrix, importance
-from .select import compute_budget, greedy_select
+from .select import compute_budget, greedy_select_many
 
 __all__ = ["WeaselConfig", "WeaselSelector"]
 
@@ -53,20 +53,28 @@ class WeaselSelector:
             pruned = list(records)
         steps, _ = parse_records(pruned, allow_missing_goal=c.allow_missing_goal)
         by_index = {s.index: s for s in steps}
-        selected: list[int] = []
-        self.scores = []
-        for traj in segment_by_goal(steps):
+        trajs = segment_by_goal(steps)
+        phis, dists, budgets = [], [], []
+        for traj in trajs:
             tr = [by_index[i] for i in traj.index]
             n = len(tr)
             if c.importance_off:
                 phi = np.zeros(n)
             else:
                 phi = importance(traj.goal, [s.obs_history for s in tr], self.sim, c.normalize)
-            dist = distance_matrix(
-                [s.axtree for s in tr], [s.assistant for s in tr], self.sim, c.combine
+            phis.append(phi)
+            dists.append(
+                distance_matrix(
+                    [s.axtree for s in tr], [s.assistant for s in tr], self.sim, c.combine
+                )
             )
-            budget = compute_budget(n, c.budget_mode, c.budget_fixed, c.budget_pct)
-            J = greedy_select(phi, dist, budget, c.lam) if n else []
+            # an empty trajectory selects nothing whatever its budget
+            budgets.append(max(1, compute_budget(n, c.budget_mode, c.budget_fixed, c.budget_pct)))
+        # one vectorised greedy over all trajectories (the same sets as greedy_select on each)
+        chosen = greedy_select_many(phis, dists, budgets, c.lam)
+        selected: list[int] = []
+        self.scores = []
+        for traj, phi, J in zip(trajs, phis, chosen):
             selected += [traj.index[j] for j in J]
             self.scores.append({"index": traj.index, "importance": phi.tolist(), "selected": J})
         return pruned, selected

@@ -77,7 +77,7 @@ class PruneStats:
 
 
 def extract_target_bid(action_text: str) -> tuple[str | None, str | None]:
-    """The action name and the bid it targets (official ``prune_axtree.py``, "Target extraction").
+    """The action name and the bid it targets (official code ``prune_axtree.py::extract_bid_from_action``).
 
     Reads the ``<action>…</action>`` content if present, else the whole string. Element actions
     target their first quoted argument; ``drag_and_drop`` targets the bid with the larger integer
@@ -146,7 +146,9 @@ def _check_window(name: str, value: int, low: int) -> None:
 
 
 def prune_axtree_prefix(prompt: str, max_bids: int = 120, compat_repo_regex: bool = False) -> str:
-    """Keeps the AXTree lines up to and including the ``max_bids``-th bid line (official ``prune_axtree.py``).
+    """Keeps the AXTree lines up to and including the ``max_bids``-th bid line.
+
+    The fallback of target-centred pruning (official code ``prune_axtree.py::prune_threshold``).
 
     The prompt outside the AXTree body is returned byte-identical; a prompt without an AXTree
     section is returned unchanged.
@@ -175,7 +177,10 @@ def prune_axtree_prefix(prompt: str, max_bids: int = 120, compat_repo_regex: boo
 def prune_axtree_centered(
     prompt: str, bid: str, window: int = 60, compat_repo_regex: bool = False
 ) -> str:
-    """Keeps the bid lines within ``window`` positions of ``bid`` (official ``prune_axtree.py``).
+    """Keeps the bid lines within ``window`` positions of ``bid``.
+
+    Paper: target-centred AXTree pruning, "keeps only content around the ground-truth action
+    target" (abstract); the window rule is official code ``prune_axtree.py::prune_gold_centered``.
 
     With bids ``B`` in line order and ``k* = B.index(bid)``, the kept set is
     ``S = B[max(k*−w, 0) : k*+w+1]``. Walking the lines after the root, output starts at the first
@@ -227,6 +232,8 @@ def prune_record(
     compat_repo_regex: bool = False,
 ) -> tuple[dict, PruneStats]:
     """Prunes the user prompt of one chat record ``{"messages": [system, user, assistant]}``.
+
+    Official code ``prune_axtree.py::prune_item`` (the counters for malformed actions are ours).
 
     Centred pruning when the assistant's action targets a bid present in the tree and the window
     prunes something; otherwise the prefix fallback. Malformed actions and unknown action names are

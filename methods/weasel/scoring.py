@@ -172,7 +172,10 @@ class TokenMatchSimilarity:
 
     @staticmethod
     def _f1(cand: np.ndarray, ref: np.ndarray) -> float:
-        """Greedy matching F1: P = mean_c max_r c·r, R = mean_r max_c c·r, F1 = 2PR/(P+R)."""
+        """Greedy matching F1: P = mean_c max_r c·r, R = mean_r max_c c·r, F1 = 2PR/(P+R).
+
+        BERTScore's F1 (Zhang et al., ICLR 2020, §3), the scorer the paper uses; written out
+        because ``bert-score`` is not installed (docs/methods/weasel.md, Deviations)."""
         if cand.shape[0] == 0 or ref.shape[0] == 0:
             return 0.0  # undefined for an empty text; treated as 0 (docs/methods/weasel.md), warned by callers
         sim = cand @ ref.T  # [Lc, Lr]
@@ -206,7 +209,11 @@ def importance(
     sim: TextSimilarity,
     normalize: Literal["minmax", "raw", "increment"] = "minmax",
 ) -> np.ndarray:
-    """Unary importance Φ of each step of one trajectory (official ``prepare_scores.py``).
+    """Unary importance Φ of each step of one trajectory.
+
+    Paper: ``Φ(t) = BERTScore(g, s_t)`` (project page); the text field, the direction and the
+    min–max default are official code ``prepare_scores.py`` (``compute_relevance_scores``,
+    ``minmax_normalize``, ``phi_from_relevance``; docs/methods/weasel.md, Deviations).
 
     ``r_t = sim.score(texts_t, goal)``; ``minmax``: ``(r − min r)/(max r − min r)`` (zeros if r is
     constant; official-code default); ``raw``: ``r``; ``increment``: ``max(0, r_t − r_{t−1})`` with
@@ -240,7 +247,10 @@ def distance_matrix(
     sim: TextSimilarity,
     combine: Literal["max", "mean", "state", "response"] = "max",
 ) -> np.ndarray:
-    """Pairwise distance ``D`` (official ``prepare_scores.py``): ``max(1 − sim(s_i, s_j), 1 − sim(y_i, y_j))``.
+    """Pairwise distance ``D = max(1 − sim(s_i, s_j), 1 − sim(y_i, y_j))``.
+
+    Paper: the maximum of state and response dissimilarities (project page); the clipping and the
+    zero diagonal are official code ``prepare_scores.py::distance_matrix``.
 
     Each component is clipped to [0, 1]; the diagonal is 0. ``responses=None`` uses states only
     (the official ``--skip-response-distance``).

@@ -1,4 +1,4 @@
-"""SynthWeb: a seeded synthetic web-agent corpus for the CPU toy.
+"""SynthWeb: a seeded synthetic web-agent corpus for the CPU toy (our toy; not in the paper).
 
 Twelve site templates (eight for training, four held out with disjoint element words) share three
 interaction patterns: search (fill the search box, submit, open the result), menu (category →

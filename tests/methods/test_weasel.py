@@ -605,7 +605,7 @@ def test_word_tokenizer_has_no_unk_on_toy_text():
 
 
 def test_score_actions_per_field_on_hand_made_predictions():
-    from methods.weasel.toy import action_fields, score_actions
+    from methods.weasel.toy_eval import action_fields, score_actions
 
     assert action_fields("fill('7', 'rake')") == ("fill", "7", "rake")
     assert action_fields(" click ( ' 12 ' )") == ("click", "12", None)
@@ -632,7 +632,7 @@ def test_score_actions_per_field_on_hand_made_predictions():
 
 
 def test_teacher_forced_field_labels():
-    from methods.weasel.toy import _field_labels
+    from methods.weasel.toy_eval import _field_labels
 
     toks = ["fill", "(", "'", "12", "'", ",", "'", "rake", "'", ")"]
     assert _field_labels(toks) == [
@@ -659,7 +659,7 @@ def test_synthweb_target_is_the_only_goal_word_on_its_page():
 
 def test_toy_arms_share_one_initial_policy(tmp_path):
     """Every arm of a seed starts from the same (warmed-up) weights; the seeds differ."""
-    from methods.weasel.toy import build_policy, build_word_tokenizer
+    from methods.weasel.toy_policy import build_policy, build_word_tokenizer
 
     tok = build_word_tokenizer(["goal : a b tree : c [12] last : none action : click('12')"])
     a, b = build_policy(tok, "llama", 16, seed=0), build_policy(tok, "llama", 16, seed=0)
