@@ -25,16 +25,27 @@ from .problems import (
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
 from .selection import non_dominated_fronts, nsga2_select, nsga2_so_select, official_fronts
 from .toy import SelfiesExplorer, TinyLMChat, build_selfies_tokenizer, pretrain_tiny_lm, tiny_gpt
-from .train import (
-    MCCEDPOConfig,
-    MCCEGRPOConfig,
-    MCCESFTConfig,
-    dpo_loss_closed_form,
-    round_args,
-    run_dpo_round,
-    run_rl_round,
-    run_sft_round,
+
+_TRAIN = (
+    "MCCEDPOConfig",
+    "MCCEGRPOConfig",
+    "MCCESFTConfig",
+    "dpo_loss_closed_form",
+    "round_args",
+    "run_dpo_round",
+    "run_rl_round",
+    "run_sft_round",
 )
+
+
+def __getattr__(name: str):
+    """The training-round names load TRL on first use, so the search alone imports quickly."""
+    if name in _TRAIN:
+        from . import train
+
+        return getattr(train, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MODES",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,9 @@ class Archive:
     invalid: Counter = field(default_factory=Counter)
     repeat: Counter = field(default_factory=Counter)
     n_evaluations: int = 0  # calls of problem.evaluate on single molecules (must equal len(items))
+    # scores a batch of canonical SMILES -> [n, m]; problem.evaluate when None (the optimizer
+    # passes its journaled evaluator so a resumed run replays recorded scores)
+    evaluator: Callable[[list[str]], np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._seen = {c.value for c in self.items}
@@ -102,7 +105,8 @@ class Archive:
         max_new: int | None = None,
         representation: str | None = None,
     ) -> list[Candidate]:
-        """Canonicalise, dedupe, evaluate and append proposals; return the new candidates.
+        """Canonicalise, dedupe, evaluate and append proposals; return the new candidates
+        (official `problem/molecules/evaluator.py`: only unique valid molecules are scored).
 
         Args:
             values: proposal strings (SMILES or SELFIES as the problem expects).
@@ -134,7 +138,7 @@ class Archive:
             fresh = fresh[:max_new]
         if not fresh:
             return []
-        raw = self.problem.evaluate(fresh)  # [n, m]
+        raw = (self.evaluator or self.problem.evaluate)(fresh)  # [n, m]
         self.n_evaluations += len(fresh)
         t = self.problem.transform(raw)  # [n, m]
         tot = fitness(t)  # [n]
@@ -155,7 +159,7 @@ class Archive:
         return new
 
     def top_k(self, k: int, items: Sequence[Candidate] | None = None) -> list[Candidate]:
-        """The k items with the highest F (ties broken by insertion order)."""
+        """The k items with the highest F, ties by insertion order (official `algorithm/MOO.py::log_results`)."""
         pool = self.items if items is None else items
         return sorted(pool, key=lambda c: (-c.total, c.index))[:k]
 
@@ -181,9 +185,15 @@ class Archive:
         }
 
     @classmethod
-    def from_dict(cls, problem: Problem, d: dict[str, Any]) -> Archive:
+    def from_dict(
+        cls,
+        problem: Problem,
+        d: dict[str, Any],
+        evaluator: Callable[[list[str]], np.ndarray] | None = None,
+    ) -> Archive:
         return cls(
             problem=problem,
+            evaluator=evaluator,
             items=[Candidate.from_dict(x) for x in d["items"]],
             generated=Counter(d.get("generated", {})),
             invalid=Counter(d.get("invalid", {})),

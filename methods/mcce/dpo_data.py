@@ -16,6 +16,15 @@ from typing import Any
 from .core import Archive, Candidate
 
 logger = logging.getLogger(__name__)
+DIAGNOSTICS = (  # the extra columns of build_similarity_pairs(full=True)
+    "parents",
+    "chosen_smiles",
+    "rejected_smiles",
+    "chosen_total",
+    "rejected_total",
+    "chosen_sim",
+    "rejected_sim",
+)
 
 
 def format_response(texts: Sequence[str], sep: str = "\n") -> str:
@@ -53,6 +62,52 @@ def _pick(
         rng.shuffle(rest)
         used.extend(rest[: k - len(used)])
     return [pool[i] for i in used], [sims[i] for i in used]
+
+
+def _check_pair_args(
+    alpha_top: float, alpha_ext: float, alpha_bottom: float, s_max: float, k: int
+) -> None:
+    for name, a in (
+        ("alpha_top", alpha_top),
+        ("alpha_ext", alpha_ext),
+        ("alpha_bottom", alpha_bottom),
+    ):
+        if not 0.0 < a <= 1.0:
+            raise ValueError(f"{name} must be in (0, 1], got {a}")
+    if not 0.0 < s_max <= 1.0:
+        raise ValueError(f"s_max must be in (0, 1], got {s_max}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+
+
+def _chosen_rejected(
+    parents: Sequence[str],
+    high: Sequence[Candidate],
+    ext: Sequence[Candidate],
+    low: Sequence[Candidate],
+    sim_fn: Callable[[str, str], float],
+    bands: Sequence[float],
+    s_max: float,
+    k: int,
+    rng: random.Random,
+) -> tuple[tuple[list[Candidate], list[float]], tuple[list[Candidate], list[float]]] | None:
+    """Chosen from High (Ext when High has < k in reach), rejected from Low, each padded with
+    random members of its pool up to k (official `tools/makerldata_dpov3.py`); None if a pool
+    is empty."""
+    ch, ch_s = _pick(parents, high, sim_fn, bands, s_max, k, rng)
+    if len(ch) < k:
+        ch, ch_s = _pick(parents, ext, sim_fn, bands, s_max, k, rng)
+    rj, rj_s = _pick(parents, low, sim_fn, bands, s_max, k, rng)
+    # Pools smaller than k: pad with random members (with replacement) of High / Low.
+    while len(ch) < k and high:
+        ch.append(rng.choice(high))
+        ch_s.append(float("nan"))
+    while len(rj) < k and low:
+        rj.append(rng.choice(low))
+        rj_s.append(float("nan"))
+    if len(ch) < k or len(rj) < k:
+        return None
+    return (ch, ch_s), (rj, rj_s)
 
 
 def build_similarity_pairs(
@@ -94,17 +149,7 @@ def build_similarity_pairs(
     """
     import datasets
 
-    for name, a in (
-        ("alpha_top", alpha_top),
-        ("alpha_ext", alpha_ext),
-        ("alpha_bottom", alpha_bottom),
-    ):
-        if not 0.0 < a <= 1.0:
-            raise ValueError(f"{name} must be in (0, 1], got {a}")
-    if not 0.0 < s_max <= 1.0:
-        raise ValueError(f"s_max must be in (0, 1], got {s_max}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    _check_pair_args(alpha_top, alpha_ext, alpha_bottom, s_max, k)
     rng = rng or random.Random(0)
     items = list(archive.items if isinstance(archive, Archive) else archive)
     srt = sorted(items, key=lambda c: (-c.total, c.index))  # best first
@@ -115,30 +160,13 @@ def build_similarity_pairs(
     q = list(records)[-n_pairs_max:] if n_pairs_max else []
     n_pairs = min(len(q), n // 2)
     rows: dict[str, list[Any]] = {"prompt": [], "chosen": [], "rejected": []}
-    diag: dict[str, list[Any]] = {
-        "parents": [],
-        "chosen_smiles": [],
-        "rejected_smiles": [],
-        "chosen_total": [],
-        "rejected_total": [],
-        "chosen_sim": [],
-        "rejected_sim": [],
-    }
+    diag: dict[str, list[Any]] = {key: [] for key in DIAGNOSTICS}
     for rec in q[:n_pairs]:
         parents = [p["value"] for p in rec.get("parents", [])]
-        ch, ch_s = _pick(parents, high, sim_fn, bands, s_max, k, rng)
-        if len(ch) < k:
-            ch, ch_s = _pick(parents, ext, sim_fn, bands, s_max, k, rng)
-        rj, rj_s = _pick(parents, low, sim_fn, bands, s_max, k, rng)
-        # Pools smaller than k: pad with random members (with replacement) of High / Low.
-        while len(ch) < k and high:
-            ch.append(rng.choice(high))
-            ch_s.append(float("nan"))
-        while len(rj) < k and low:
-            rj.append(rng.choice(low))
-            rj_s.append(float("nan"))
-        if len(ch) < k or len(rj) < k:
+        picked = _chosen_rejected(parents, high, ext, low, sim_fn, bands, s_max, k, rng)
+        if picked is None:
             continue
+        (ch, ch_s), (rj, rj_s) = picked
         chosen = format_response([to_text(c.value) for c in ch], sep)
         rejected = format_response([to_text(c.value) for c in rj], sep)
         if conversational:
@@ -149,13 +177,10 @@ def build_similarity_pairs(
             rows["prompt"].append(rec["prompt"])
             rows["chosen"].append(chosen)
             rows["rejected"].append(rejected)
-        diag["parents"].append(parents)
-        diag["chosen_smiles"].append([c.value for c in ch])
-        diag["rejected_smiles"].append([c.value for c in rj])
-        diag["chosen_total"].append([c.total for c in ch])
-        diag["rejected_total"].append([c.total for c in rj])
-        diag["chosen_sim"].append(ch_s)
-        diag["rejected_sim"].append(rj_s)
+        vals = (parents, [c.value for c in ch], [c.value for c in rj])
+        vals += ([c.total for c in ch], [c.total for c in rj], ch_s, rj_s)
+        for key, val in zip(DIAGNOSTICS, vals):
+            diag[key].append(val)
     if full:
         rows.update(diag)
     logger.info(

@@ -134,97 +134,107 @@ def _short_seeds(rc: MCCERunConfig) -> list[str]:
     return out
 
 
+def _toy_search(
+    rc: MCCERunConfig, arm: str, seed: int, tok: Any, warm: Any, init: list[str], ckpt: Path
+) -> MCCEResult:
+    """One arm x seed of the toy (our CPU toy): explorer and tiny GPT seeded from ``seed``,
+    checkpointed in ``ckpt/<arm>_seed<seed>`` (a rerun resumes or returns the finished result)."""
+    from common.llm import ScriptedChat
+
+    _seed_all(seed)
+    cfg = copy.deepcopy(rc.search)
+    cfg.mode, cfg.seed = ARM_MODES[arm], seed
+    api = ScriptedChat(SelfiesExplorer(seed=1000 + seed, max_edits=rc.explorer_max_edits))
+    local = TinyLMChat(
+        copy.deepcopy(warm),
+        tok,
+        max_new_tokens=rc.local_max_new_tokens,
+        temperature=rc.local_temperature,
+        top_p=rc.local_top_p,
+        seed=seed,
+    )
+    ref = copy.deepcopy(warm).eval() if cfg.mode in ("coevolve_dpo", "coevolve_rl") else None
+    return MCCEOptimizer(
+        toy_problem(),
+        api,
+        local,
+        cfg,
+        init,
+        ref_model=ref,
+        checkpoint_dir=str(ckpt / f"{arm}_seed{seed}"),
+        trainer_args=trainer_args_for(rc, cfg.mode),
+    ).run()
+
+
+def _dpo_accuracies(logs_per_seed: list[list[dict[str, float]]]) -> dict[str, float]:
+    """Mean DPO reward accuracy of the first and last round over seeds, and the rounds per run."""
+    key = "dpo/accuracies_mean"
+    if not any(key in lg for logs in logs_per_seed for lg in logs):
+        return {}
+    return {
+        "dpo_acc_first_round": float(
+            np.mean([logs[0][key] for logs in logs_per_seed if logs and key in logs[0]])
+        ),
+        "dpo_acc_last_round": float(
+            np.mean([logs[-1][key] for logs in logs_per_seed if logs and key in logs[-1]])
+        ),
+        "dpo_rounds": float(np.mean([len(logs) for logs in logs_per_seed])),
+    }
+
+
+def _toy_row(results: list[MCCEResult], walls: list[float]) -> dict[str, float]:
+    """One arm's table row: means over seeds (± std of HV and Top10F), late local offspring F."""
+    runs = [dict(r.metrics, wall_s=w) for r, w in zip(results, walls)]
+    row: dict[str, float] = {}
+    for k in REPORTED + ("wall_s",):
+        vals = [r[k] for r in runs if k in r]
+        if vals:
+            row[k] = float(np.mean(vals))
+            if k in ("hypervolume", "top10_f") and len(vals) > 1:
+                row[f"{k}_std"] = float(np.std(vals))
+    late = [
+        f
+        for r in results
+        for f in [h["new_mean_f"] for h in r.history if h["model"] == "local" and h["new"] > 0][-3:]
+    ]
+    if late:
+        row["local_late_new_mean_f"] = float(np.mean(late))
+    row.update(_dpo_accuracies([r.train_log for r in results]))
+    return row
+
+
 def _run_toy(
     rc: MCCERunConfig, run_dir: Path
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
-    from common.llm import ScriptedChat
-
+    """Every arm x seed on the same warmed-up model and initial population (our CPU toy)."""
     t0 = time.time()
     tok, warm = build_toy_models(rc)
     warm_s = time.time() - t0
     init = _short_seeds(rc)
-    search = copy.deepcopy(rc.search)
-    per_arm: dict[str, list[dict[str, float]]] = {a: [] for a in rc.arms}
-    curves: dict[str, list[list[tuple[float, float]]]] = {a: [] for a in rc.arms}
-    train_logs: dict[str, list[list[dict[str, float]]]] = {a: [] for a in rc.arms}
-    local_gen_f: dict[str, list[float]] = {a: [] for a in rc.arms}
+    ckpt = Path(rc.checkpoint_dir or Path(run_dir) / "ckpt")
+    results: dict[str, list[MCCEResult]] = {a: [] for a in rc.arms}
+    walls: dict[str, list[float]] = {a: [] for a in rc.arms}
     for seed in rc.seeds:
         for arm in rc.arms:
-            _seed_all(seed)
-            cfg = copy.deepcopy(search)
-            cfg.mode, cfg.seed = ARM_MODES[arm], seed
-            api = ScriptedChat(SelfiesExplorer(seed=1000 + seed, max_edits=rc.explorer_max_edits))
-            local = TinyLMChat(
-                copy.deepcopy(warm),
-                tok,
-                max_new_tokens=rc.local_max_new_tokens,
-                temperature=rc.local_temperature,
-                top_p=rc.local_top_p,
-                seed=seed,
-            )
-            ref = (
-                copy.deepcopy(warm).eval() if cfg.mode in ("coevolve_dpo", "coevolve_rl") else None
-            )
             t = time.time()
-            res: MCCEResult = MCCEOptimizer(
-                toy_problem(),
-                api,
-                local,
-                cfg,
-                init,
-                ref_model=ref,
-                trainer_args=trainer_args_for(rc, cfg.mode),
-            ).run()
-            m = dict(res.metrics)
-            m["wall_s"] = time.time() - t
-            per_arm[arm].append(m)
-            curves[arm].append([(h["n_unique"], h["hypervolume"]) for h in res.history])
-            train_logs[arm].append(res.train_log)
-            loc = [h["new_mean_f"] for h in res.history if h["model"] == "local" and h["new"] > 0]
-            local_gen_f[arm].extend(loc[-3:])
+            res = _toy_search(rc, arm, seed, tok, warm, init, ckpt)
+            walls[arm].append(time.time() - t)
+            results[arm].append(res)
             logger.info(
                 "seed %d arm %s: HV %.4f top10 %.3f (%.1fs)",
                 seed,
                 arm,
-                m["hypervolume"],
-                m["top10_f"],
-                m["wall_s"],
+                res.metrics["hypervolume"],
+                res.metrics["top10_f"],
+                walls[arm][-1],
             )
-    table: dict[str, dict[str, float]] = {}
-    for arm, runs in per_arm.items():
-        row: dict[str, float] = {}
-        for k in REPORTED + ("wall_s",):
-            vals = [r[k] for r in runs if k in r]
-            if vals:
-                row[k] = float(np.mean(vals))
-                if k in ("hypervolume", "top10_f") and len(vals) > 1:
-                    row[f"{k}_std"] = float(np.std(vals))
-        if local_gen_f[arm]:
-            row["local_late_new_mean_f"] = float(np.mean(local_gen_f[arm]))
-        accs = [lg.get("dpo/accuracies_mean") for logs in train_logs[arm] for lg in logs]
-        accs = [a for a in accs if a is not None]
-        if accs:
-            row["dpo_acc_first_round"] = float(
-                np.mean(
-                    [
-                        logs[0]["dpo/accuracies_mean"]
-                        for logs in train_logs[arm]
-                        if logs and "dpo/accuracies_mean" in logs[0]
-                    ]
-                )
-            )
-            row["dpo_acc_last_round"] = float(
-                np.mean(
-                    [
-                        logs[-1]["dpo/accuracies_mean"]
-                        for logs in train_logs[arm]
-                        if logs and "dpo/accuracies_mean" in logs[-1]
-                    ]
-                )
-            )
-            row["dpo_rounds"] = float(np.mean([len(logs) for logs in train_logs[arm]]))
-        table[arm] = row
+    table = {arm: _toy_row(results[arm], walls[arm]) for arm in rc.arms}
+    curves = {
+        arm: [[(h["n_unique"], h["hypervolume"]) for h in r.history] for r in rs]
+        for arm, rs in results.items()
+    }
     _plot(curves, run_dir / "hv_curve.png", rc)
+    train_logs = {arm: [r.train_log for r in rs] for arm, rs in results.items()}
     extra = {"warmup_s": warm_s, "train_logs": train_logs, "n_initial": len(init)}
     return table, extra
 

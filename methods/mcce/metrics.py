@@ -72,7 +72,7 @@ def hypervolume(
 
 
 def top_k_mean(cands: Sequence[Candidate], k: int) -> float:
-    """Mean F of the k best candidates ("Top-k F")."""
+    """Mean F of the k best candidates, "Top-k F" (official `algorithm/MOO.py::log_results`)."""
     if not cands:
         return 0.0
     tot = sorted((c.total for c in cands), reverse=True)[:k]

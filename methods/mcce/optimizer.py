@@ -1,26 +1,27 @@
-"""The MCCE co-evolution loop (official `algorithm/MOO.py::run`, official `algorithm/MOO.py::run`).
+"""The MCCE co-evolution loop (official `algorithm/MOO.py::run`).
 
 Two chat models take turns, one generation each: a frozen explorer (GPT-4o in the paper) and a
-trainable local model (Qwen2.5-7B). Each generation makes ⌈pop/n_off⌉ calls with two random parents
+trainable local model (Qwen2.5-7B). Each generation makes ⌊pop/n_off⌋ calls with two random parents
 and a crossover or mutation prompt; children are canonicalised, deduplicated against all history and
-evaluated; survivors are chosen from the whole archive by :func:`nsga2_so_select`; generation 1 mates within
-the whole initial population. After every
-explorer+local pair of generations the local model gets one preference round on similarity-
-synthesised pairs from the shared trajectory memory (DPO; SFT and GRPO as baselines). The state is
-checkpointed every generation so a killed run resumes without re-evaluating anything.
+evaluated; survivors are chosen from the whole archive by :func:`nsga2_so_select`; generation 1 mates
+within the whole initial population. After every explorer+local pair of generations the local model
+gets one preference round on similarity-synthesised pairs from the shared trajectory memory (DPO; SFT
+and GRPO as baselines). With a ``checkpoint_dir`` every LLM and oracle call is journaled and the
+state is checkpointed every generation, so a run killed at any point resumes with no call repeated
+or lost (:mod:`methods.mcce.resume`, our inference; the official code has no resume).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import os
-import pickle
 import random
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from common.checkpoint import CallJournal
 
 from .config import MODES, MCCEConfig  # noqa: F401  (re-exported)
 from .core import Archive, Candidate
@@ -29,18 +30,13 @@ from .memory import TrajectoryMemory
 from .metrics import archive_metrics, hypervolume, top_k_mean
 from .problems import MoleculeProblem, fitness
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
+from .resume import Resumable, digest
 from .selection import nsga2_select, nsga2_so_select
-from .train import ROUND_CONFIGS, round_args, run_dpo_round, run_rl_round, run_sft_round
+
+if TYPE_CHECKING:  # the protocol of every chat model here (common.llm imports torch)
+    from common.llm import ChatLLM
 
 logger = logging.getLogger(__name__)
-
-
-class ChatLLM(Protocol):
-    """Subset of ``common.llm.ChatLLM`` the loop uses."""
-
-    def chat(self, messages: list[dict], **kw: Any) -> str: ...
-
-    def chat_batch(self, batch: list[list[dict]], **kw: Any) -> list[str]: ...
 
 
 class LLMUnavailableError(RuntimeError):
@@ -60,7 +56,7 @@ class MCCEResult:
     parse_stats: dict[str, dict[str, float]]
 
 
-class MCCEOptimizer:
+class MCCEOptimizer(Resumable):
     """Multi-LLM collaborative co-evolution (official `algorithm/MOO.py::run`).
 
     Args:
@@ -71,8 +67,9 @@ class MCCEOptimizer:
         cfg: search settings.
         initial: initial population strings (SMILES).
         ref_model: DPO reference; a frozen copy of ``local.model`` at start when None.
-        checkpoint_dir: where the per-generation state is written; a run with the same folder
-            resumes from it.
+        checkpoint_dir: where the call journal and the per-generation state are written; a run
+            with the same folder and settings resumes from it with no LLM or oracle call repeated
+            or lost, one with other settings is refused (``CheckpointMismatch`` naming the keys).
         on_update: called after each training round (e.g. reload the vLLM engine).
         trainer_args: the training round's TRL config for the mode (``MCCEDPOConfig``,
             ``MCCESFTConfig`` or ``MCCEGRPOConfig``, built by ``train.round_args``); the class's
@@ -102,6 +99,8 @@ class MCCEOptimizer:
             raise TypeError("local must expose .model and .tokenizer in a training mode")
         self.trainer_args = None
         if self.trains:
+            from .train import ROUND_CONFIGS, round_args  # TRL only for the training modes
+
             cls = ROUND_CONFIGS[cfg.mode]
             if trainer_args is None:
                 trainer_args = round_args(cls)
@@ -121,7 +120,7 @@ class MCCEOptimizer:
         self.on_update = on_update
         self.builder = PromptBuilder(problem, n_off=cfg.n_off, style=cfg.prompt_style)
         self.rng = random.Random(cfg.seed)
-        self.archive = Archive(problem)
+        self.archive = Archive(problem, evaluator=self._evaluate)
         self.memory = TrajectoryMemory()
         self.population: list[Candidate] = []
         self.history: list[dict[str, float]] = []
@@ -137,84 +136,36 @@ class MCCEOptimizer:
             "flag": 0 if cfg.first_model == "local" else 1,
             "experience": "",
             "stall": 0,
+            "weights_version": 0,  # training rounds that changed the local model
         }
-
-    # ----------------------------------------------------------- checkpoints
-    def _ckpt_path(self) -> str | None:
-        return os.path.join(self.checkpoint_dir, "state.pkl") if self.checkpoint_dir else None
-
-    def save_checkpoint(self) -> None:
-        path = self._ckpt_path()
-        if path is None:
-            return
-        os.makedirs(self.checkpoint_dir, exist_ok=True)
-        blob = {
-            "archive": self.archive.to_dict(),
-            "population": [c.value for c in self.population],
-            "memory": self.memory.to_dict(),
-            "history": self.history,
-            "train_log": self.train_log,
-            "parse_stats": {k: v.as_dict() for k, v in self.parse_stats.items()},
-            "state": self.state,
-            "rng": self.rng.getstate(),
-            "rl_cache": self._rl_cache,
-            "rl_oracle_calls": self.rl_oracle_calls,
-        }
-        if self.trains and self.state["last_trigger"] > 0:
-            import torch
-
-            torch.save(self.local.model.state_dict(), os.path.join(self.checkpoint_dir, "local.pt"))
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
-            pickle.dump(blob, fh)
-        os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint
-
-    def _load_checkpoint(self) -> bool:
-        path = self._ckpt_path()
-        if path is None or not os.path.exists(path):
-            return False
-        with open(path, "rb") as fh:
-            blob = pickle.load(fh)
-        self.archive = Archive.from_dict(self.problem, blob["archive"])
-        by_value = {c.value: c for c in self.archive.items}
-        self.population = [by_value[v] for v in blob["population"]]
-        self.memory = TrajectoryMemory.from_dict(blob["memory"])
-        self.history, self.train_log = blob["history"], blob["train_log"]
-        self.parse_stats = {
-            k: ParseStats(**{a: int(b) for a, b in v.items()})
-            for k, v in blob["parse_stats"].items()
-        }
-        self.state = blob["state"]
-        self.rng.setstate(blob["rng"])
-        self._rl_cache = dict(blob.get("rl_cache", {}))
-        self.rl_oracle_calls = int(blob.get("rl_oracle_calls", 0))
-        weights = os.path.join(self.checkpoint_dir, "local.pt")
-        if self.trains and os.path.exists(weights):
-            import torch
-
-            self.local.model.load_state_dict(torch.load(weights))
-        logger.info(
-            "resumed at generation %d with %d molecules",
-            self.state["generation"],
-            len(self.archive),
-        )
-        return True
+        self.journal: CallJournal | None = None
+        self._rngs: list[tuple[str, Any]] = []
+        self._saved_weights: str | None = None
+        self._started = False
 
     # ----------------------------------------------------------------- steps
     def _call(self, model: ChatLLM, prompts: list[str]) -> list[str]:
+        """One journaled ``chat_batch`` of user-turn prompts (official `model/LLM.py`), with bounded
+        retries instead of the official infinite loop."""
         msgs = [[{"role": "user", "content": p}] for p in prompts]
-        err: Exception | None = None
-        for _ in range(max(1, self.cfg.max_llm_failures)):
-            try:
-                return list(model.chat_batch(msgs))
-            except Exception as e:  # bounded retries instead of the official infinite loop
-                err = e
-                logger.warning("chat_batch failed (%s); retrying", e)
-        raise LLMUnavailableError(
-            f"chat model failed {self.cfg.max_llm_failures} times: {err}"
-        ) from err
+
+        def chat() -> list[str]:
+            err: Exception | None = None
+            for _ in range(max(1, self.cfg.max_llm_failures)):
+                try:
+                    return [str(r) for r in model.chat_batch(msgs)]
+                except Exception as e:
+                    err = e
+                    logger.warning("chat_batch failed (%s); retrying", e)
+            raise LLMUnavailableError(
+                f"chat model failed {self.cfg.max_llm_failures} times: {err}"
+            ) from err
+
+        return self._journaled("llm:" + digest(prompts), chat)
 
     def _initialise(self) -> None:
+        """Evaluate the initial population, topped up with 'empty' prompts when fewer than
+        ``pop_size`` are valid (official `algorithm/MOO.py::run` line 1)."""
         cfg = self.cfg
         self.archive.add(self.initial, origin="init", generation=0, representation="smiles")
         self.memory.init_pops = [c.value for c in self.archive.items]
@@ -243,6 +194,8 @@ class MCCEOptimizer:
         self._log_generation("init", [])
 
     def _which(self) -> str:
+        """The model of this generation: strict alternation, local first (official
+        `algorithm/MOO.py::run` line 4); the single-model modes always use theirs."""
         mode = self.cfg.mode
         if mode == "single_api":
             return "api"
@@ -252,6 +205,8 @@ class MCCEOptimizer:
         return "local" if self.state["flag"] == 1 else "api"
 
     def _operator(self) -> str:
+        """Crossover / mutation / explore drawn with the config's probabilities (official
+        `algorithm/MOO.py::run` line 8)."""
         c = self.cfg
         return self.rng.choices(
             ["crossover", "mutation", "explore"],
@@ -311,6 +266,8 @@ class MCCEOptimizer:
         return new
 
     def _should_train(self) -> bool:
+        """A round after every api+local pair while the budget lasts (official
+        `algorithm/MOO.py::run` line 16)."""
         st = self.state
         lo = min(st["rounds_api"], st["rounds_local"])
         return (
@@ -320,6 +277,9 @@ class MCCEOptimizer:
         )
 
     def _train_round(self) -> None:
+        """Similarity pairs from the latest records, then one DPO (or SFT baseline) round on the
+        local model against the original reference (official `algorithm/MOO.py::run` lines 17–20,
+        `tools/makerldata_dpov3.py`, `training/train_dpo.py`)."""
         cfg, st = self.cfg, self.state
         st["last_trigger"] = min(st["rounds_api"], st["rounds_local"])
         if len(self.archive) < cfg.min_archive_for_training:
@@ -348,6 +308,9 @@ class MCCEOptimizer:
             conversational=cfg.conversational,
             sep=cfg.response_sep,
         )
+        from .train import run_dpo_round, run_sft_round
+
+        st["weights_version"] += 1
         if cfg.mode == "coevolve_dpo":
             log = run_dpo_round(
                 self.local.model, self.ref_model, self.local.tokenizer, ds, self.trainer_args
@@ -382,19 +345,24 @@ class MCCEOptimizer:
                 continue
             todo = [c for c in fresh if c not in self._rl_cache]
             if todo:
-                tot = fitness(self.problem.transform(self.problem.evaluate(todo)))  # [n]
+                tot = fitness(self.problem.transform(self._evaluate(todo)))  # [n]
                 self._rl_cache.update(zip(todo, (float(x) for x in tot)))
                 self.rl_oracle_calls += len(todo)
             out.append(float(np.mean([self._rl_cache[c] for c in fresh])))
         return out
 
     def _rl_round(self) -> None:
+        """One GRPO round on the latest prompts with :meth:`rl_reward` (our baseline; not in the
+        official code)."""
         cfg, st = self.cfg, self.state
         recs = self.memory.latest(cfg.n_pairs_max)
         prompts: list[Any] = [
             [{"role": "user", "content": r["prompt"]}] if cfg.conversational else r["prompt"]
             for r in recs
         ]
+        from .train import run_rl_round
+
+        st["weights_version"] += 1
         log = run_rl_round(
             self.local.model,
             self.local.tokenizer,
@@ -411,6 +379,7 @@ class MCCEOptimizer:
             self.on_update(self.local)
 
     def _log_generation(self, who: str, new: list[Candidate]) -> None:
+        """Per-generation HV of the top 100 and Top-10 F (official `algorithm/MOO.py::log_results`)."""
         items = self.archive.items
         self.history.append(
             {
@@ -427,9 +396,11 @@ class MCCEOptimizer:
     # ------------------------------------------------------------------- run
     def run(self, max_generations: int | None = None) -> MCCEResult:
         """Run until the budget of unique valid molecules is spent (official `algorithm/MOO.py::run` line 21)."""
-        if not self._load_checkpoint():
+        self._open_checkpoint()
+        if not self._started and not self._load_checkpoint():
             self._initialise()
             self.save_checkpoint()
+        self._started = True
         done = 0
         while len(self.archive) < self.cfg.budget:
             if max_generations is not None and done >= max_generations:
@@ -443,6 +414,7 @@ class MCCEOptimizer:
         return self.result()
 
     def result(self) -> MCCEResult:
+        """The run's metrics, overall and per model (official `algorithm/MOO.py::log_results`)."""
         finished = len(self.archive) >= self.cfg.budget or self.state["stall"] > 0
         metrics = archive_metrics(self.archive, self.cfg.budget, finished=True)
         metrics["auc_finished"] = float(finished)

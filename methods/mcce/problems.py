@@ -281,7 +281,7 @@ class MoleculeProblem:
         raise ValueError(f"no scorer for objective {name!r}")
 
     def evaluate(self, values: Sequence[str]) -> np.ndarray:
-        """Raw objective values f_j(x) of canonical SMILES. Returns ``[n, m]``."""
+        """Raw objective values f_j(x) of canonical SMILES, ``[n, m]`` (official `problem/molecules/evaluator.py`)."""
         fns = [self._objective(g) for g in self.goals]
         raw = np.array([[fn(s) for fn in fns] for s in values], dtype=float)  # [n, m]
         return raw.reshape(len(values), self.m)
@@ -302,7 +302,8 @@ class MoleculeProblem:
         return out
 
     def transform(self, raw: np.ndarray) -> np.ndarray:
-        """Minimisation-form t_j = norm_j(f_j) for min goals, 1 − norm_j(f_j) for max goals. ``[n, m]``."""
+        """Minimisation-form t_j = norm_j(f_j) for min goals, 1 − norm_j(f_j) for max goals, ``[n, m]``
+        (official `problem/molecules/evaluator.py`)."""
         norm = self.normalize(raw)
         flip = np.array([d == "max" for d in self.directions])
         return np.where(flip[None, :], 1.0 - norm, norm)

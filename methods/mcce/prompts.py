@@ -102,6 +102,7 @@ class PromptBuilder:
 
     # ----------------------------------------------------------------- blocks
     def _requirements(self) -> str:
+        """One "maximize|minimize the X value." line per goal (official `algorithm/PromptTemplate.py`)."""
         p = self.problem
         lines = ["Requirements:"]
         for i, (g, d) in enumerate(zip(p.goals, p.directions), 1):
@@ -110,6 +111,7 @@ class PromptBuilder:
         return "\n".join(lines) + "\n\nObjectives:\n" + glossary
 
     def _parent_line(self, c: Candidate) -> str:
+        """A parent with its raw values and total (official `algorithm/PromptTemplate.py`)."""
         vals = ", ".join(f"{g}:{c.raw[g]:.4f}" for g in self.problem.goals)
         text = self.problem.to_text(c.value)
         return (

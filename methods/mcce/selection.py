@@ -17,7 +17,8 @@ from .core import Candidate
 
 
 def non_dominated_fronts(t: np.ndarray) -> list[np.ndarray]:
-    """Fronts of a fast non-dominated sort (minimisation), via pymoo.
+    """Fronts of a fast non-dominated sort (minimisation), via pymoo (official `model/util.py`
+    ``fast_non_dominated_sort``, ranks only; :func:`official_fronts` keeps its order).
 
     Args:
         t: objective vectors ``[n, m]``.

@@ -16,8 +16,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
 from .prompts import parse_candidates
 
 logger = logging.getLogger(__name__)
@@ -90,6 +88,7 @@ def tiny_gpt(
     vocab_size: int, pad_id: int, eos_id: int, n_positions: int = 384, seed: int = 0
 ) -> Any:
     """A 2-layer, 64-wide GPT-2 with random weights (our CPU toy)."""
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
@@ -122,6 +121,7 @@ class SelfiesExplorer:
         self.rng = random.Random(seed)
 
     def child(self, parents: Sequence[str]) -> str:
+        """One child: splice crossover (p = 0.5), then 1–max_edits token edits (our CPU toy)."""
         toks = [_split(p) for p in parents if p]
         if not toks:
             return "".join(self.rng.choices(EDIT_TOKENS, k=6))
@@ -169,6 +169,8 @@ class TinyLMChat:
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        import torch
+
         self.batch_size = batch_size
         self.gen = torch.Generator().manual_seed(seed)
         self.calls: list[list[dict]] = []
@@ -176,29 +178,31 @@ class TinyLMChat:
     def chat(self, messages: list[dict], **kw: Any) -> str:
         return self.chat_batch([messages], **kw)[0]
 
-    @torch.no_grad()
     def chat_batch(self, batch: list[list[dict]], **kw: Any) -> list[str]:
-        self.calls.extend(batch)
-        prompts = [m[-1]["content"] for m in batch]
-        out: list[str] = []
-        self.model.eval()
-        for i in range(0, len(prompts), self.batch_size):
-            chunk = prompts[i : i + self.batch_size]
-            enc = self.tokenizer(chunk, return_tensors="pt", padding=True)
-            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))
-            room = self.model.config.n_positions - enc["input_ids"].shape[1]
-            gen = self.model.generate(
-                **enc,
-                do_sample=True,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                max_new_tokens=max(1, min(self.max_new_tokens, room)),
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id,
-            )  # [b, P + T]
-            new = gen[:, enc["input_ids"].shape[1] :]
-            out.extend(self.tokenizer.batch_decode(new, skip_special_tokens=True))
-        return out
+        import torch
+
+        with torch.no_grad():
+            self.calls.extend(batch)
+            prompts = [m[-1]["content"] for m in batch]
+            out: list[str] = []
+            self.model.eval()
+            for i in range(0, len(prompts), self.batch_size):
+                chunk = prompts[i : i + self.batch_size]
+                enc = self.tokenizer(chunk, return_tensors="pt", padding=True)
+                torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))
+                room = self.model.config.n_positions - enc["input_ids"].shape[1]
+                gen = self.model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=self.temperature,
+                    top_p=self.top_p,
+                    max_new_tokens=max(1, min(self.max_new_tokens, room)),
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=self.tokenizer.eos_token_id,
+                )  # [b, P + T]
+                new = gen[:, enc["input_ids"].shape[1] :]
+                out.extend(self.tokenizer.batch_decode(new, skip_special_tokens=True))
+            return out
 
 
 def warmup_pairs(
@@ -208,7 +212,7 @@ def warmup_pairs(
     rng: random.Random,
     max_tokens: int = 40,
 ) -> list[tuple[str, str]]:
-    """(prompt, response) pairs from random NCI parents and explorer children (format warm-up)."""
+    """(prompt, response) pairs from random NCI parents and explorer children (format warm-up; our CPU toy)."""
     import selfies as sf
 
     pool = []
@@ -240,7 +244,9 @@ def pretrain_tiny_lm(
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """Warm-up SFT: next-token loss on the response only (prompt tokens masked). Returns losses."""
+    """Warm-up SFT (our CPU toy): next-token loss on the response only (prompt masked). Returns losses."""
+    import torch
+
     g = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     eos = tokenizer.eos_token

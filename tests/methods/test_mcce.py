@@ -364,16 +364,12 @@ def _explorer_chat(seed: int):
     return ScriptedChat(SelfiesExplorer(seed=seed))
 
 
-def test_resume_after_kill_loses_nothing(tmp_path):
-    prob = toy_problem()
-    prob_calls: list[str] = []
-    orig = prob.evaluate
+def test_llm_failure_stops_the_run_and_a_rerun_resumes_it_exactly(tmp_path):
+    """An API that fails for good stops the run (LLMUnavailableError); a rerun on the same folder
+    with a working API of the same identity ends with the uninterrupted run's archive, and every
+    molecule is evaluated once. Kills of a real process: tests/methods/test_mcce_resume.py."""
+    from methods.mcce import LLMUnavailableError
 
-    def counting(values):
-        prob_calls.extend(values)
-        return orig(values)
-
-    prob.evaluate = counting  # type: ignore[method-assign]
     cfg = MCCEConfig(
         mode="coevolve_frozen",
         pop_size=8,
@@ -383,45 +379,63 @@ def test_resume_after_kill_loses_nothing(tmp_path):
         response_sep="",
     )
 
-    class Dying:
-        def __init__(self, inner, after):
-            self.inner, self.after, self.n = inner, after, 0
+    class Flaky:
+        def __init__(self, inner, fail_after=None):
+            self.inner, self._fail_after, self._n = inner, fail_after, 0  # private: not identity
 
         def chat_batch(self, batch, **kw):
-            self.n += 1
-            if self.n > self.after:
-                raise RuntimeError("killed")
+            self._n += 1
+            if self._fail_after is not None and self._n > self._fail_after:
+                raise RuntimeError("down")
             return self.inner.chat_batch(batch)
 
         def chat(self, m, **kw):
             return self.chat_batch([m])[0]
 
-    opt = MCCEOptimizer(
-        prob,
-        Dying(_explorer_chat(1), 2),
-        _explorer_chat(2),
-        cfg,
-        load_seed_smiles()[:12],
-        checkpoint_dir=str(tmp_path),
-    )
-    with pytest.raises(Exception, match="killed"):
+    def run(folder, fail_after=None):
+        prob = toy_problem()
+        calls: list[str] = []
+        orig = prob.evaluate
+        prob.evaluate = lambda v: calls.extend(v) or orig(v)  # type: ignore[method-assign]
+        api = Flaky(_explorer_chat(1), fail_after)
+        opt = MCCEOptimizer(
+            prob, api, _explorer_chat(2), cfg, load_seed_smiles()[:12], checkpoint_dir=folder
+        )
+        return opt, calls
+
+    ref, ref_calls = run(str(tmp_path / "ref"))
+    expected = [(c.value, c.total) for c in ref.run().archive.items]
+    opt, first = run(str(tmp_path / "run"), fail_after=2)
+    with pytest.raises(LLMUnavailableError, match="down"):
         opt.run()
-    saved = [c.value for c in opt.archive.items]
-    assert 12 < len(saved) < 70 and len(prob_calls) == len(saved)
-    opt2 = MCCEOptimizer(
-        prob,
-        _explorer_chat(3),
-        _explorer_chat(4),
-        cfg,
-        load_seed_smiles()[:12],
-        checkpoint_dir=str(tmp_path),
-    )
+    assert 12 < len(first) < 70
+    opt2, second = run(str(tmp_path / "run"))
     res = opt2.run()
-    vals = [c.value for c in res.archive.items]
-    assert vals[: len(saved)] == saved  # nothing lost
-    assert len(vals) == 70 == len(set(vals))
-    assert len(prob_calls) == 70  # every molecule evaluated exactly once across both processes
-    assert res.history[0]["model"] == "init" and len(res.history) > len(opt.history)
+    assert [(c.value, c.total) for c in res.archive.items] == expected
+    assert sorted(first + second) == sorted(ref_calls)  # each molecule evaluated exactly once
+    assert res.history[0]["model"] == "init" and len(res.history) == len(ref.history)
+
+
+def test_checkpoint_settings_are_stable_across_processes_but_name_what_differs():
+    """The folder's settings ignore per-process paths (the trainer's temporary output_dir) and
+    transport (the API endpoint) but change with the local model's seed and the training config."""
+    from common.llm import OpenAIChat
+    from methods.mcce.resume import run_settings
+
+    cfg = MCCEConfig(mode="coevolve_dpo")
+    init = load_seed_smiles()[:4]
+
+    def settings(api_url="http://a/v1", seed=0, beta=0.1):
+        api = OpenAIChat("gpt-4o-2024-05-13", base_url=api_url)
+        local = _explorer_chat(seed)
+        targs = round_args(MCCEDPOConfig, {"beta": beta})
+        return run_settings(cfg, toy_problem(), api, local, init, targs)
+
+    base = settings()
+    assert settings(api_url="http://b/v1") == base  # another endpoint, another tempdir
+    assert settings(seed=1)["local"] != base["local"]
+    assert settings(beta=0.2)["trainer_args"] != base["trainer_args"]
+    assert base["seed"] == 0 and base["problem"]["oracles"]["qed"] == "built-in"
 
 
 # ----------------------------------------------------------------- oracles / bad input
