@@ -1,4 +1,5 @@
-"""Tests for methods.agentxray (our CPU toy CI list, bad-input rule bad input)."""
+"""Tests for methods.agentxray: the search's rules, SFE, tools, the toy, bad input, the paper path,
+fidelity to the official code (checkpoints: ``test_agentxray_resume.py``)."""
 
 from __future__ import annotations
 
