@@ -2,7 +2,7 @@
 
 Tests, toy reproductions and the demo tour never download weights. This module builds, in well under a
 second, a byte-level BPE tokenizer trained on a small built-in corpus (with a chat template, pad and eos,
-left padding) and random-init causal LMs (Qwen2, Llama, Qwen3) or a LLaVA-style vision-language model
+left padding), word-level tokenizers over a toy's own vocabulary (``word_tokenizer``) and random-init causal LMs (Qwen2, Llama, Qwen3) or a LLaVA-style vision-language model
 from tiny ``transformers`` configs. ``save_tiny`` writes a model and its tokenizer so that the
 ``Auto*.from_pretrained`` classes reload them identically, which is how the loading code of
 ``common/models.py`` is tested on local paths.
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -144,6 +145,56 @@ def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         chat_template=CHAT_TEMPLATE,
         model_max_length=2048,
     )
+
+
+def word_tokenizer(
+    vocab: Sequence[str] | Mapping[str, int],
+    unk: str,
+    *,
+    split_regex: str | None = None,
+    special_tokens: Sequence[str] = (),
+    fuse_decoder: bool = False,
+    **hf_kwargs: Any,
+) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over a toy vocabulary: one id per whitespace-separated word.
+
+    Args:
+        vocab: the words in id order (a repeated word keeps its first id) or a word -> id map.
+        unk: the word that unknown words map to; must be in ``vocab`` (give ``unk_token`` too for
+            ``transformers`` to treat it as special).
+        split_regex: also split each word into the matches of this regex, kept as tokens
+            (``tokenizers``' ``Split(..., "isolated")``), for vocabularies of glued symbols.
+        special_tokens: words never split and skipped by ``decode(skip_special_tokens=True)``.
+        fuse_decoder: decode without spaces between tokens (for glued symbols).
+        **hf_kwargs: passed to ``PreTrainedTokenizerFast`` (``pad_token``, ``eos_token``,
+            ``padding_side``, ``chat_template``, ...).
+
+    Raises:
+        ValueError: ``unk`` or a special token is not in the vocabulary, or ids repeat.
+    """
+    ids = dict(vocab) if isinstance(vocab, Mapping) else {}
+    if not isinstance(vocab, Mapping):
+        for w in vocab:
+            ids.setdefault(w, len(ids))
+    if len(set(ids.values())) != len(ids):
+        raise ValueError("vocab: two words share an id")
+    missing = [t for t in (unk, *special_tokens) if t not in ids]
+    if missing:
+        raise ValueError(f"unk / special_tokens not in vocab: {missing}")
+    backend = Tokenizer(models.WordLevel(vocab=ids, unk_token=unk))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if split_regex is not None:
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.WhitespaceSplit(),
+                pre_tokenizers.Split(Regex(split_regex), behavior="isolated"),
+            ]
+        )
+    if fuse_decoder:
+        backend.decoder = decoders.Fuse()
+    if special_tokens:
+        backend.add_special_tokens(list(special_tokens))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **hf_kwargs)
 
 
 def tiny_causal_lm(

@@ -164,14 +164,11 @@ def greedy_eval(model, world: FactWorld, withheld: set[str] | None = None) -> di
 
 def word_tokenizer(world: FactWorld):
     """A word-level ``PreTrainedTokenizerFast`` over the toy vocabulary (for TRL's GRPO)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from common.tiny import word_tokenizer
 
-    core = Tokenizer(models.WordLevel(dict(world.ids), unk_token="<pad>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
-    tok.padding_side = "left"
-    return tok
+    return word_tokenizer(
+        dict(world.ids), "<pad>", pad_token="<pad>", eos_token="<eos>", padding_side="left"
+    )
 
 
 def calibrate(

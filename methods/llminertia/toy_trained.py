@@ -205,17 +205,17 @@ class ToyWorld:
 
 def make_toy_tokenizer(world: ToyWorld) -> Any:
     """Word-level ``PreTrainedTokenizerFast`` over the toy vocabulary (whitespace split)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from common.tiny import word_tokenizer
 
     words = ["[PAD]", "[UNK]", "[EOS]", *KEYWORDS, *world.entities, *world.fill]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]"
+    return word_tokenizer(
+        {w: i for i, w in enumerate(words)},
+        "[UNK]",
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        eos_token="[EOS]",
+        padding_side="left",
     )
-    tok.padding_side = "left"
-    return tok
 
 
 def make_toy_model(tok: Any, cfg: TrainedToyConfig, n_positions: int = 48) -> Any:

@@ -21,8 +21,9 @@ from collections import deque
 
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from common.tiny import word_tokenizer
 
 from .config import MazeToyConfig
 from .eval import pass_at_k
@@ -148,11 +149,9 @@ def maze_reward(completions: list[str], maze: list[str], **kwargs) -> list[float
 
 def maze_tokenizer() -> PreTrainedTokenizerFast:
     """Word-level tokenizer over :data:`VOCAB` (pad/bos/eos special, left padding)."""
-    vocab = {w: i for i, w in enumerate(VOCAB)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+    return word_tokenizer(
+        {w: i for i, w in enumerate(VOCAB)},
+        "<pad>",
         pad_token="<pad>",
         bos_token="<bos>",
         eos_token="<eos>",

@@ -12,9 +12,9 @@ import random
 from dataclasses import dataclass
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from common.tiny import word_tokenizer
 from common.tracking import progress
 
 HARMFUL = ["bomb", "poison", "weapon", "virus", "malware", "explosive", "drug", "ransom"]
@@ -48,11 +48,10 @@ def toy_tokenizer() -> PreTrainedTokenizerFast:
     words = [*HARMFUL, *SYNONYMS, *BENIGN, *VERBS, *VERB_HARMFUL, *VERB_SAFE, *FILLER]
     words += [*SUFFIX.split(), *RESPONSES]
     vocab = {w: i for i, w in enumerate([*SPECIALS, *dict.fromkeys(words)])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    backend.add_special_tokens(SPECIALS)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    return word_tokenizer(
+        vocab,
+        "<pad>",
+        special_tokens=SPECIALS,
         pad_token="<pad>",
         bos_token="<bos>",
         eos_token="<eos>",
