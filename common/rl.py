@@ -14,6 +14,9 @@ against **trl 1.16.0** (:data:`TRL_TARGET_VERSION`, pinned in ``constraints.txt`
   ``"advantages"`` (shape ``[b·N]`` or ``[b·N, T]``) consumed by ``_compute_loss``;
 * ``GRPOTrainer._compute_loss(model, inputs)``, the policy loss.
 
+The advantage and token-loss functions live in :mod:`common.advantages` and
+:mod:`common.token_loss` and are re-exported here (``from common.rl import reduce_token_loss``).
+
 The equivalence test in ``tests/common/test_rl.py`` (a hook that reproduces TRL's own advantage
 gives the same parameters as plain ``GRPOTrainer``) fails first if a TRL upgrade moves these names.
 
@@ -32,6 +35,9 @@ import torch
 import trl
 from torch import Tensor
 
+from common.advantages import group_advantages, trl_group_advantages
+from common.token_loss import LOSS_TYPES, reduce_token_loss
+
 logger = logging.getLogger(__name__)
 
 TRL_TARGET_VERSION = "1.16.0"
@@ -45,6 +51,7 @@ __all__ = [
     "TRL_TARGET_VERSION",
     "GroupAdvantageGRPOTrainer",
     "cpu_grpo_kwargs",
+    "group_advantages",
     "reduce_token_loss",
     "trl_group_advantages",
 ]
@@ -75,218 +82,6 @@ LOSS_OPTIONS: tuple[str, ...] = (
 ``vllm_importance_sampling_correction``: off, or no vLLM). ``epsilon``/``epsilon_high`` are read
 through ``self.epsilon_low``/``self.epsilon_high`` by every clipped loss and are not checked; the
 SAPO/VESPO constants only act with their ``loss_type``, which is checked."""
-
-LOSS_TYPES: tuple[str, ...] = (
-    "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"
-)  # fmt: skip
-"""The ``loss_type`` values of trl 1.16, all reduced by :func:`reduce_token_loss`."""
-
-
-def _nanstd(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    """Unbiased standard deviation ignoring NaNs (``trl.trainer.utils.nanstd``)."""
-    if dim is None:
-        x, dim = x.reshape(-1), 0
-        keepdim = False
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
-    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True) * count / (count - 1)
-    std = var.sqrt()
-    return std if keepdim else std.squeeze(dim)
-
-
-def trl_group_advantages(
-    rewards: Tensor,
-    eps: float = 1e-4,
-    scale: bool | str = True,
-    rewards_per_func: Tensor | None = None,
-    reward_weights: Tensor | None = None,
-    aggregation: str = "sum_then_normalize",
-) -> Tensor:
-    """TRL's advantage, as a pure function (GRPO, Shao et al. 2024; trl 1.16 ``grpo_trainer.py``).
-
-    ``aggregation="sum_then_normalize"`` (TRL's default): ``A_i = (r_i − mean r) / (std + eps)``
-    with the group mean, and the std of the group (``scale="group"`` or True), of the whole batch
-    (``scale="batch"``) or no division (``scale="none"`` or False). The standard deviation is the
-    unbiased (Bessel) one and ``eps = 1e-4``, as in trl 1.16.
-
-    ``aggregation="normalize_then_sum"`` (GDPO): each reward function is first normalised within
-    its group, ``(r_k − mean_k) / (std_k + eps)``; the weighted sum is then normalised over the
-    whole batch (mean and std of all ``B·N`` values), whatever ``scale`` says, as TRL does.
-
-    NaN rewards (unscorable completions) are left out of the statistics and get advantage 0.
-
-    Args:
-        rewards: ``[B, N]`` summed (weighted) rewards, one row per prompt group.
-        eps: Added to the standard deviation.
-        scale: ``"group"``/True, ``"batch"`` or ``"none"``/False (TRL's ``scale_rewards``).
-        rewards_per_func: ``[B, N, F]`` raw rewards per function; needed by ``normalize_then_sum``.
-        reward_weights: ``[F]`` weights (default all ones); used by ``normalize_then_sum``.
-        aggregation: TRL's ``multi_objective_aggregation``.
-
-    Returns:
-        ``[B, N]`` advantages.
-    """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must have shape [B, N], got {tuple(rewards.shape)}")
-    scale = {True: "group", False: "none"}.get(scale, scale) if isinstance(scale, bool) else scale
-    if scale not in ("group", "batch", "none"):
-        raise ValueError(f"scale must be 'group', 'batch' or 'none' (or a bool), got {scale!r}")
-    n = rewards.size(1)
-    if aggregation == "sum_then_normalize":
-        mean = torch.nanmean(rewards, dim=1, keepdim=True)  # [B, 1]
-        adv = rewards - mean  # [B, N]
-        if scale == "group":
-            std = _nanstd(rewards, dim=1, keepdim=True) if n > 1 else torch.zeros_like(mean)
-            adv = adv / (std + eps)
-        elif scale == "batch":
-            std = _nanstd(rewards) if rewards.numel() > 1 else torch.zeros((), dtype=rewards.dtype)
-            adv = adv / (std + eps)
-    elif aggregation == "normalize_then_sum":
-        if rewards_per_func is None or rewards_per_func.shape[:2] != rewards.shape:
-            raise ValueError(
-                "aggregation='normalize_then_sum' needs rewards_per_func of shape [B, N, F] "
-                f"matching rewards {tuple(rewards.shape)}, got "
-                f"{None if rewards_per_func is None else tuple(rewards_per_func.shape)}"
-            )
-        f = rewards_per_func.size(2)
-        w = torch.ones(f) if reward_weights is None else reward_weights
-        w = w.to(rewards_per_func.device, rewards_per_func.dtype)
-        mean_k = torch.nanmean(rewards_per_func, dim=1, keepdim=True)  # [B, 1, F]
-        std_k = (
-            _nanstd(rewards_per_func, dim=1, keepdim=True) if n > 1 else torch.zeros_like(mean_k)
-        )
-        summed = (((rewards_per_func - mean_k) / (std_k + eps)) * w).nansum(dim=2)  # [B, N]
-        summed[torch.isnan(rewards_per_func).all(dim=2)] = torch.nan
-        std = _nanstd(summed) if summed.numel() > 1 else torch.zeros((), dtype=summed.dtype)
-        adv = (summed - torch.nanmean(summed)) / (std + eps)
-    else:
-        raise ValueError(
-            f"aggregation must be 'sum_then_normalize' or 'normalize_then_sum', got {aggregation!r}"
-        )
-    return torch.nan_to_num(adv, nan=0.0)
-
-
-def reduce_token_loss(
-    per_token_loss: Tensor,
-    completion_mask: Tensor,
-    loss_type: str,
-    *,
-    mode: str = "train",
-    max_completion_length: int | None = None,
-    num_items_in_batch: Tensor | float | None = None,
-    gradient_accumulation_steps: int = 1,
-    steps_per_generation: int = 1,
-    num_processes: int = 1,
-    importance_sampling_ratio: Tensor | None = None,
-    per_token_kl: Tensor | None = None,
-    beta: float = 0.0,
-) -> Tensor:
-    """Reduce a per-token policy loss to the scalar TRL back-propagates for ``loss_type``.
-
-    This is the tail of ``GRPOTrainer._compute_loss`` in trl 1.16 (``trl/trainer/grpo_trainer.py``),
-    factored out so that a custom per-token loss (APO, KMKC, ThreadWeaver, ...) is normalised
-    exactly as TRL's own losses are, in training and in evaluation. In order it:
-
-    1. multiplies by TRL's vLLM importance-sampling correction ``importance_sampling_ratio``
-       (``π_old / π_vLLM``, token- ``[b, T]`` or sequence-level ``[b, 1]``), when given and
-       ``loss_type != "vespo"`` (VESPO folds the ratio into its gamma weights instead);
-    2. adds ``beta * per_token_kl`` when ``per_token_kl`` is given and ``beta != 0`` (after the
-       correction, as TRL does: the KL term is not importance-weighted here);
-    3. reduces over the tokens where ``completion_mask`` is 1:
-
-       * ``grpo``, ``sapo``: mean over each sequence's tokens, then over sequences;
-       * ``bnpo``: mean over all tokens of the local batch;
-       * ``dr_grpo``: sum over tokens / (``b · max_completion_length``) (Dr. GRPO, Liu et al. 2025);
-       * ``dapo``, ``cispo``, ``vespo``: sum over tokens / the token count of the whole generation
-         batch (``num_items_in_batch``, all processes) divided by ``num_processes``, rescaled in
-         training to one accumulation window by ``gradient_accumulation_steps /
-         steps_per_generation``;
-       * ``luspo``: sum over each sequence's tokens, then mean over sequences;
-    4. in training (``mode="train"``) divides every type except ``dapo``/``cispo``/``vespo`` (whose
-       normaliser already accounts for it) by ``gradient_accumulation_steps``; evaluation is not
-       accumulated, so nothing is divided there.
-
-    Masks TRL applies before the reduction (``top_entropy_quantile``'s entropy mask, the off-policy
-    mask) belong to the per-token loss; the entropy bonus and the MoE auxiliary loss TRL adds after
-    the reduction are not part of this function.
-
-    Args:
-        per_token_loss: ``[b, T]`` (or ``[b, 1]``, broadcast over tokens) per-token loss, without
-            the KL term.
-        completion_mask: ``[b, T]`` 1 on the completion tokens that count (TRL: completion mask times
-            tool mask).
-        loss_type: one of :data:`LOSS_TYPES` (TRL's ``GRPOConfig.loss_type``).
-        mode: ``"train"`` or ``"eval"``.
-        max_completion_length: TRL's ``max_completion_length``; required for ``dr_grpo``.
-        num_items_in_batch: completion tokens in the whole generation batch (TRL's batch key
-            ``"num_items_in_batch"``); required for ``dapo``, ``cispo`` and ``vespo``.
-        gradient_accumulation_steps: TRL's ``current_gradient_accumulation_steps``.
-        steps_per_generation: ``GRPOConfig.steps_per_generation``.
-        num_processes: ``accelerator.num_processes``.
-        importance_sampling_ratio: TRL's batch key ``"importance_sampling_ratio"`` when
-            ``use_vllm`` and ``vllm_importance_sampling_correction`` are on, else None.
-        per_token_kl: ``[b, T]`` KL estimate to the reference (TRL: k3, optionally times the ratio).
-        beta: KL coefficient (TRL's ``beta``).
-
-    Returns:
-        The 0-d loss to back-propagate.
-
-    Raises:
-        ValueError: unknown ``loss_type`` or ``mode``, shapes that do not broadcast to the mask, or a
-            missing ``max_completion_length`` / ``num_items_in_batch``.
-    """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}")
-    if mode not in ("train", "eval"):
-        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
-    if completion_mask.dim() != 2:
-        raise ValueError(
-            f"completion_mask must have shape [b, T], got {tuple(completion_mask.shape)}"
-        )
-    b = completion_mask.size(0)
-    widths = (1, completion_mask.size(1))
-    if (
-        per_token_loss.dim() != 2
-        or per_token_loss.size(0) != b
-        or per_token_loss.size(1) not in widths
-    ):
-        raise ValueError(
-            f"per_token_loss must have shape [b, T] or [b, 1] with [b, T]="
-            f"{tuple(completion_mask.shape)}, got {tuple(per_token_loss.shape)}"
-        )
-    if gradient_accumulation_steps < 1 or steps_per_generation < 1 or num_processes < 1:
-        raise ValueError(
-            "gradient_accumulation_steps, steps_per_generation and num_processes must be >= 1, got "
-            f"{gradient_accumulation_steps}, {steps_per_generation}, {num_processes}"
-        )
-    mask = completion_mask.to(per_token_loss.dtype)
-    if importance_sampling_ratio is not None and loss_type != "vespo":
-        per_token_loss = per_token_loss * importance_sampling_ratio
-    if per_token_kl is not None and beta != 0.0:
-        per_token_loss = per_token_loss + beta * per_token_kl
-    accum = gradient_accumulation_steps if mode == "train" else 1.0
-    if loss_type in ("grpo", "sapo"):
-        loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-        return loss / accum
-    if loss_type == "bnpo":
-        return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accum
-    if loss_type == "dr_grpo":
-        if max_completion_length is None or max_completion_length < 1:
-            raise ValueError(
-                f"loss_type='dr_grpo' needs max_completion_length >= 1, got {max_completion_length}"
-            )
-        loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * max_completion_length)
-        return loss / accum
-    if loss_type == "luspo":
-        return (per_token_loss * mask).sum(-1).mean() / accum
-    # dapo, cispo, vespo: normalised by the tokens of the whole generation batch.
-    if num_items_in_batch is None:
-        raise ValueError(f"loss_type={loss_type!r} needs num_items_in_batch (TRL's batch key)")
-    items = torch.as_tensor(num_items_in_batch, dtype=per_token_loss.dtype)
-    normalizer = items.to(per_token_loss.device).clamp(min=1.0) / num_processes
-    if mode == "train":  # in eval the batch is neither split across steps nor accumulated
-        normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
-    return (per_token_loss * mask).sum() / normalizer
 
 
 def _option_default(name: str) -> Any:
