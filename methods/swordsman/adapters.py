@@ -47,17 +47,36 @@ class DLMAdapter(Protocol):
 
 
 def _truncate_cache(past: Any, length: int) -> Any:
-    """Keep the first ``length`` positions of a KV cache (prefix-cache mode)."""
+    """Keep the first ``length`` positions of a KV cache (prefix-cache mode; Fast-dLLM's prefix cache,
+    official ``llada/generate.py::generate_with_prefix_cache_adaptive``).
+
+    ``transformers`` ``Cache`` objects (``DynamicCache``) are cropped in place with the current
+    convention, ``crop(-n)`` removes the last ``n`` positions (a positive ``crop`` argument is rejected
+    since transformers 5); legacy ``((k, v), ...)`` tuples and tensors are sliced.
+    """
     if past is None:
         raise ValueError("past must be a KV cache from a full forward pass, got None")
     if isinstance(past, torch.Tensor):
         return past[..., :length]
     if isinstance(past, (tuple, list)):  # legacy ((k, v), ...) with k: [B, heads, L, d]
         return tuple(tuple(t[:, :, :length] for t in layer) for layer in past)
-    if hasattr(past, "crop"):  # transformers Cache objects: cropped in place
-        past.crop(length)
+    if hasattr(past, "crop") and hasattr(past, "get_seq_length"):  # transformers Cache
+        n = int(past.get_seq_length())
+        if length > n:
+            raise ValueError(f"length must be <= the cached {n} positions, got {length}")
+        if length < n:
+            past.crop(length - n)
         return past
     raise TypeError(f"past of type {type(past).__name__} cannot be truncated")
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache a model call returned. transformers >= 5 names it ``cache`` (reading the old
+    ``past_key_values`` alias logs a deprecation warning); remote-code models may still return
+    ``past_key_values``."""
+    if hasattr(out, "cache"):
+        return out.cache
+    return getattr(out, "past_key_values", None)
 
 
 class HFDiffusionAdapter:
@@ -69,7 +88,8 @@ class HFDiffusionAdapter:
         eos_ids: end-of-sequence ids.
         shift_logits: True for next-token-predicting DLMs (Dream): ``z'_0 = z_0``, ``z'_j = z_{j-1}``.
         supports: cache modes; inferred from ``model.forward``'s parameters when None (``prefix`` needs
-            ``past_key_values`` and ``use_cache``, ``dual`` also ``replace_position``).
+            a cache argument, ``cache`` (transformers >= 5) or ``past_key_values`` (remote code such as
+            Fast-dLLM's LLaDA), and ``use_cache``; ``dual`` also ``replace_position``).
     """
 
     def __init__(
@@ -88,10 +108,12 @@ class HFDiffusionAdapter:
         self.mask_id = int(mask_id)
         self.eos_ids = {int(e) for e in eos_ids}
         self.shift_logits = bool(shift_logits)
+        params = inspect.signature(model.forward).parameters
+        # The keyword the model takes its cache under: transformers >= 5 deprecates past_key_values.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
         if supports is None:
-            params = inspect.signature(model.forward).parameters
             supports = {"none"}
-            if "past_key_values" in params and "use_cache" in params:
+            if ("cache" in params or "past_key_values" in params) and "use_cache" in params:
                 supports.add("prefix")
                 if "replace_position" in params:
                     supports.add("dual")
@@ -106,16 +128,21 @@ class HFDiffusionAdapter:
         replace_position: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
         kwargs: dict[str, Any] = {}
-        if use_cache or past is not None:
-            kwargs.update(past_key_values=past, use_cache=True)
+        caching = use_cache or past is not None
+        if caching:
+            kwargs.update({self._cache_kw: past, "use_cache": True})
         if replace_position is not None:
             kwargs["replace_position"] = replace_position
         out = self.model(ids, **kwargs)
         logits = out.logits if hasattr(out, "logits") else out[0]
-        return logits, getattr(out, "past_key_values", None)
+        return logits, _output_cache(out) if caching else None
 
     def forward(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, Any]:
-        """Full pass over ``x [1, L]``; returns aligned logits ``[1, L, V]`` and the cache."""
+        """Full pass over ``x [1, L]``; returns aligned logits ``[1, L, V]`` and the cache.
+
+        Next-token DLMs (Dream) are aligned by shifting right by one, ``z'_0 = z_0``, ``z'_j = z_{j-1}``
+        (official ``dream/model/generation_utils_block.py``).
+        """
         if use_cache and "prefix" not in self.supports:
             raise ValueError(
                 f"use_cache=True but this model supports only cache modes {sorted(self.supports)}"
@@ -130,7 +157,14 @@ class HFDiffusionAdapter:
     def block_forward(
         self, x: torch.Tensor, start: int, end: int, past: Any, cache: str
     ) -> torch.Tensor:
-        """Logits ``[1, end - start, V]`` for the block ``[start, end)``."""
+        """Logits ``[1, end - start, V]`` for the block ``[start, end)``.
+
+        ``"prefix"``: Fast-dLLM's prefix cache (official ``generate_with_prefix_cache_adaptive``: the cache
+        is cut to the committed prefix, the block and the masked suffix are fed); ``"dual"``: the dual
+        cache (official ``generate_with_dual_cache_adaptive``: only the block is fed and its cache entries
+        are overwritten via ``replace_position``). For a next-token DLM the fed slice starts one committed
+        token earlier (our inference, deviations table "Dream cached first token").
+        """
         if cache not in self.supports:
             raise ValueError(
                 f"cache={cache!r} not supported by this model ({sorted(self.supports)})"

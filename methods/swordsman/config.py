@@ -158,7 +158,8 @@ class ToyConfig:
 
 @dataclass
 class EvalConfig:
-    """The paper stage: accuracy and TPS / latency / NFE of ``model`` (paper Table 1).
+    """The paper stage: accuracy and TPS / latency / NFE of ``model`` (the paper's Table 2, as
+    reproduced in the authors' rebuttal.md Table 5).
 
     Attributes:
         engine: ``lm_eval`` (lm-evaluation-harness on ``tasks``, as the official code) or ``local``

@@ -287,7 +287,9 @@ def _coerce(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(stats: list[dict[str, Any]]) -> dict[str, float]:
-    """Throughput over a run: TPS = Σ tokens / Σ seconds, mean latency and NFE."""
+    """Throughput over a run: TPS = Σ tokens / Σ seconds, mean latency and NFE (the paper's TPS and
+    latency at batch size 1, rebuttal Tables 5-6; which tokens count, up to the stop sequence and
+    without EOS, is our inference, deviations table "TPS token count")."""
     if not stats:
         return {"tps": float("nan"), "latency_s": float("nan"), "nfe": float("nan")}
     secs = sum(s["seconds"] for s in stats)

@@ -1,4 +1,5 @@
-"""The paper stage of Swordsman: accuracy and TPS / latency / NFE of ``model`` (paper Table 1).
+"""The paper stage of Swordsman: accuracy and TPS / latency / NFE of ``model`` (the paper's main table,
+Table 2, as reproduced in the authors' ``rebuttal.md`` Table 5).
 
 ``engine="lm_eval"`` runs lm-evaluation-harness on ``method.eval.tasks`` with the few-shot counts of
 the official ``llada/test.sh`` (batch 1, greedy, G = 512), once with Swordsman and once with the
@@ -32,6 +33,8 @@ _NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
 
 
 def _last_number(text: str) -> str | None:
+    """Answer of the local engine: the last number of the text (our inference, deviations table
+    "local engine"; the paper scores with lm-evaluation-harness)."""
     found = _NUMBER.findall(text)
     return found[-1].replace(",", "").rstrip(".") if found else None
 

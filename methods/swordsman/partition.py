@@ -10,6 +10,8 @@ uncertain head of a new constituent (the entropy-reduction hypothesis).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -66,13 +68,14 @@ def next_block_length(
         return seq_end - start
     if a >= e:  # empty search window (min_len == max_len): a fixed-size block
         return e - start
-    u = u.double()
-    if not torch.isfinite(u[a - 1 : e]).all():  # torch.argmax would pick a NaN jump
+    # One host transfer of the window (no per-value sync); float64 arithmetic as ``u.double()`` would do.
+    w = u[a - 1 : e].double().tolist()  # u_{a-1}, ..., u_{e-1}
+    if not all(math.isfinite(v) for v in w):  # an argmax would pick a NaN jump
         raise ValueError(
             f"u must be finite on the search window [{a - 1}, {e}) (NaN/inf uncertainty, e.g. from "
-            f"NaN logits), got {u[a - 1 : e].tolist()}"
+            f"NaN logits), got {w}"
         )
-    jumps = u[a:e] - u[a - 1 : e - 1]  # [e - a], d_j for j in [a, e)
-    j_star = a + int(torch.argmax(jumps))  # torch.argmax returns the first maximiser
-    length = (e - start) if float(jumps[j_star - a]) < min_jump else (j_star - start)
+    jumps = [w[i + 1] - w[i] for i in range(e - a)]  # d_j for j in [a, e)
+    i_star = max(range(e - a), key=jumps.__getitem__)  # max() returns the first maximiser
+    length = (e - start) if jumps[i_star] < min_jump else (a + i_star - start)
     return min(length, max_len)

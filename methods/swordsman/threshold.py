@@ -36,10 +36,12 @@ def _step(r: float, k: float) -> float:
 
 
 def _exp(r: float, k: float) -> float:
+    # Official ``exp`` schedule: normalised saturating exponential.
     return (1.0 - math.exp(-k * r)) / (1.0 - math.exp(-k))
 
 
 def _log(r: float, k: float) -> float:
+    # Official ``log`` schedule: normalised logarithm.
     return math.log1p(k * r) / math.log1p(k)
 
 
@@ -80,7 +82,10 @@ def dynamic_threshold(
     schedule: str = "power_decay",
     rule: str = "official",
 ) -> float:
-    """Commit threshold ``τ_t`` for the current denoising step of a block.
+    """Commit threshold ``τ_t`` for the current denoising step of a block (paper abstract: the
+    unmasking threshold adapts to the block's real-time unmasking status; formula and schedules of
+    official ``llada/generate.py::get_dynamic_threshold_by_entropy``; the ``H̄_0 ≈ 0`` guard is ours,
+    deviations table).
 
     Args:
         h_cur: ``H̄_t``, mean entropy of the block's still-masked positions now (nats, >= 0).

@@ -32,7 +32,11 @@ N_VARIANTS = 3
 
 @dataclass(frozen=True)
 class PhraseGrammar:
-    """Token layout of the toy grammar; ``vocab_size`` tokens in total."""
+    """Token layout of the toy grammar; ``vocab_size`` tokens in total.
+
+    Our toy (deviations table "toy"): constituents whose heads are uncertain and bodies predictable, so
+    the paper's entropy-reduction premise (§1: uncertainty jumps where a new constituent starts) holds.
+    """
 
     typo_prob: float = 0.15
     min_phrases: int = 4
@@ -182,10 +186,11 @@ def train_mdm(
     seed: int = 0,
     weighting: str = "elbo",
 ) -> list[float]:
-    """Masked-diffusion training; returns the loss per step.
+    """Masked-diffusion training; returns the loss per step (toy model, our construction).
 
-    ``weighting="elbo"`` is the LLaDA objective ``Σ masked CE / (t · G)``; ``"mean"`` averages the CE over
-    the masked tokens of the batch (no ``1/t`` factor: lower-variance gradients for the tiny toy model).
+    ``weighting="elbo"`` is LLaDA's masked-diffusion objective ``Σ masked CE / (t · G)`` (Nie et al. 2025,
+    arXiv:2502.09992, the pre-training loss); ``"mean"`` averages the CE over the masked tokens of the
+    batch (no ``1/t`` factor: lower-variance gradients for the tiny toy model; our choice).
     """
     if weighting not in ("elbo", "mean"):
         raise ValueError(f"weighting must be 'elbo' or 'mean', got {weighting!r}")
@@ -220,7 +225,8 @@ def train_mdm(
 
 
 class GrammarPosteriorLM(torch.nn.Module):
-    """Exact denoiser of the phrase grammar: the Bayes-optimal masked-diffusion model (toy reference).
+    """Exact denoiser of the phrase grammar: the Bayes-optimal masked-diffusion model (toy reference;
+    our construction, deviations table "toy").
 
     Given a partly masked sequence ``<pad>* <bos> prompt-phrase response``, returns for every position the
     exact posterior marginal ``p(x_j | unmasked tokens)`` under ``PhraseGrammar``: the prompt's head fixes

@@ -103,7 +103,8 @@ def _decode_arms(
 
 
 def _erh(grammar: PhraseGrammar, model, prompts) -> dict[str, float]:
-    """Mean entropy rise d_j = H_j - H_{j-1} at phrase starts vs inside phrases, all-masked pass."""
+    """Mean entropy rise d_j = H_j - H_{j-1} at phrase starts vs inside phrases, all-masked pass: the
+    paper's entropy-reduction premise (§1) measured on the toy."""
     from methods.swordsman.uncertainty import token_entropy
 
     start, inside = [], []

@@ -60,10 +60,11 @@ def select_transfer(
     else:
         x0 = logp.argmax(-1)  # [1, ℓ]
     conf = logp.gather(-1, x0.unsqueeze(-1)).squeeze(-1).exp()  # [1, ℓ]
-    conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+    conf = conf.masked_fill(~masked, -1.0)
     commit = masked & (conf >= tau)
-    if masked.any():
-        best = conf.argmax(-1, keepdim=True)  # [1, 1]
-        commit.scatter_(1, best, True)
+    # Forced top-1 without a host sync: the most confident position is committed iff it is masked
+    # (it is, whenever any position is: masked confidences are >= 0 > -1).
+    best = conf.argmax(-1, keepdim=True)  # [1, 1]
+    commit.scatter_(1, best, masked.gather(1, best))
     x0 = torch.where(masked, x0, x_blk)
     return x0, commit
