@@ -64,7 +64,7 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        return int(self.model.get_embedding_dimension())  # sentence-transformers >= 5 name
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Returns ``[n, d]`` float32 embeddings with unit L2 norm.

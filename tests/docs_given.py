@@ -21,3 +21,27 @@ def sacopt() -> None:
     server = FakeOpenAI(lambda body: chat.chat(body["messages"]))
     os.environ["OPENAI_BASE_URL"] = server.url
     os.environ["OPENAI_API_KEY"] = "sk-docs-test"
+
+
+def webworld() -> dict:
+    """A page, its history and real next page, an agent and a value function; a scripted served model."""
+    import random
+
+    from tests.fake_openai import FakeOpenAI
+    from tests.methods.test_webworld import _fake_reply
+
+    server = FakeOpenAI(_fake_reply)
+    os.environ["OPENAI_BASE_URL"] = server.url
+    os.environ["OPENAI_API_KEY"] = "sk-docs-test"
+    page = (
+        "RootWebArea 'Shop', focused\n\t[19] link 'Cart', clickable\n\t[20] button 'Buy', clickable"
+    )
+    given = {
+        "a11y_text": page,
+        "obs": page,
+        "history": f"STATE: {page}",
+        "real_next": "RootWebArea 'Cart', focused\n\t[31] button 'Checkout', clickable",
+        "agent_sample": lambda obs: random.choice(["click('19')", "click('20')"]),
+        "value_fn": lambda state: float("Cart" in state),
+    }
+    return given

@@ -933,23 +933,6 @@ def _fake_reply(body):
 
 def paper_smoke_setup(tmp_path):
     """A local OpenAI-compatible server for the stages that call APIs (synth, the bench judge)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from tests.fake_openai import FakeOpenAI
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            msg = {"role": "assistant", "content": _fake_reply(body)}
-            out = json.dumps({"choices": [{"index": 0, "message": msg}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()  # ends with pytest
-    return {"webworld_url": f"http://127.0.0.1:{httpd.server_address[1]}/v1"}
+    return {"webworld_url": FakeOpenAI(_fake_reply).url}  # the daemon thread ends with pytest
