@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from common.metrics import spearman
+
 
 def distance_quantiles(
     order: Sequence[int], n_quantiles: int = 10, per_quantile: int = 500
@@ -43,12 +45,10 @@ def distance_quantiles(
 
 def spearman_table(results: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Spearman ρ between chunk index ``0..n−1`` and each named per-chunk metric (scipy)."""
-    from scipy.stats import spearmanr
-
     out = {}
     for name, values in results.items():
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 1 or len(values) < 2:
             raise ValueError(f"results[{name!r}] must hold >= 2 per-chunk values")
-        out[name] = float(spearmanr(np.arange(len(values)), values).statistic)
+        out[name] = spearman(np.arange(len(values)), values)
     return out

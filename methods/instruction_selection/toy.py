@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.metrics import spearman
+
 from .representations import _query_parts, _segments, _supervised_ids
 
 logger = logging.getLogger(__name__)
@@ -315,7 +317,7 @@ def run_toy(run: Any) -> dict[str, float]:
             metrics[f"{rep}_quantiles"] = {
                 "spearman_loss": rho["loss"],
                 "spearman_target_frac": rho["target_frac"],
-                "spearman_w1_loss": _spearman(dists, losses),
+                "spearman_w1_loss": spearman(dists, losses),
                 "spearman_chunk_w1": rho["w1"],
                 "loss_q0": losses[0],
                 f"loss_q{cfg.n_quantiles - 1}": losses[-1],
@@ -332,12 +334,6 @@ def run_toy(run: Any) -> dict[str, float]:
         extra=extra,
         wall_time_s=time.time() - t_start,
     )
-
-
-def _spearman(x: list[float], y: list[float]) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(x, y).statistic)
 
 
 def _write_quantile_table(rows: dict, metrics: dict, path: Path) -> None:

@@ -14,6 +14,8 @@ from typing import Literal
 
 import numpy as np
 
+from common.metrics import spearman
+
 logger = logging.getLogger(__name__)
 
 
@@ -95,7 +97,6 @@ def fit_structural_decay(x: np.ndarray, y: np.ndarray) -> DecayFit:
         :class:`DecayFit` with R² on the centroids and the Spearman ρ between x and y.
     """
     from scipy.optimize import curve_fit
-    from scipy.stats import spearmanr
 
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -105,9 +106,7 @@ def fit_structural_decay(x: np.ndarray, y: np.ndarray) -> DecayFit:
         )
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError("x and y (bin centroids) must be finite, got NaN/inf")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rho = float(spearmanr(x, y).statistic) if np.ptp(x) > 0 and np.ptp(y) > 0 else float("nan")
+    rho = spearman(x, y)  # NaN when a side is constant
     p0 = (max(float(np.ptp(y)), 1e-3), 1.0 / max(float(x.std()), 1e-6), float(y.min()))
     try:
         with warnings.catch_warnings():

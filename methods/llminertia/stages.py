@@ -32,6 +32,7 @@ import math
 import time
 
 from common.llm import ChatLLM, ScriptedChat
+from common.metrics import spearman
 from common.tracking import write_results
 
 from .config import ARMS, LLMInertiaRunConfig, PaperDataset
@@ -135,31 +136,9 @@ class InertToyLLM:
         )
 
 
-def _ranks(v: list[float]) -> list[float]:
-    order = sorted(range(len(v)), key=lambda i: v[i])
-    r = [0.0] * len(v)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            r[order[t]] = (i + j) / 2  # average rank for ties
-        i = j + 1
-    return r
-
-
 def _spearman(x: list[float], y: list[float]) -> float:
-    """Spearman correlation (Pearson on average ranks); NaN if undefined (n < 3 or constant)."""
-    y = [v for v in y]
-    if len(x) < 3 or len(set(y)) < 2 or any(math.isnan(v) for v in y):
-        return math.nan
-    rx, ry = _ranks(list(x)), _ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
-    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
-    return cov / (sx * sy)
+    """Spearman correlation (:func:`common.metrics.spearman`); NaN if undefined (n < 3 or constant)."""
+    return spearman(x, y, min_n=3)
 
 
 def _strengths(corpus: list[str], pairs: list[tuple[str, str]], tau: float) -> dict:

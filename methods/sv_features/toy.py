@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from common.metrics import spearman
 from common.tracking import progress
 from methods.sv_features.alignment import (
     feature_sv_cosines,
@@ -140,16 +141,9 @@ def toy_metrics(model: ToyAttentionAutoencoder) -> dict[str, float]:
             w = torch.tensor([float(p[2]) for p in model.cfg.pairs])
             ranks = torch.tensor([float(m[1]) for m in match])
             sig = torch.tensor([float(S[m[1]]) if m[1] >= 0 else 0.0 for m in match])
-            out["spearman_sigma_weight"] = _spearman(sig, w)
-            out["spearman_rank_weight"] = -_spearman(ranks, w)
+            out["spearman_sigma_weight"] = spearman(sig.numpy(), w.numpy())
+            out["spearman_rank_weight"] = -spearman(ranks.numpy(), w.numpy())
         return out
-
-
-def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    ra = a.argsort().argsort().double()
-    rb = b.argsort().argsort().double()
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    return float((ra @ rb) / (ra.norm() * rb.norm()).clamp_min(1e-12))
 
 
 def train_toy(
