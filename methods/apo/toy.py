@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from common.advantages import group_advantages
 from common.threads import torch_threads
 from methods.apo.config import BanditArm, BanditConfig
 from methods.apo.loss import apo_policy_loss
@@ -102,12 +103,6 @@ def _evaluate(
     return out
 
 
-def _grpo_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
-    mean = rewards.mean(-1, keepdim=True)  # [B, 1]
-    std = rewards.std(-1, keepdim=True)  # [B, 1], Bessel-corrected
-    return (rewards - mean) / (std + eps)  # [B, G]
-
-
 def run_bandit_arm(
     problem: BanditProblem, cfg: BanditConfig, arm: BanditArm, seed: int
 ) -> tuple[dict[str, float], list[dict[str, float]]]:
@@ -138,7 +133,7 @@ def run_bandit_arm(
         with torch.no_grad():
             acts = torch.multinomial(logp.exp(), cfg.group_size, replacement=True, generator=g)
             rewards = problem.valid[xs[:, None], acts].double()  # [B, G]
-            adv = _grpo_advantages(rewards, cfg.adv_eps)  # [B, G]
+            adv = group_advantages(rewards, eps=cfg.adv_eps)  # [B, G], Bessel-corrected std
         n = xs.numel() * cfg.group_size
         logp_seq = logp.repeat_interleave(cfg.group_size, 0)[:, None, :]  # [B·G, 1, A]
         sampled = acts.reshape(n, 1)  # [B·G, 1]

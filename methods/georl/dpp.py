@@ -19,6 +19,8 @@ import math
 import torch
 from torch import Tensor
 
+from common.advantages import group_advantages
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -227,7 +229,8 @@ def loo_advantages(r: Tensor, mode: str = "raw", eps: float = 1e-6) -> Tensor:
 
     ``"raw"`` returns ``r`` itself: the LOO gain is the group objective minus a baseline that does
     not depend on the sample, so ``sum_i r_i grad log pi(c_i)`` is unbiased for ``grad E[F]``.
-    ``"normalized"`` is the GRPO-style ablation ``(r - mean) / (std + eps)`` over the last dim.
+    ``"normalized"`` is the GRPO-style ablation ``(r - mean) / (std + eps)`` over the last dim
+    (:func:`common.advantages.group_advantages`).
 
     Args:
         r: LOO gains ``[..., N]``.
@@ -237,5 +240,5 @@ def loo_advantages(r: Tensor, mode: str = "raw", eps: float = 1e-6) -> Tensor:
     if mode == "raw":
         return r
     if mode == "normalized":
-        return (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+        return group_advantages(r, eps=eps)
     raise ValueError(f"mode must be 'raw' or 'normalized', got {mode!r}")

@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from common.advantages import group_advantages as _group_advantages
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -100,7 +102,8 @@ def maxrl_advantages(rewards: Tensor, eps: float = 1e-6, require_binary: bool = 
 
 
 def grpo_advantages(rewards: Tensor, eps: float = 1e-6, ddof: int = 1) -> Tensor:
-    """GRPO advantage ``(r_i − r̄) / (std(r) + ε)`` (verl uses ddof=1 for LLMs, ddof=0 for ImageNet).
+    """GRPO advantage ``(r_i − r̄) / (std(r) + ε)`` (verl uses ddof=1 for LLMs, ddof=0 for ImageNet);
+    :func:`common.advantages.group_advantages` after this module's input checks.
 
     Args:
         rewards: ``[B, N]`` rewards.
@@ -113,9 +116,7 @@ def grpo_advantages(rewards: Tensor, eps: float = 1e-6, ddof: int = 1) -> Tensor
     _check_grouped(rewards)
     if ddof not in (0, 1):
         raise ValueError(f"ddof must be 0 or 1, got {ddof}")
-    mean = rewards.mean(dim=1, keepdim=True)  # [B, 1]
-    std = rewards.std(dim=1, keepdim=True, correction=ddof)  # [B, 1]
-    return (rewards - mean) / (std + eps)  # [B, N]
+    return _group_advantages(rewards, eps=eps, ddof=ddof)  # [B, N]
 
 
 def rloo_advantages(rewards: Tensor) -> Tensor:
