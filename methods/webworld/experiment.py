@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import random
 import statistics
 import tempfile
@@ -29,6 +28,7 @@ import time
 
 from common.config import Run
 from common.generation import HFGenerator
+from common.metrics import ci_halfwidth
 from common.threads import torch_threads
 from common.tiny import induction_warmup, tiny_causal_lm
 from common.tracking import write_results
@@ -208,10 +208,6 @@ def _episode(site, rng: random.Random, arm: str, tc: WebWorldRunConfig, gen) -> 
     return 0.0
 
 
-def _ci95(xs: list[float]) -> float:
-    return 1.96 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else float("nan")
-
-
 # ------------------------------------------------------------------------------------------- run
 def _grammar_texts() -> list[str]:
     """Every word and bid of the site grammar in each position it can take (tokenizer corpus)."""
@@ -293,7 +289,10 @@ def toy_stage(run: Run) -> dict[str, float]:
                     for e in range(tc.episodes)
                 ]
                 per_seed.append(statistics.mean(succ))
-            metrics[arm] = {"success": statistics.mean(per_seed), "success_ci95": _ci95(per_seed)}
+            metrics[arm] = {
+                "success": statistics.mean(per_seed),
+                "success_ci95": ci_halfwidth(per_seed),
+            }
             for i, v in enumerate(per_seed):
                 metrics[arm][f"success_seed{tc.seeds[i]}"] = v
         return write_results(
