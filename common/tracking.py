@@ -247,6 +247,17 @@ class MetricsLogger:
             self._wandb = None
 
 
+def pyplot():
+    """``matplotlib.pyplot`` with the non-interactive Agg backend selected (toys write PNGs with
+    :func:`save_plot`; nothing is shown, and no display is needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_plot(fig, path: str | Path, dpi: int = 120) -> Path:
     """Saves a matplotlib figure (Agg backend) and closes it."""
     import matplotlib.pyplot as plt

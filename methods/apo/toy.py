@@ -191,10 +191,9 @@ def _mean_std(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _plot(curves: dict[str, list[list[dict[str, float]]]], path: Path, title: str) -> None:
-    import matplotlib
+    from common.tracking import pyplot, save_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, key in zip(axes, ["easy/pass@1", "hard/pass@1", "hard/pass@64"]):
@@ -208,7 +207,6 @@ def _plot(curves: dict[str, list[list[dict[str, float]]]], path: Path, title: st
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7)
     fig.suptitle(title)
-    from common.tracking import save_plot
 
     save_plot(fig, path)
 

@@ -263,12 +263,9 @@ def synthetic_scenes(n: int, seed: int = 0, facts_per_scene: int = 4):
 
 
 def _plot(metrics: dict[str, dict[str, float]], path) -> None:
-    import matplotlib
+    from common.tracking import pyplot, save_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from common.tracking import save_plot
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 4))
     for arm, row in metrics.items():

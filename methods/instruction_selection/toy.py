@@ -358,10 +358,9 @@ def _write_quantile_table(rows: dict, metrics: dict, path: Path) -> None:
 
 
 def _plot(metrics, curves, budgets, run_dir: Path) -> None:
-    import matplotlib
+    from common.tracking import pyplot, save_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6, 4), squeeze=False)
     ax = axes[0, 0]
@@ -383,7 +382,6 @@ def _plot(metrics, curves, budgets, run_dir: Path) -> None:
         ax.set(xlabel="RR distance quantile (0 = closest)", ylabel="target loss", title="quantiles")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    from common.tracking import save_plot
 
     save_plot(fig, run_dir / "instruction_selection.png")
     plt.close(fig)

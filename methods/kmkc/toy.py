@@ -24,7 +24,7 @@ import torch
 
 from common.llm import ScriptedChat
 from common.threads import torch_threads
-from common.tracking import progress
+from common.tracking import progress, pyplot
 
 from .augment import AugmentConfig, build_cgke_dataset
 from .config import ToyConfig
@@ -345,10 +345,7 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
 
 
 def _plot(diags: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from common.tracking import progress
+from common.tracking import progress, pyplot
 
 from .config import TrainedToyConfig
 from .core import LLMInertiaPipeline, answer_plain
@@ -514,10 +514,7 @@ def write_trained_report(rows: list[dict], steps_rows: list[dict], run_dir: str)
     """Writes ``trained_toy.md`` (one row per share) and ``trained_toy.png`` into ``run_dir``."""
     from pathlib import Path
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from common.tracking import save_plot
 

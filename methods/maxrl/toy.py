@@ -14,17 +14,14 @@ from pathlib import Path
 
 from common.config import Run
 from common.threads import torch_threads
-from common.tracking import progress, save_plot, write_results
+from common.tracking import progress, pyplot, save_plot, write_results
 
 from .classification import make_gaussian_classes, train_classifier
 from .maze import run_maze_toy
 
 
 def _plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, curve in curves.items():

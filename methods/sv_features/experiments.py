@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from common.threads import torch_threads
-from common.tracking import save_plot, write_results
+from common.tracking import pyplot, save_plot, write_results
 from methods.sv_features.alignment import lsq_optimal_omega, whitened_feature_dirs
 from methods.sv_features.toy import multi_pair_pairs, train_toy
 from methods.sv_features.toy_sad import run_match_toy
@@ -222,10 +222,7 @@ def model_id_for_log(run) -> str:
 
 
 def _plot_checkpoints(revisions, rows, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     x = range(len(rows))
@@ -241,10 +238,7 @@ def _plot_checkpoints(revisions, rows, path: Path) -> None:
 
 def _plot_closed_form(cf: dict, seed: int, path: Path) -> None:
     """Toy C: the sampled lstsq fit converges to the closed form as the sample count grows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     top = int(cf.get("samples", 200_000))
     ns = [n for n in (1_000, 3_000, 10_000, 30_000, 100_000, 300_000) if n <= top] or [top]
@@ -265,10 +259,7 @@ def _plot_closed_form(cf: dict, seed: int, path: Path) -> None:
 
 def _plot_sad(hist: list[dict], dists: dict, path: Path) -> None:
     """Toy D: median sparseness over training (singular vs rotated basis) and per-edge histograms."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(1, 2, figsize=(8.5, 3.2))
     steps = [r["step"] for r in hist]
@@ -293,10 +284,7 @@ def _plot_sad(hist: list[dict], dists: dict, path: Path) -> None:
 
 
 def _plot_single(h1: list[dict], h0: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot([r["step"] for r in h1], [r["align_top"] for r in h1], label="lam=1 (attention loss)")
@@ -309,10 +297,7 @@ def _plot_single(h1: list[dict], h0: list[dict], path: Path) -> None:
 
 
 def _plot_multi(model, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     with torch.no_grad():
         S = torch.linalg.svdvals(model.omega())
