@@ -262,3 +262,30 @@ def ci_halfwidth(
     tail = 0.5 + level / 2
     z = stats.norm.ppf(tail) if dist == "normal" else stats.t.ppf(tail, df=x.size - 1)
     return float(z * x.std(ddof=1) / math.sqrt(x.size))
+
+
+def mean_over_seeds(
+    per_seed: Sequence[dict[str, dict[str, float]]], std_keys: Sequence[str] = ()
+) -> dict[str, dict[str, float]]:
+    """Averages ``{arm: {metric: value}}`` rows over seeds (the arms and metrics of the first seed).
+
+    Args:
+        per_seed: one ``{arm: {metric: value}}`` dict per seed.
+        std_keys: metrics that also get a ``<metric>_std`` entry (the sample standard deviation
+            over seeds), for arms that report them, when there are two seeds or more.
+
+    Raises:
+        ValueError: ``per_seed`` is empty.
+    """
+    import statistics
+
+    if not per_seed:
+        raise ValueError("per_seed must hold at least one seed's metrics")
+    out: dict[str, dict[str, float]] = {}
+    for arm in per_seed[0]:
+        rows = [m[arm] for m in per_seed]
+        out[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+        for k in std_keys:
+            if len(rows) > 1 and k in rows[0]:
+                out[arm][f"{k}_std"] = statistics.stdev(r[k] for r in rows)
+    return out

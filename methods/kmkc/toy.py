@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from common.llm import ScriptedChat
+from common.metrics import mean_over_seeds
 from common.threads import torch_threads
 from common.tracking import progress, pyplot
 
@@ -368,7 +369,6 @@ def _plot(diags: dict, path: Path) -> None:
 @torch_threads(1)  # tiny GPT-2: one thread is as fast, and safe on a shared machine
 def run_toy(run: Any) -> dict[str, float]:
     """``stage=toy``: decay law, regions vs tiers, CGKE vs uniform SFT, GRPO vs CDKC."""
-    import statistics
     import time
 
     from common.tracking import write_results
@@ -382,13 +382,7 @@ def run_toy(run: Any) -> dict[str, float]:
         d["fit"] = {k: m["profile"][f"decay_{k}"] for k in ("a", "b", "c")}
         per_seed.append(m)
         diags[str(seed)] = d
-    metrics: dict[str, dict[str, float]] = {}
-    for arm in per_seed[0]:
-        rows = [m[arm] for m in per_seed]
-        metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
-        if len(rows) > 1 and "acc" in rows[0]:
-            metrics[arm]["acc_std"] = statistics.stdev(r["acc"] for r in rows)
-            metrics[arm]["ece_std"] = statistics.stdev(r["ece"] for r in rows)
+    metrics = mean_over_seeds(per_seed, std_keys=("acc", "ece"))
     _plot(diags, Path(run.run_dir) / "decay_law.png")
     return write_results(
         run.run_dir,

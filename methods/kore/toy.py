@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from common.activations import capture
+from common.metrics import mean_over_seeds
 from common.threads import torch_threads
 from common.tracking import progress
 from methods.kore.config import ToyConfig
@@ -287,7 +288,6 @@ def run_seed(cfg: ToyConfig, seed: int) -> tuple[dict[str, dict[str, float]], di
 
 def run_toy(run) -> dict[str, float]:
     """``stage=toy``: every arm and seed of the fact-injection toy; writes results.{json,md}."""
-    import statistics
     import time
 
     from common.tracking import write_results
@@ -301,12 +301,7 @@ def run_toy(run) -> dict[str, float]:
             m, d = run_seed(tc, seed)
             per_seed.append(m)
             diags[str(seed)] = d
-    metrics: dict[str, dict[str, float]] = {}
-    for arm in per_seed[0]:
-        rows = [m[arm] for m in per_seed]
-        metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
-        if len(rows) > 1 and "hars" in rows[0]:
-            metrics[arm]["hars_std"] = statistics.stdev(r["hars"] for r in rows)
+    metrics = mean_over_seeds(per_seed, std_keys=("hars",))
     return write_results(
         run.run_dir,
         "kore",

@@ -10,6 +10,7 @@ from common.metrics import (
     expected_calibration_error,
     hypervolume,
     majority_vote,
+    mean_over_seeds,
     mean_pass_at_k,
     normalize_answer,
     pass_at_k,
@@ -181,3 +182,17 @@ def test_ci_halfwidth_edges_and_bad_input():
         ci_halfwidth([1.0, 2.0], dist="bootstrap")
     with pytest.raises(ValueError, match="1-D"):
         ci_halfwidth([[1.0, 2.0]])
+
+
+def test_mean_over_seeds_hand_worked():
+    seeds = [
+        {"a": {"acc": 0.2, "loss": 1.0}, "b": {"loss": 3.0}},
+        {"a": {"acc": 0.4, "loss": 2.0}, "b": {"loss": 5.0}},
+    ]
+    out = mean_over_seeds(seeds, std_keys=("acc",))
+    assert out["a"]["acc"] == pytest.approx(0.3) and out["a"]["loss"] == pytest.approx(1.5)
+    assert out["a"]["acc_std"] == pytest.approx(math.sqrt(0.02))  # sample std of 0.2, 0.4
+    assert out["b"] == {"loss": 4.0}  # no acc, so no acc_std
+    assert "acc_std" not in mean_over_seeds(seeds[:1], std_keys=("acc",))["a"]  # one seed
+    with pytest.raises(ValueError, match="per_seed"):
+        mean_over_seeds([])
