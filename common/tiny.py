@@ -152,6 +152,7 @@ def word_tokenizer(
     unk: str,
     *,
     split_regex: str | None = None,
+    whitespace_split: bool = True,
     special_tokens: Sequence[str] = (),
     fuse_decoder: bool = False,
     **hf_kwargs: Any,
@@ -164,6 +165,8 @@ def word_tokenizer(
             ``transformers`` to treat it as special).
         split_regex: also split each word into the matches of this regex, kept as tokens
             (``tokenizers``' ``Split(..., "isolated")``), for vocabularies of glued symbols.
+        whitespace_split: split at whitespace first (dropping it); False with ``split_regex``
+            splits by the regex alone, so whitespace can be a token (character-level vocabularies).
         special_tokens: words never split and skipped by ``decode(skip_special_tokens=True)``.
         fuse_decoder: decode without spaces between tokens (for glued symbols).
         **hf_kwargs: passed to ``PreTrainedTokenizerFast`` (``pad_token``, ``eos_token``,
@@ -182,14 +185,12 @@ def word_tokenizer(
     if missing:
         raise ValueError(f"unk / special_tokens not in vocab: {missing}")
     backend = Tokenizer(models.WordLevel(vocab=ids, unk_token=unk))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if not whitespace_split and split_regex is None:
+        raise ValueError("whitespace_split=False needs a split_regex")
+    steps = [pre_tokenizers.WhitespaceSplit()] if whitespace_split else []
     if split_regex is not None:
-        backend.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.WhitespaceSplit(),
-                pre_tokenizers.Split(Regex(split_regex), behavior="isolated"),
-            ]
-        )
+        steps.append(pre_tokenizers.Split(Regex(split_regex), behavior="isolated"))
+    backend.pre_tokenizer = steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
     if fuse_decoder:
         backend.decoder = decoders.Fuse()
     if special_tokens:

@@ -38,16 +38,15 @@ _SPECIALS = ["<pad>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"
 
 def char_tokenizer():
     """A character-level tokenizer over printable ASCII with the Tulu role tags as single tokens."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from common.tiny import word_tokenizer
 
     chars = [c for c in string.printable if c not in _SPECIALS]
-    vocab = {t: i for i, t in enumerate(_SPECIALS + chars)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    return word_tokenizer(
+        {t: i for i, t in enumerate(_SPECIALS + chars)},
+        "<unk>",
+        split_regex=r"[\s\S]",
+        whitespace_split=False,
+        fuse_decoder=True,
         pad_token="<pad>",
         eos_token="</s>",
         unk_token="<unk>",

@@ -21,6 +21,14 @@ def test_mapping_vocab_split_regex_and_fused_decoder():
     assert tok.decode([1, 2, 1]) == "[C][O][C]"
 
 
+def test_regex_alone_keeps_whitespace_as_tokens():
+    vocab = ["<unk>", " ", "a", "b", "\n"]
+    tok = word_tokenizer(vocab, "<unk>", split_regex=r"[\s\S]", whitespace_split=False)
+    assert tok("a b\nc", add_special_tokens=False)["input_ids"] == [2, 1, 3, 4, 0]
+    with pytest.raises(ValueError, match="split_regex"):
+        word_tokenizer(vocab, "<unk>", whitespace_split=False)
+
+
 def test_special_tokens_are_kept_and_skippable():
     tok = word_tokenizer(
         ["<pad>", "<eos>", "x"], "<pad>", special_tokens=["<pad>", "<eos>"], eos_token="<eos>"
