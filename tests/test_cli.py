@@ -1,3 +1,4 @@
+import os
 import re
 import subprocess
 import sys
@@ -210,3 +211,16 @@ def test_run_method_without_run_dir_writes_outside_the_checkout(tmp_path, monkey
     assert Path(cfg.run_dir).is_relative_to(tmp_path / "out") and any(Path(cfg.run_dir).iterdir())
     assert not any(work.iterdir()), "the run wrote into the current folder"
     assert _untracked_and_ignored() <= before, "the run wrote into the checkout"
+
+
+def test_cli_run_dir_is_the_only_folder_written(tmp_path):
+    """``run_dir=`` set: results land there, and no ``./outputs`` (Hydra's default) appears in cwd."""
+    work, run = tmp_path / "cwd", tmp_path / "run"
+    work.mkdir()
+    cmd = [sys.executable, "-m", "scripts.run", "experiment=llminertia_toy", "method.stage=sim"]
+    cmd += ["method.ratios=[0.0,1.0]", "method.n_test_templates=2", f"run_dir={run}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (run / "results.json").exists()
+    assert not any(work.iterdir()), sorted(p.name for p in work.iterdir())
