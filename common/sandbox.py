@@ -188,6 +188,55 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+def _checked_workdir(
+    argv: Sequence[str], workdir: str | Path, timeout_s: float, isolation: str
+) -> Path:
+    """Validates :func:`run_isolated`'s arguments; returns the resolved ``workdir``."""
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise ValueError(f"argv must be a non-empty list of strings, got {argv!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    if isolation not in ("bwrap", UNSAFE):
+        raise ValueError(f"isolation must be 'bwrap' or {UNSAFE!r}, got {isolation!r}")
+    work = Path(workdir).resolve()
+    if not work.is_dir():
+        raise ValueError(f"workdir must be an existing folder, got {str(workdir)!r}")
+    return work
+
+
+def _isolated_command(argv: Sequence[str], work: Path, isolation: str) -> list[str]:
+    """``argv`` wrapped in bubblewrap (refusing when it cannot run), or bare for :data:`UNSAFE`."""
+    if isolation != "bwrap":
+        return list(argv)
+    reason = _probe()
+    if reason is not None:
+        raise SandboxUnavailableError(
+            f"cannot isolate model-generated code: {reason}. Pass isolation={UNSAFE!r} to run "
+            "it without namespaces (limits and a clean environment only) at your own risk."
+        )
+    return [*_bwrap_argv(str(work)), *argv]
+
+
+def _communicate(
+    proc: subprocess.Popen, stdin: str | None, timeout_s: float
+) -> tuple[str, str, bool]:
+    """``(stdout, stderr, timed_out)``; on expiry every process of the run is killed."""
+    try:
+        out, err = proc.communicate(input=stdin, timeout=timeout_s)
+        return out, err, False
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+    try:  # the namespace is gone: its pipes close; bounded wait all the same
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        for stream in (proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
+        proc.wait(timeout=10)
+        out, err = "", ""
+    return out, err, True
+
+
 def run_isolated(
     argv: Sequence[str],
     workdir: str | Path,
@@ -222,26 +271,9 @@ def run_isolated(
         SandboxUnavailableError: ``isolation="bwrap"`` and bubblewrap cannot run here.
         ValueError: on a bad limit, an empty ``argv``, a missing ``workdir`` or an unknown mode.
     """
-    if not argv or not all(isinstance(a, str) for a in argv):
-        raise ValueError(f"argv must be a non-empty list of strings, got {argv!r}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-    if isolation not in ("bwrap", UNSAFE):
-        raise ValueError(f"isolation must be 'bwrap' or {UNSAFE!r}, got {isolation!r}")
-    work = Path(workdir).resolve()
-    if not work.is_dir():
-        raise ValueError(f"workdir must be an existing folder, got {str(workdir)!r}")
+    work = _checked_workdir(argv, workdir, timeout_s, isolation)
     limits = child_limits(mem_mb, int(cpu_s or timeout_s + 2), fsize_mb)
-    if isolation == "bwrap":
-        reason = _probe()
-        if reason is not None:
-            raise SandboxUnavailableError(
-                f"cannot isolate model-generated code: {reason}. Pass isolation={UNSAFE!r} to run "
-                "it without namespaces (limits and a clean environment only) at your own risk."
-            )
-        cmd = [*_bwrap_argv(str(work)), *argv]
-    else:
-        cmd = list(argv)
+    cmd = _isolated_command(argv, work, isolation)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -254,20 +286,7 @@ def run_isolated(
         start_new_session=True,
         preexec_fn=limits,
     )
-    timed_out = False
-    try:
-        out, err = proc.communicate(input=stdin, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_tree(proc)
-        try:  # the namespace is gone: its pipes close; bounded wait all the same
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            for stream in (proc.stdout, proc.stderr):
-                with contextlib.suppress(OSError):
-                    stream.close()
-            proc.wait(timeout=10)
-            out, err = "", ""
+    out, err, timed_out = _communicate(proc, stdin, timeout_s)
     if isolation == UNSAFE:
         _kill_tree(proc)  # no PID namespace: take down whatever the child left in its group
     return SandboxResult(
