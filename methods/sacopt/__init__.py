@@ -17,14 +17,6 @@ from methods.sacopt.data import (
     write_problem_dirs,
 )
 from methods.sacopt.debug import debug_loop
-from methods.sacopt.evaluate import (
-    SACOptConfig,
-    format_paper_table,
-    is_correct,
-    load_problems,
-    run_benchmark,
-    solve_problem,
-)
 from methods.sacopt.extract import (
     ExtractionError,
     constraint_check,
@@ -37,6 +29,7 @@ from methods.sacopt.extract import (
     self_check,
 )
 from methods.sacopt.loop import LoopTrace, SACOptLoop
+from methods.sacopt.paper import format_paper_table, load_problems, run_benchmark
 from methods.sacopt.parsing import (
     parse_code_block,
     parse_delimited_block,
@@ -44,6 +37,7 @@ from methods.sacopt.parsing import (
     parse_list_from_end,
     parse_score,
 )
+from methods.sacopt.pipeline import SACOptConfig, is_correct, solve_problem
 from methods.sacopt.schema import (
     Anchor,
     Parameter,

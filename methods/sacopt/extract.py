@@ -7,7 +7,7 @@ every parameter and on every variable (dropped at <= 3), a redundancy pass over 
 
 Each step asks the chat model for reasoning plus a final block, parses it with
 :mod:`methods.sacopt.parsing`, and retries a bounded number of times when nothing parses; a step
-that never parses raises :class:`ExtractionError`, which :func:`~methods.sacopt.evaluate.solve_problem`
+that never parses raises :class:`ExtractionError`, which :func:`~methods.sacopt.pipeline.solve_problem`
 turns into ``status="error"`` for that problem (never a crashed batch).
 """
 

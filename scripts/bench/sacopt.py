@@ -3,8 +3,8 @@ as T_max grows (an accuracy ratio, not a cost; mean LLM calls in the spread colu
 
 from __future__ import annotations
 
-from methods.sacopt.evaluate import SACOptConfig
-from methods.sacopt.experiment import run_toy
+from methods.sacopt.pipeline import SACOptConfig
+from methods.sacopt.toy import run_toy
 from scripts.bench._harness import row
 
 

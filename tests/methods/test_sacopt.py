@@ -37,7 +37,7 @@ from methods.sacopt import (
     validate_state,
 )
 from methods.sacopt.backend import ExecResult
-from methods.sacopt.toy import (
+from methods.sacopt.toy_world import (
     ERROR_TYPES,
     FakeCoder,
     StructuralJudge,

@@ -1,11 +1,14 @@
-"""Answer checking, the end-to-end pipeline for one problem, and the benchmark runner (official run.py)."""
+"""SAC-Opt's paper stage: the benchmark runner over the cleaned benchmarks and seeds (paper §4,
+mean over 5 runs; official run.py).
+
+``icml26 experiment=sacopt_paper``: :func:`paper_stage` runs :func:`run_benchmark` on every set of the
+``benchmark`` group; :func:`format_paper_table` writes the paper-style table.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,134 +17,11 @@ import numpy as np
 from common.config import Run
 from common.llm import ChatLLM
 from common.tracking import progress
-from methods.sacopt.backend import assemble_program, run_sandboxed
-from methods.sacopt.codegen import LLMCoder
-from methods.sacopt.config import TOY_ARMS, SACOptRunConfig
-from methods.sacopt.debug import debug_loop
-from methods.sacopt.loop import SACOptLoop
-from methods.sacopt.schema import validate_state
-from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier
+from methods.sacopt.pipeline import SACOptConfig, is_correct, solve_problem
 
 logger = logging.getLogger(__name__)
 
-# the run config is the method-level settings dataclass (methods/sacopt/config.py, light)
-SACOptConfig = SACOptRunConfig
-
-__all__ = [
-    "TOY_ARMS",
-    "SACOptConfig",
-    "format_paper_table",
-    "is_correct",
-    "load_problems",
-    "run_benchmark",
-    "solve_problem",
-]
-
-
-def is_correct(pred: Any, gt: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
-    """``|pred - gt| <= max(atol, rtol * |gt|)`` (official model2data.py / run.py; tolerance inferred).
-
-    ``None``, NaN, inf or non-numeric values are never correct; ``gt == 0`` falls back to ``atol``.
-    """
-    try:
-        p, g = float(pred), float(gt)
-    except (TypeError, ValueError):
-        return False
-    if not (math.isfinite(p) and math.isfinite(g)):
-        return False
-    return abs(p - g) <= max(atol, rtol * abs(g))
-
-
-def solve_problem(
-    llm: ChatLLM, description: str, cfg: SACOptConfig, input_data: dict | None = None
-) -> dict[str, Any]:
-    """The full SAC-Opt pipeline on one description (official run.py); never raises on model output.
-
-    Returns a ``result.json`` record: ``status``, ``objective``, ``n_iters``, ``n_debug``,
-    ``n_llm_calls``, ``runtime_s``, ``stage`` (where it stopped if it failed), ``state``.
-    """
-    from methods.sacopt.extract import ExtractionError, extract_state
-
-    t0 = time.monotonic()
-    rec: dict[str, Any] = {"status": "error", "objective": None, "n_iters": 0, "n_debug": 0}
-    try:
-        checks: dict[str, int] = {}
-        state = extract_state(
-            llm,
-            description,
-            input_data=input_data,
-            use_self_check=cfg.self_check,
-            use_constraint_check=cfg.constraint_check,
-            report=checks,
-        )
-        rec["extraction_checks"] = checks
-        validate_state(state)
-    except (ExtractionError, ValueError) as err:
-        rec.update(stage="extract", error=str(err), runtime_s=time.monotonic() - t0)
-        return rec
-    verifier = (
-        LLMJudgeVerifier(llm, match=cfg.judge_match)
-        if cfg.verifier == "llm_judge"
-        else EmbeddingVerifier(tau=cfg.tau)
-    )
-    loop = SACOptLoop(
-        LLMCoder(llm, cfg.recon_reference),
-        verifier,
-        t_max=cfg.t_max,
-        verify_objective=cfg.verify_objective,
-        freeze_verified=cfg.freeze_verified,
-    )
-    state, trace = loop.run(state)
-    code = assemble_program(state, cfg.backend)
-
-    def run(c: str):
-        return run_sandboxed(c, timeout_s=cfg.timeout_s, mem_mb=cfg.mem_mb)
-
-    backend = cfg.backend
-    if backend == "gurobipy":
-        first = run(code)
-        if first.status == "error" and _gurobi_unavailable(first.stderr):
-            if not cfg.solver_fallback:
-                rec.update(
-                    stage="solver",
-                    error="gurobipy is not installed or its licence is too small for this model; "
-                    "set solver_fallback=true (HiGHS) or install a full licence",
-                    runtime_s=time.monotonic() - t0,
-                )
-                return rec
-            logger.warning("gurobipy unavailable or licence-limited; falling back to HiGHS")
-            backend = "highspy"
-            code = assemble_program(state, backend)
-    code, result, dbg = debug_loop(
-        llm,
-        description,
-        code,
-        tries=cfg.debug_tries,
-        run=run,
-        debug_statuses=tuple(cfg.debug_statuses),
-    )
-    rec.update(
-        backend=backend,
-        status=result.status,
-        objective=result.objective,
-        n_iters=len(trace.rounds),
-        n_debug=dbg.n_repairs,
-        n_static_reject=trace.n_static_reject,
-        n_judge_unparsed=getattr(verifier, "n_unparsed", 0),
-        n_llm_calls=trace.n_llm_calls + dbg.n_repairs,
-        trace=trace.rounds,
-        stage="done",
-        code=code,
-        state=state.to_dict(),
-        runtime_s=time.monotonic() - t0,
-    )
-    return rec
-
-
-def _gurobi_unavailable(stderr: str) -> bool:
-    """gurobipy missing, or the pip licence's size limit hit (error 10010)."""
-    markers = ("No module named 'gurobipy'", "size-limited license", "Model too large", "10010")
-    return any(m in stderr for m in markers)
+__all__ = ["format_paper_table", "load_problems", "paper_stage", "run_benchmark"]
 
 
 def load_problems(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -201,11 +81,6 @@ def run_benchmark(
         "n", "n_excluded", "mean_llm_calls", "mean_runtime_s"}}`` plus an ``"average"`` row:
         the macro-average over datasets, its std taken over the seeds' macro-averages.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from common.llm import OpenAIChat
-    from methods.sacopt.data import load_clean_benchmark
-
     if sets is None:
         if not cfg.data_root:
             raise ValueError(
@@ -221,38 +96,11 @@ def run_benchmark(
     out = Path(out_dir) if out_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    loaded = {}
-    for name, (root, limit) in sets.items():
-        problems, excluded = load_clean_benchmark(name, root)
-        limit = limit if limit is not None else cfg.max_problems
-        if limit is not None:
-            problems = problems[:limit]
-        if not problems:
-            raise ValueError(f"benchmark {name} under {root} has no usable problem")
-        loaded[name] = (problems, excluded)
-
+    loaded = _load_sets(sets, cfg)
     # per_seed[name][k] = list of records of seed k
     per_seed: dict[str, list[list[dict[str, Any]]]] = {n: [] for n in loaded}
     for seed in progress(cfg.seeds, desc="sacopt seeds", unit="seed"):
-        client = llm or OpenAIChat(
-            cfg.llm_model,
-            base_url=cfg.llm_base_url,
-            api_key_env=cfg.llm_api_key_env,
-            temperature=cfg.temperature,
-            seed=cfg.llm_seed + seed,
-        )
-
-        def one(task, client=client, seed=seed):
-            name, p = task
-            rec = solve_problem(client, p["description"], cfg, input_data=p["input"])
-            rec.update(id=p["id"], dataset=name, answer=p["answer"], seed=seed)
-            _score(rec, p["answer"], cfg)
-            return rec
-
-        # one pool over every dataset's problems, so small benchmarks do not idle the workers
-        tasks = [(name, p) for name, (problems, _) in loaded.items() for p in problems]
-        with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
-            done = list(pool.map(one, tasks))
+        done = _run_seed(cfg, llm, loaded, seed)
         for name in loaded:
             recs = [r for r in done if r["dataset"] == name]
             logger.info(
@@ -267,10 +115,64 @@ def run_benchmark(
                     for r in recs:
                         f.write(json.dumps({k: v for k, v in r.items() if k != "state"}) + "\n")
             per_seed[name].append(recs)
+    table = _summarise(per_seed, loaded, len(cfg.seeds))
+    if out:
+        (out / "paper_table.md").write_text(format_paper_table(table, cfg))
+    return table
 
+
+def _load_sets(sets: dict[str, tuple[str, int | None]], cfg: SACOptConfig) -> dict[str, tuple]:
+    """``{name: (problems, excluded)}``, each set cut to its limit (else ``cfg.max_problems``)."""
+    from methods.sacopt.data import load_clean_benchmark
+
+    loaded = {}
+    for name, (root, limit) in sets.items():
+        problems, excluded = load_clean_benchmark(name, root)
+        limit = limit if limit is not None else cfg.max_problems
+        if limit is not None:
+            problems = problems[:limit]
+        if not problems:
+            raise ValueError(f"benchmark {name} under {root} has no usable problem")
+        loaded[name] = (problems, excluded)
+    return loaded
+
+
+def _run_seed(
+    cfg: SACOptConfig, llm: ChatLLM | None, loaded: dict[str, tuple], seed: int
+) -> list[dict[str, Any]]:
+    """One run (paper §4: one of the 5 runs averaged) over every set's problems, scored records."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from common.llm import OpenAIChat
+
+    client = llm or OpenAIChat(
+        cfg.llm_model,
+        base_url=cfg.llm_base_url,
+        api_key_env=cfg.llm_api_key_env,
+        temperature=cfg.temperature,
+        seed=cfg.llm_seed + seed,
+    )
+
+    def one(task):
+        name, p = task
+        rec = solve_problem(client, p["description"], cfg, input_data=p["input"])
+        rec.update(id=p["id"], dataset=name, answer=p["answer"], seed=seed)
+        _score(rec, p["answer"], cfg)
+        return rec
+
+    # one pool over every dataset's problems, so small benchmarks do not idle the workers
+    tasks = [(name, p) for name, (problems, _) in loaded.items() for p in problems]
+    with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+        return list(pool.map(one, tasks))
+
+
+def _summarise(
+    per_seed: dict[str, list[list[dict[str, Any]]]], loaded: dict[str, tuple], n_seeds: int
+) -> dict[str, dict[str, float]]:
+    """Mean and population std over the seeds per set, and the macro-average row (paper §4)."""
     table: dict[str, dict[str, float]] = {}
-    macro = np.zeros(len(cfg.seeds))  # (n_seeds,) macro-average accuracy of each seed
-    macro2 = np.zeros(len(cfg.seeds))
+    macro = np.zeros(n_seeds)  # (n_seeds,) macro-average accuracy of each seed
+    macro2 = np.zeros(n_seeds)
     for name, runs in per_seed.items():
         acc = np.array([np.mean([r["correct"] for r in recs]) for recs in runs])  # (n_seeds,)
         acc2 = np.array([np.mean([r["correct_1e-2"] for r in recs]) for recs in runs])
@@ -295,8 +197,6 @@ def run_benchmark(
         "n": float(sum(len(p) for p, _ in loaded.values())),
         "n_excluded": float(sum(len(e) for _, e in loaded.values())),
     }
-    if out:
-        (out / "paper_table.md").write_text(format_paper_table(table, cfg))
     return table
 
 
