@@ -14,7 +14,16 @@ from typing import Any, ClassVar
 
 from common.config import DatasetSpec, MethodConfig
 
-__all__ = ["EvalConfig", "RolloutConfig", "ThreadWeaverConfig", "ThreadWeaverRunConfig"]
+__all__ = [
+    "ATTN_FOR_MASK",
+    "MASK_IMPLS",
+    "EvalConfig",
+    "RolloutConfig",
+    "ThreadWeaverConfig",
+    "ThreadWeaverRunConfig",
+    "check_mask_impl",
+    "knob",
+]
 
 #: attention implementation (``model.attn_implementation``) that serves each trie mask
 #: (``methods.threadweaver.trie.ATTN_FOR_MASK``; the first is the one the paper stages load)
@@ -22,6 +31,23 @@ ATTN_FOR_MASK: dict[str, tuple[str, ...]] = {
     "dense": ("sdpa", "eager"),
     "flex": ("flex_attention",),
 }
+#: the trie mask kinds: ``dense`` additive ``[B, 1, N, N]`` (SDPA/eager) or ``flex``
+#: FlexAttention ``BlockMask`` (App. B)
+MASK_IMPLS: tuple[str, ...] = tuple(ATTN_FOR_MASK)
+
+
+def knob(default: Any, help: str) -> Any:
+    """A dataclass field with a ``help`` string (what TRL's ``HfArgumentParser`` reads), for the
+    trainer configs :class:`~methods.threadweaver.sft.TrieSFTConfig` and
+    :class:`~methods.threadweaver.pgrpo_trainer.PGRPOConfig`."""
+    return field(default=default, metadata={"help": help})
+
+
+def check_mask_impl(mask_impl: str, name: str = "mask_impl") -> None:
+    """Raise ``ValueError`` unless ``mask_impl`` is one of :data:`MASK_IMPLS`."""
+    if mask_impl not in MASK_IMPLS:
+        raise ValueError(f"{name} must be one of {MASK_IMPLS}, got {mask_impl!r}")
+
 
 _ARMS = ("seq", "tw", "flat")
 

@@ -249,6 +249,104 @@ def parse(text: str, join_suffix: str = JOIN_SUFFIX) -> Trajectory:
     return Trajectory(segments, final)
 
 
+class _TagScan:
+    """State of the tag scan of :func:`validate`: open blocks, open Outline/Thread, counts."""
+
+    def __init__(self, text: str, conclusion: bool) -> None:
+        self.text, self.conclusion = text, conclusion
+        self.errors: list[str] = []
+        self.depth_par = 0  # open <Parallel> blocks
+        self.counts = {"Outline": 0, "Thread": 0}  # in the current block
+        self.open_tag: str | None = None  # the open <Outline> or <Thread>
+        self.last_open_end = 0  # end offset of the last opening tag
+
+    def parallel(self, m: re.Match, closing: bool) -> None:
+        """``<Parallel>`` opens a block (never nested); ``</Parallel>`` checks its counts."""
+        if not closing:
+            if self.depth_par:
+                self.errors.append(f"nested <Parallel> at offset {m.start()}")
+            self.depth_par += 1
+            self.counts = {"Outline": 0, "Thread": 0}
+            return
+        if self.depth_par == 0:
+            self.errors.append(f"</Parallel> without <Parallel> at offset {m.start()}")
+            return
+        self.depth_par -= 1
+        n_out, n_thr = self.counts["Outline"], self.counts["Thread"]
+        if n_out != n_thr:
+            self.errors.append(
+                f"block closing at offset {m.start()} has {n_out} outlines but {n_thr} threads"
+            )
+        if n_thr == 0:
+            self.errors.append(f"block closing at offset {m.start()} has no threads")
+
+    def block_tag(self, m: re.Match, name: str, closing: bool) -> None:
+        """``<Outlines>``, ``<Outline>``, ``<Thread>``: inside a block, never overlapping, and a
+        thread is not empty."""
+        tag = m.group(0)
+        if self.depth_par == 0:
+            self.errors.append(f"{tag} outside a parallel block at offset {m.start()}")
+        if name in self.counts and not closing:
+            if self.open_tag is not None:
+                self.errors.append(f"{tag} inside an open <{self.open_tag}> at offset {m.start()}")
+            self.open_tag = name
+            self.counts[name] += 1
+        elif name in self.counts:
+            if self.open_tag != name:
+                self.errors.append(f"{tag} without matching opener at offset {m.start()}")
+            else:
+                body = self.text[self.last_open_end : m.start()]
+                if name == "Thread" and not re.sub(rf"^\s*{_NUM}:\s*", "", body).strip():
+                    self.errors.append(f"empty thread at offset {m.start()}")
+            self.open_tag = None
+        if not closing:
+            self.last_open_end = m.end()
+
+    def other_tag(self, m: re.Match, name: str) -> None:
+        """``<Conclusion>`` (legal only in conclusion mode, inside a block) and foreign tags."""
+        tag = m.group(0)
+        if name == "Conclusion":
+            if not self.conclusion:
+                self.errors.append(f"legacy tag {tag} at offset {m.start()}")
+            elif self.depth_par == 0:
+                self.errors.append(f"{tag} outside a parallel block at offset {m.start()}")
+        elif self.depth_par:
+            self.errors.append(f"foreign tag {tag} inside a parallel block at offset {m.start()}")
+
+    def run(self) -> list[str]:
+        for m in _TAG_RE.finditer(self.text):
+            name, closing = m.group(0).strip("</>"), m.group(0).startswith("</")
+            if name == "Parallel":
+                self.parallel(m, closing)
+            elif name in ("Outline", "Thread", "Outlines"):
+                self.block_tag(m, name, closing)
+            else:
+                self.other_tag(m, name)
+        if self.depth_par:
+            self.errors.append("unclosed <Parallel>")
+        if self.open_tag is not None:
+            self.errors.append(f"unclosed <{self.open_tag}>")
+        return self.errors
+
+
+def _strict_errors(text: str, join_suffix: str, conclusion: bool) -> list[str]:
+    """The canonical layout (:func:`parse`) and thread numbers = outline numbers, distinct."""
+    try:
+        traj = parse(text, join_suffix)
+    except FormatError as e:
+        return [str(e)]
+    errors = []
+    for b in traj.blocks:
+        if conclusion and b.conclusion is None:
+            errors.append("block without <Conclusion> (conclusion mode)")
+        nums = [n for n, _ in b.threads]
+        if len(set(nums)) != len(nums):
+            errors.append(f"duplicate thread numbers {nums}")
+        if nums != [n for n, _ in b.outlines]:
+            errors.append(f"thread numbers {nums} differ from outline numbers")
+    return errors
+
+
 def validate(
     text: str, strict: bool = True, join_suffix: str = JOIN_SUFFIX, conclusion: bool = False
 ) -> FormatReport:
@@ -265,79 +363,10 @@ def validate(
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    errors: list[str] = []
-    if "</think>" not in text:
-        errors.append("no </think>")
-    depth_par = 0
-    counts = {"Outline": 0, "Thread": 0}
-    open_tag: str | None = None
-    last_open_end = 0
-    for m in _TAG_RE.finditer(text):
-        tag = m.group(0)
-        name = tag.strip("</>")
-        closing = tag.startswith("</")
-        if name == "Parallel":
-            if not closing:
-                if depth_par:
-                    errors.append(f"nested <Parallel> at offset {m.start()}")
-                depth_par += 1
-                counts = {"Outline": 0, "Thread": 0}
-            else:
-                if depth_par == 0:
-                    errors.append(f"</Parallel> without <Parallel> at offset {m.start()}")
-                    continue
-                depth_par -= 1
-                if counts["Outline"] != counts["Thread"]:
-                    errors.append(
-                        f"block closing at offset {m.start()} has {counts['Outline']} outlines "
-                        f"but {counts['Thread']} threads"
-                    )
-                if counts["Thread"] == 0:
-                    errors.append(f"block closing at offset {m.start()} has no threads")
-        elif name in ("Outline", "Thread", "Outlines"):
-            if depth_par == 0:
-                errors.append(f"{tag} outside a parallel block at offset {m.start()}")
-            if name in counts:
-                if not closing:
-                    if open_tag is not None:
-                        errors.append(f"{tag} inside an open <{open_tag}> at offset {m.start()}")
-                    open_tag = name
-                    counts[name] += 1
-                else:
-                    if open_tag != name:
-                        errors.append(f"{tag} without matching opener at offset {m.start()}")
-                    else:
-                        body = text[last_open_end : m.start()]
-                        if name == "Thread" and not re.sub(rf"^\s*{_NUM}:\s*", "", body).strip():
-                            errors.append(f"empty thread at offset {m.start()}")
-                    open_tag = None
-            if not closing:
-                last_open_end = m.end()
-        elif name == "Conclusion":
-            if not conclusion:
-                errors.append(f"legacy tag {tag} at offset {m.start()}")
-            elif depth_par == 0:
-                errors.append(f"{tag} outside a parallel block at offset {m.start()}")
-        elif depth_par:
-            errors.append(f"foreign tag {tag} inside a parallel block at offset {m.start()}")
-    if depth_par:
-        errors.append("unclosed <Parallel>")
-    if open_tag is not None:
-        errors.append(f"unclosed <{open_tag}>")
+    errors = [] if "</think>" in text else ["no </think>"]
+    errors += _TagScan(text, conclusion).run()
     if strict and not errors:
-        try:
-            traj = parse(text, join_suffix)
-        except FormatError as e:
-            errors.append(str(e))
-        else:
-            for b in traj.blocks:
-                if conclusion and b.conclusion is None:
-                    errors.append("block without <Conclusion> (conclusion mode)")
-                nums = [n for n, _ in b.threads]
-                if len(set(nums)) != len(nums):
-                    errors.append(f"duplicate thread numbers {nums}")
-                if nums != [n for n, _ in b.outlines]:
-                    errors.append(f"thread numbers {nums} differ from outline numbers")
+        errors += _strict_errors(text, join_suffix, conclusion)
     return FormatReport(ok=not errors, errors=errors)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,6 +36,7 @@ from torch import Tensor
 
 from common.rl import GroupAdvantageGRPOTrainer
 
+from .config import check_mask_impl, knob
 from .format import JOIN_SUFFIX, validate
 from .orchestrator import (
     CompletionEngine,
@@ -51,7 +52,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["OrchestratedRollout", "PGRPOConfig", "PGRPOReward", "PGRPOTrainer"]
 
 _ADV_NORMS = ("mean", "std")
-_MASK_IMPLS = ("dense", "flex")
 
 
 @dataclass
@@ -64,87 +64,73 @@ class PGRPOConfig(trl.GRPOConfig):
     Sampling uses TRL's ``temperature`` / ``top_p`` (App. B: 1.0 / 1.0).
     """
 
-    adv_norm: str = field(
-        default="mean",
-        metadata={"help": "Eq. 9 'mean' (r - mean_group r); 'std' divides by the group's sample "
-                  "std (standard GRPO, the Tab. 5 ablation; official norm_adv_by_std_in_grpo)."},
-    )  # fmt: skip
-    zero_adv_threshold: float | None = field(
-        default=None,
-        metadata={"help": "Official grpo_zero_adv_if_all_ge_le: zero the advantages of a group "
-                  "whose rewards are all >= or all <= this value (None: off, as the paper)."},
-    )  # fmt: skip
-    rho: float = field(default=0.5, metadata={"help": "Acceleration reward slope ρ (Eq. 7)."})
-    rho_clip: float = field(
-        default=0.2, metadata={"help": "Acceleration reward cap ρ_clip (Eq. 7)."}
+    adv_norm: str = knob(
+        "mean",
+        "Eq. 9 'mean' (r - mean_group r); 'std' divides by the group's sample "
+        "std (standard GRPO, the Tab. 5 ablation; official norm_adv_by_std_in_grpo).",
     )
-    reward_variant: str = field(
-        default="paper",
-        metadata={"help": "'paper': 1{c}(1 + min(ρη, ρ_clip)); 'repo': official defaults, "
-                  "1 + ρ min(η, ρ_clip) if correct else -1."},
-    )  # fmt: skip
-    parallel_reward: float = field(
-        default=0.0,
-        metadata={"help": "Official parallel_rewardv2: bonus for a correct trajectory with at "
-                  "least one <Parallel> block (0: off, as the paper)."},
-    )  # fmt: skip
-    format_error_reward: float | None = field(
-        default=None,
-        metadata={"help": "Official format_error_reward: the reward of a trajectory that fails "
-                  "the format check (None: off, as the paper)."},
-    )  # fmt: skip
-    treat_no_parallel_as_format_error: bool = field(
-        default=False,
-        metadata={"help": "Official option: a trajectory without <Parallel> fails the format "
-                  "check (only with format_error_reward)."},
-    )  # fmt: skip
-    parallel_rollouts: bool = field(
-        default=True,
-        metadata={"help": "False: the sequential-GRPO baseline (no orchestrator; same reward, "
-                  "advantage and loss)."},
-    )  # fmt: skip
-    rollout_budget_tokens: int = field(
-        default=40000, metadata={"help": "Total generated tokens over all branches (App. B)."}
+    zero_adv_threshold: float | None = knob(
+        None,
+        "Official grpo_zero_adv_if_all_ge_le: zero the advantages of a group "
+        "whose rewards are all >= or all <= this value (None: off, as the paper).",
     )
-    rollout_max_model_len: int = field(
-        default=40960, metadata={"help": "Context limit of one request (App. B)."}
+    rho: float = knob(0.5, "Acceleration reward slope ρ (Eq. 7).")
+    rho_clip: float = knob(0.2, "Acceleration reward cap ρ_clip (Eq. 7).")
+    reward_variant: str = knob(
+        "paper",
+        "'paper': 1{c}(1 + min(ρη, ρ_clip)); 'repo': official defaults, "
+        "1 + ρ min(η, ρ_clip) if correct else -1.",
     )
-    rollout_max_iters: int = field(
-        default=32, metadata={"help": "Orchestrator loop guard (official controller: 32)."}
+    parallel_reward: float = knob(
+        0.0,
+        "Official parallel_rewardv2: bonus for a correct trajectory with at "
+        "least one <Parallel> block (0: off, as the paper).",
     )
-    join_suffix: str = field(
-        default="\n</Parallel>",
-        metadata={"help": "Text appended after a block's threads: paper '\\n</Parallel>'; "
-                  "official no_conclusion mode '\\n'."},
-    )  # fmt: skip
-    conclusion: bool = field(
-        default=False,
-        metadata={"help": "Official <Conclusion> mode (no_conclusion=false): join with "
-                  "'\\n<Conclusion>\\n' and let the model close the block."},
-    )  # fmt: skip
-    mask_impl: str = field(
-        default="dense",
-        metadata={"help": "Trie mask of the loss forward: 'dense' additive [B,1,N,N] (SDPA/eager) "
-                  "or 'flex' FlexAttention BlockMask (App. B; CUDA only for training)."},
-    )  # fmt: skip
-    beta: float = field(default=0.0, metadata={"help": "KL coefficient; 0 in P-GRPO (App. B)."})
-    loss_type: str = field(
-        default="dapo", metadata={"help": "Token-sum over the generation batch (Eq. 4)."}
+    format_error_reward: float | None = knob(
+        None,
+        "Official format_error_reward: the reward of a trajectory that fails "
+        "the format check (None: off, as the paper).",
     )
-    scale_rewards: str = field(
-        default="none", metadata={"help": "TRL's scaling is off: P-GRPO's advantage is Eq. 9."}
+    treat_no_parallel_as_format_error: bool = knob(
+        False,
+        "Official option: a trajectory without <Parallel> fails the format "
+        "check (only with format_error_reward).",
     )
-    vllm_importance_sampling_correction: bool = field(
-        default=False,
-        metadata={"help": "Not supported: TRL's ratio is computed on the joined causal view, "
-                  "not on the trie view the orchestrator sampled (see the method doc)."},
-    )  # fmt: skip
+    parallel_rollouts: bool = knob(
+        True,
+        "False: the sequential-GRPO baseline (no orchestrator; same reward, advantage and loss).",
+    )
+    rollout_budget_tokens: int = knob(40000, "Total generated tokens over all branches (App. B).")
+    rollout_max_model_len: int = knob(40960, "Context limit of one request (App. B).")
+    rollout_max_iters: int = knob(32, "Orchestrator loop guard (official controller: 32).")
+    join_suffix: str = knob(
+        "\n</Parallel>",
+        "Text appended after a block's threads: paper '\\n</Parallel>'; "
+        "official no_conclusion mode '\\n'.",
+    )
+    conclusion: bool = knob(
+        False,
+        "Official <Conclusion> mode (no_conclusion=false): join with "
+        "'\\n<Conclusion>\\n' and let the model close the block.",
+    )
+    mask_impl: str = knob(
+        "dense",
+        "Trie mask of the loss forward: 'dense' additive [B,1,N,N] (SDPA/eager) "
+        "or 'flex' FlexAttention BlockMask (App. B; CUDA only for training).",
+    )
+    beta: float = knob(0.0, "KL coefficient; 0 in P-GRPO (App. B).")
+    loss_type: str = knob("dapo", "Token-sum over the generation batch (Eq. 4).")
+    scale_rewards: str = knob("none", "TRL's scaling is off: P-GRPO's advantage is Eq. 9.")
+    vllm_importance_sampling_correction: bool = knob(
+        False,
+        "Not supported: TRL's ratio is computed on the joined causal view, "
+        "not on the trie view the orchestrator sampled (see the method doc).",
+    )
 
     def __post_init__(self):
         if self.adv_norm not in _ADV_NORMS:
             raise ValueError(f"adv_norm must be one of {_ADV_NORMS}, got {self.adv_norm!r}")
-        if self.mask_impl not in _MASK_IMPLS:
-            raise ValueError(f"mask_impl must be one of {_MASK_IMPLS}, got {self.mask_impl!r}")
+        check_mask_impl(self.mask_impl)
         if self.reward_variant not in ("paper", "repo"):
             raise ValueError(
                 f"reward_variant must be 'paper' or 'repo', got {self.reward_variant!r}"

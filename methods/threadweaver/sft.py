@@ -9,10 +9,11 @@ TRL's own dataset preparation is skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trl
 
+from .config import check_mask_impl, knob
 from .trie import Packed, TrieCollator, packed_forward, parent_gather_loss
 
 __all__ = ["SFT_MODES", "TrieSFTConfig", "TrieSFTTrainer", "packed_dataset", "trie_sft_config"]
@@ -31,33 +32,30 @@ class TrieSFTConfig(trl.SFTConfig):
     never cut mid-unit (App. B: 40,960).
     """
 
-    sft_mode: str = field(
-        default="trie",
-        metadata={"help": "'trie': trie packing + parent-gather loss (§3.3); 'ar': the plain "
-                  "autoregressive baseline (official sft_autoregressive.py)."},
-    )  # fmt: skip
-    mask_impl: str = field(
-        default="dense",
-        metadata={"help": "Trie mask: 'dense' additive [B,1,N,N] or 'flex' FlexAttention "
-                  "BlockMask (App. B; the run config's method.mask_impl sets it)."},
-    )  # fmt: skip
-    learning_rate: float = field(default=1e-5, metadata={"help": "App. B: 1e-5 peak."})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "App. B: cosine to 0."})
-    warmup_ratio: float = field(default=0.05, metadata={"help": "App. B: 5% warm-up."})
-    weight_decay: float = field(default=0.01, metadata={"help": "App. B (official script 1e-4)."})
-    adam_beta2: float = field(default=0.95, metadata={"help": "App. B: β = (0.9, 0.95)."})
-    num_train_epochs: float = field(default=8.0, metadata={"help": "App. B: 8 (stage 1), 1 (2)."})
-    max_length: int | None = field(default=40960, metadata={"help": "App. B: packed length."})
-    remove_unused_columns: bool = field(
-        default=False, metadata={"help": "Trie columns reach the collator."}
+    sft_mode: str = knob(
+        "trie",
+        "'trie': trie packing + parent-gather loss (§3.3); 'ar': the plain "
+        "autoregressive baseline (official sft_autoregressive.py).",
     )
-    report_to: str | list[str] = field(default="none", metadata={"help": "No tracker."})
+    mask_impl: str = knob(
+        "dense",
+        "Trie mask: 'dense' additive [B,1,N,N] or 'flex' FlexAttention "
+        "BlockMask (App. B; the run config's method.mask_impl sets it).",
+    )
+    learning_rate: float = knob(1e-5, "App. B: 1e-5 peak.")
+    lr_scheduler_type: str = knob("cosine", "App. B: cosine to 0.")
+    warmup_ratio: float = knob(0.05, "App. B: 5% warm-up.")
+    weight_decay: float = knob(0.01, "App. B (official script 1e-4).")
+    adam_beta2: float = knob(0.95, "App. B: β = (0.9, 0.95).")
+    num_train_epochs: float = knob(8.0, "App. B: 8 (stage 1), 1 (2).")
+    max_length: int | None = knob(40960, "App. B: packed length.")
+    remove_unused_columns: bool = knob(False, "Trie columns reach the collator.")
+    report_to: str | list[str] = knob("none", "No tracker.")
 
     def __post_init__(self):
         if self.sft_mode not in SFT_MODES:
             raise ValueError(f"sft_mode must be one of {SFT_MODES}, got {self.sft_mode!r}")
-        if self.mask_impl not in ("dense", "flex"):
-            raise ValueError(f"mask_impl must be 'dense' or 'flex', got {self.mask_impl!r}")
+        check_mask_impl(self.mask_impl)
         if self.dataset_kwargs is None:
             self.dataset_kwargs = {"skip_prepare_dataset": True}
         super().__post_init__()

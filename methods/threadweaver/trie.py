@@ -18,6 +18,7 @@ from typing import Literal
 
 import torch
 
+from .config import ATTN_FOR_MASK, check_mask_impl
 from .format import (
     CONCLUSION_CLOSE,
     CONCLUSION_OPEN,
@@ -186,16 +187,8 @@ class Packed:
         )
 
 
-def build_packed(units: Sequence[Unit], max_length: int | None = None) -> Packed:
-    """Insert units into a token trie and flatten it by DFS in insertion order (§3.3, Fig. 6).
-
-    A node is trained (``loss_mask``) iff it lies in the completion of some unit. Units that do not
-    fit in ``max_length`` are dropped whole, from the back (never cut mid-unit).
-
-    Raises:
-        ValueError: empty ``units``, ``units[0]`` not the longest, ``units[0]`` alone longer than
-            ``max_length``, or ``n_context`` out of range.
-    """
+def _check_units(units: Sequence[Unit], max_length: int | None) -> None:
+    """The errors :func:`build_packed` raises (see there)."""
     if not units:
         raise ValueError("units must contain at least the full-trajectory unit")
     for j, u in enumerate(units):
@@ -213,60 +206,90 @@ def build_packed(units: Sequence[Unit], max_length: int | None = None) -> Packed
             f"full trajectory has {len(units[0].ids)} tokens > max_length={max_length}; "
             "drop the example or raise max_length"
         )
-    tokens: list[int] = []
-    tparent: list[int] = []
-    loss: list[bool] = []
-    children: list[dict[int, int]] = []
-    root: dict[int, int] = {}
+
+
+@dataclass
+class _Trie:
+    """A token trie in insertion order: node v holds ``tokens[v]``, its parent ``parent[v]`` (-1 at
+    the root level), ``loss[v]`` (in some unit's completion) and ``children[v]`` (token -> node)."""
+
+    tokens: list[int]
+    parent: list[int]
+    loss: list[bool]
+    children: list[dict[int, int]]
+    root: dict[int, int]
+
+    def n_new(self, ids: Sequence[int]) -> int:
+        """How many nodes inserting ``ids`` would add (the length past the longest shared prefix)."""
+        kids = self.root
+        for d, t in enumerate(ids):
+            if t not in kids:
+                return len(ids) - d
+            kids = self.children[kids[t]]
+        return 0
+
+    def insert(self, u: Unit) -> None:
+        """Add ``u``'s path; mark its completion nodes as trained."""
+        node, kids = -1, self.root
+        for d, t in enumerate(u.ids):
+            if t not in kids:
+                kids[t] = len(self.tokens)
+                self.tokens.append(int(t))
+                self.parent.append(node)
+                self.loss.append(False)
+                self.children.append({})
+            node = kids[t]
+            kids = self.children[node]
+            if d >= u.n_context:
+                self.loss[node] = True
+
+    def preorder(self) -> tuple[list[int], list[int]]:
+        """DFS pre-order following insertion order, and the depth of every node."""
+        order: list[int] = []
+        depth = [0] * len(self.tokens)
+        stack = [(c, 0) for c in reversed(list(self.root.values()))]
+        while stack:
+            v, d = stack.pop()
+            order.append(v)
+            depth[v] = d
+            stack.extend((c, d + 1) for c in reversed(list(self.children[v].values())))
+        return order, depth
+
+
+def build_packed(units: Sequence[Unit], max_length: int | None = None) -> Packed:
+    """Insert units into a token trie and flatten it by DFS in insertion order (§3.3, Fig. 6).
+
+    A node is trained (``loss_mask``) iff it lies in the completion of some unit. Units that do not
+    fit in ``max_length`` are dropped whole, from the back (never cut mid-unit).
+
+    Raises:
+        ValueError: empty ``units``, ``units[0]`` not the longest, ``units[0]`` alone longer than
+            ``max_length``, or ``n_context`` out of range.
+    """
+    _check_units(units, max_length)
+    trie = _Trie([], [], [], [], {})
     n_dropped = 0
     for j, u in enumerate(units):
-        # Count the new nodes first so a unit is inserted whole or not at all.
-        node, kids, new = -1, root, 0
-        for t in u.ids:
-            if new == 0 and t in kids:
-                node = kids[t]
-                kids = children[node]
-            else:
-                new += 1
-        if max_length is not None and len(tokens) + new > max_length:
+        # A unit is inserted whole or not at all.
+        if max_length is not None and len(trie.tokens) + trie.n_new(u.ids) > max_length:
             n_dropped = len(units) - j
             logger.warning("build_packed: dropped %d trailing units over max_length", n_dropped)
             break
-        node, kids = -1, root
-        for d, t in enumerate(u.ids):
-            if t not in kids:
-                kids[t] = len(tokens)
-                tokens.append(int(t))
-                tparent.append(node)
-                loss.append(False)
-                children.append({})
-            node = kids[t]
-            kids = children[node]
-            if d >= u.n_context:
-                loss[node] = True
-    # DFS pre-order following insertion order.
-    n = len(tokens)
-    order: list[int] = []
-    depth_of = [0] * n
-    stack = [(c, 0) for c in reversed(list(root.values()))]
-    while stack:
-        v, d = stack.pop()
-        order.append(v)
-        depth_of[v] = d
-        stack.extend((c, d + 1) for c in reversed(list(children[v].values())))
+        trie.insert(u)
+    order, depth = trie.preorder()
     flat = {v: i for i, v in enumerate(order)}
-    tout = list(range(n))
+    tout = list(range(len(order)))
     for v in reversed(order):  # children appear after parents in pre-order
-        p = tparent[v]
+        p = trie.parent[v]
         if p >= 0:
             tout[flat[p]] = max(tout[flat[p]], tout[flat[v]])
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
     return Packed(
-        input_ids=as_long([tokens[v] for v in order]),
-        position_ids=as_long([depth_of[v] for v in order]),
-        parent=as_long([flat[tparent[v]] if tparent[v] >= 0 else -1 for v in order]),
-        loss_mask=torch.tensor([loss[v] for v in order], dtype=torch.bool),
-        tin=as_long(list(range(n))),
+        input_ids=as_long([trie.tokens[v] for v in order]),
+        position_ids=as_long([depth[v] for v in order]),
+        parent=as_long([flat[trie.parent[v]] if trie.parent[v] >= 0 else -1 for v in order]),
+        loss_mask=torch.tensor([trie.loss[v] for v in order], dtype=torch.bool),
+        tin=as_long(list(range(len(order)))),
         tout=as_long(tout),
         n_full=len(units[0].ids),
         n_dropped_units=n_dropped,
@@ -359,8 +382,7 @@ class TrieCollator:
         mask_impl: Literal["dense", "flex"] = "dense",
         dtype: torch.dtype = torch.float32,
     ):
-        if mask_impl not in ("dense", "flex"):
-            raise ValueError(f"mask_impl must be 'dense' or 'flex', got {mask_impl!r}")
+        check_mask_impl(mask_impl)
         if not isinstance(pad_token_id, int):
             raise TypeError(f"pad_token_id must be int, got {type(pad_token_id).__name__}")
         self.pad_token_id, self.max_length = pad_token_id, max_length
@@ -398,13 +420,6 @@ def dense_trie_mask(tin: torch.Tensor, tout: torch.Tensor, dtype: torch.dtype) -
     allowed = ancestor_mask(tin, tout)  # [B, N, N]
     add = torch.zeros(allowed.shape[0], 1, *allowed.shape[1:], dtype=dtype, device=tin.device)
     return add.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
-
-
-#: attention implementations (``model.config._attn_implementation``) that serve each trie mask
-ATTN_FOR_MASK: dict[str, tuple[str, ...]] = {
-    "dense": ("sdpa", "eager"),
-    "flex": ("flex_attention",),
-}
 
 
 def packed_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
