@@ -493,9 +493,11 @@ def test_train_bias_option_of_the_paper_paths(train_bias):
 
 
 @pytest.mark.parametrize("orient", ["row", "column"])
-def test_fused_slice_node_matches_dense_effective_weight(orient):
+@pytest.mark.parametrize("lead", [(2, 7), (7,)])
+def test_fused_slice_node_matches_dense_effective_weight(orient, lead):
     # Issue 33 point 4: the one-node forward/backward equals y = x W_effᵀ + b in value and in every
-    # gradient (input, slice, bias), with a non-zero slice so the slice's ∂x term is exercised.
+    # gradient (input, slice, bias), with a non-zero slice so the slice's ∂x term is exercised; 3-D
+    # and 2-D inputs, and a non-contiguous upstream gradient (as after an attention transpose).
     torch.manual_seed(0)
     layer = SliceFineLinear(nn.Linear(12, 10), r=3, orient=orient, pos=5)
     layer.base.bias.requires_grad_(True)
@@ -503,9 +505,9 @@ def test_fused_slice_node_matches_dense_effective_weight(orient):
         layer.delta.normal_()
     w_eff = layer.effective_weight().requires_grad_(True)
     b_ref = layer.base.bias.detach().clone().requires_grad_(True)
-    x = torch.randn(2, 7, 12, requires_grad=True)
+    x = torch.randn(*lead, 12, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_(True)
-    g = torch.randn(2, 7, 10)
+    g = torch.randn(10, *lead).movedim(0, -1)  # [..., 10], non-contiguous
     y = layer(x)
     y_ref = nn.functional.linear(x_ref, w_eff, b_ref)
     torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
