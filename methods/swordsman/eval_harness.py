@@ -35,7 +35,8 @@ def generate_text(
     add_bos: bool = False,
     baseline: str | None = None,
 ) -> dict[str, Any]:
-    """Decode one prompt; returns ``{"text", "tokens", "nfe", "seconds"}``.
+    """Decode one prompt; returns ``{"text", "tokens", "nfe", "seconds"}`` (the paper's evaluation:
+    batch size 1, greedy, stop-sequence truncation as in lm-evaluation-harness ``generate_until``).
 
     Args:
         adapter: model adapter.
@@ -43,8 +44,9 @@ def generate_text(
         context: the prompt text (few-shot examples included).
         cfg: decoder configuration (``gen_length``, cache, thresholds).
         until: stop sequences; the text is cut at the first one.
-        chat_template: wrap the context as a user turn (LLaDA-8B-Instruct in the repo).
-        add_bos: prepend the BOS token (Dream base model in the repo).
+        chat_template: wrap the context as a user turn (official ``llada/eval_llada.py``: only for
+            "instruct" checkpoints such as LLaDA-8B-Instruct).
+        add_bos: prepend the BOS token (official ``dream/eval.py``: the Dream base model).
         baseline: None for Swordsman, ``"fixed"`` for Fast-dLLM (``max_block_len`` blocks, τ = tau_max).
     """
     if chat_template:

@@ -5,10 +5,10 @@ Model: a *cost model* of a masked-diffusion LM. Each call runs a real random-ini
 transformer (``BertModel``, 8 layers, d = 512, plus a d × V LM head with V = 32,000) on the input ids and
 discards its output, then returns the phrase grammar's exact posterior (``GrammarPosteriorLM``, what a
 perfectly trained denoiser outputs) padded to V entries with logit -85 (probability ~1e-37 each, so
-tokens, confidences and entropies are those of the exact posterior up to rounding). The forward therefore costs what an
-8-layer d = 512 model costs, the entropies and softmaxes of the bookkeeping run over a realistic
-vocabulary, and validity is measurable (the grammar parses every response). Both arms decode the same
-prompts, interleaved per repeat (``time_pair``): Swordsman (entropy blocks <= 8, τ 0.9 -> 0.7) and fixed
+tokens, confidences and entropies are those of the exact posterior up to rounding). The forward
+therefore costs what an 8-layer d = 512 model costs, the entropies and softmaxes of the bookkeeping run
+over a realistic vocabulary, and validity is measurable (the grammar parses every response). Both arms decode the same
+prompts, interleaved per prompt (``time_pair``): Swordsman (entropy blocks <= 8, τ 0.9 -> 0.7) and fixed
 blocks of 8 at τ = 0.9, G = 32, no cache.
 
 Bookkeeping = decoder wall time outside the model calls (timed around ``forward``/``block_forward``),
@@ -22,7 +22,6 @@ from __future__ import annotations
 import cProfile
 import pstats
 import random
-import statistics
 import time
 from types import SimpleNamespace
 
@@ -36,7 +35,7 @@ from methods.swordsman import (
     swordsman_generate,
 )
 from methods.swordsman.toy import EOS, MASK, GrammarPosteriorLM
-from scripts.bench._harness import row, spread_ratio, time_pair
+from scripts.bench._harness import row, time_pair
 
 GEN, BLOCK = 32, 8
 # Padded words get probability e^-85 ~ 1e-37 each (4e-33 for 32k of them: below float32 and float64
@@ -107,24 +106,21 @@ class TimedAdapter:
         return out
 
 
-def _arms(adapter: TimedAdapter, grammar: PhraseGrammar, data, log: dict[str, list[dict]]):
-    """Two callables decoding every prompt (Swordsman, fixed); each appends its stats to ``log``."""
+def _arms(adapter: TimedAdapter, grammar: PhraseGrammar, item, log: dict[str, list[dict]]):
+    """Two callables decoding one ``(prompt, c0)`` (Swordsman, fixed); each appends its stats to ``log``."""
     cfg = SwordsmanConfig(gen_length=GEN, max_block_len=BLOCK)  # τ 0.9 -> 0.7, γ = 1
+    prompt, c0 = item
 
     def arm(name, decode):
         def run():
             adapter.model_s, adapter.calls = 0.0, 0
-            t, steps, valid, outs = time.perf_counter(), 0, 0, []
-            for prompt, c0 in data:
-                r = decode(prompt)
-                steps += len(r.taus)
-                out = r.generated.tolist()
-                valid += grammar.parse(out, c0)[0]
-                outs.append(out)
+            t = time.perf_counter()
+            r = decode(prompt)
             wall = time.perf_counter() - t
+            out = r.generated.tolist()
             log[name].append(
-                dict(wall=wall, model=adapter.model_s, calls=adapter.calls, steps=steps,
-                     valid=valid / len(data), outs=outs)
+                dict(wall=wall, model=adapter.model_s, calls=adapter.calls, steps=len(r.taus),
+                     valid=float(grammar.parse(out, c0)[0]), outs=out, prompt=id(item))
             )  # fmt: skip
 
         return run
@@ -173,36 +169,53 @@ def _profile(adapter: TimedAdapter, data) -> dict[str, dict[str, float]]:
     return out
 
 
-def _measure(grammar, model, data, repeats: int):
-    adapter = TimedAdapter(HFMaskedLMAdapter(model, MASK, {EOS}))
+def _measure(adapter: TimedAdapter, grammar, data, repeats: int):
+    """Per prompt, ``time_pair`` of the two arms (interleaved within the prompt, so load drift on a
+    shared machine hits both arms alike); totals over prompts and every decode's stats."""
     log: dict[str, list[dict]] = {"swordsman": [], "fixed": []}
-    sw, fx = _arms(adapter, grammar, data, log)
-    m, b, _, q1, q3 = time_pair(sw, fx, repeats=repeats, warmup=1)
-    return adapter, log, (m, b, q1, q3)
+    for f in _arms(adapter, grammar, data[0], log):  # warm-up, not logged
+        f()
+    log = {"swordsman": [], "fixed": []}
+    m = b = 0.0
+    ratios = []
+    for item in data:
+        mi, bi, ri, _, _ = time_pair(*_arms(adapter, grammar, item, log), repeats=repeats, warmup=0)
+        m, b = m + mi, b + bi
+        ratios.append(ri)
+    for arm in log.values():
+        for r in arm:
+            if r["outs"] != next(x["outs"] for x in arm if x["prompt"] == r["prompt"]):
+                raise RuntimeError("decoding is not deterministic across repeats")
+    return log, (m, b, min(ratios), max(ratios))
 
 
-def _med(log: list[dict], key) -> float:
-    return statistics.median(key(r) for r in log)
+def _pooled(arm: list[dict], num: str, den: str) -> float:
+    return sum(r[num] for r in arm) / sum(r[den] for r in arm)
 
 
 def _rows(log, timing, size: str, tokens: int) -> tuple[list[dict], dict, dict, dict]:
-    m, b, q1, q3 = timing
-    sw, fx = log["swordsman"], log["fixed"]
-    fwd = {k: _med(v, lambda r: r["model"] / r["calls"]) for k, v in log.items()}
-    book = {k: _med(v, lambda r: (r["wall"] - r["model"]) / r["steps"]) for k, v in log.items()}
-    tpf = {k: tokens / v[-1]["calls"] for k, v in log.items()}
+    """Rows from the per-decode stats: time per token from the per-prompt medians, the rest pooled."""
+    m, b, lo, hi = timing
+    for arm in log.values():
+        for r in arm:
+            r["book"] = r["wall"] - r["model"]
+    fwd = {k: _pooled(v, "model", "calls") for k, v in log.items()}
+    book = {k: _pooled(v, "book", "steps") for k, v in log.items()}
+    tpf = {k: GEN * len(v) / sum(r["calls"] for r in v) for k, v in log.items()}
+    valid = {k: sum(r["valid"] for r in v) / len(v) for k, v in log.items()}
+    spread = f"per-prompt ratio range [{lo:.3g}, {hi:.3g}]"
     rows = [
         row(
             f"wall time per generated token (ms), {size}",
             1e3 * m / tokens,
             1e3 * b / tokens,
-            spread_ratio(q1, q3),
+            spread,
             max_ratio=1.0,
         ),
         row(
             "validity (fraction of responses that parse)",
-            sw[-1]["valid"],
-            fx[-1]["valid"],
+            valid["swordsman"],
+            valid["fixed"],
             min_ratio=1.0,
         ),
         row("tokens per forward (generated tokens / model calls)", tpf["swordsman"], tpf["fixed"]),
@@ -226,11 +239,13 @@ def _notes(size, n, reps, log, fwd, book, tpf, prof) -> str:
         f"{arm}: " + ", ".join(f"{k} {v:.0f}" for k, v in p.items()) for arm, p in prof.items()
     )
     frac = book["swordsman"] / fwd["swordsman"]
-    calls = {k: v[-1]["calls"] / n for k, v in log.items()}
+    calls = {k: sum(r["calls"] for r in v) / len(v) for k, v in log.items()}
     return (
         f"Model: cost model = random-init bidirectional transformer ({size}, run and discarded) + the "
         "grammar's exact posterior padded to V (see `scripts/bench/swordsman.py`); G = 32, blocks <= 8, "
-        f"no cache, {n} prompts, {reps} interleaved repeats. One forward {1e3 * fwd['fixed']:.1f} ms; "
+        f"no cache, {n} prompts × {reps} repeats, arms interleaved per prompt (`time_pair`); time per "
+        "token from the per-prompt medians, bookkeeping and forward pooled over all decodes. "
+        f"One forward {1e3 * fwd['fixed']:.1f} ms; "
         f"Swordsman bookkeeping {1e3 * book['swordsman']:.2f} ms per step = {100 * frac:.2f}% of a "
         f"forward (fixed blocks: {1e3 * book['fixed']:.2f} ms). Model calls per sample: Swordsman "
         f"{calls['swordsman']:.2f}, fixed {calls['fixed']:.2f}; tokens per forward "
@@ -252,24 +267,19 @@ def run(quick: bool = False) -> dict:
     n, layers, d, vocab, reps = (2, 2, 128, 2048, 2) if quick else (6, 8, 512, 32000, 3)
     rng = random.Random(1)
     data = [(torch.tensor([p]), c0) for p, _, c0 in (grammar.sample(rng) for _ in range(n))]
-    adapter, log, timing = _measure(grammar, CostModel(grammar, layers, d, vocab), data, reps)
-    for arm in log.values():
-        if any(r["outs"] != arm[0]["outs"] for r in arm):
-            raise RuntimeError("decoding is not deterministic across repeats")
+    adapter = TimedAdapter(HFMaskedLMAdapter(CostModel(grammar, layers, d, vocab), MASK, {EOS}))
+    log, timing = _measure(adapter, grammar, data, reps)
     size, tokens = f"{layers}-layer d={d} V={vocab}", GEN * n
     rows, fwd, book, tpf = _rows(log, timing, size, tokens)
     # The same decoders on the bare exact posterior (forward ~1 ms): where the old 1.07x came from.
     small = TimedAdapter(HFMaskedLMAdapter(GrammarPosteriorLM(grammar), MASK, {EOS}))
-    slog: dict[str, list[dict]] = {"swordsman": [], "fixed": []}
-    ms, bs, _, sq1, sq3 = time_pair(
-        *_arms(small, grammar, data, slog), repeats=max(reps, 5), warmup=1
-    )
+    _, (ms, bs, lo, hi) = _measure(small, grammar, data, max(reps, 5))
     rows.append(
         row(
             "wall time per token (ms), bare exact posterior, V=84 (forward ~1 ms; no threshold)",
             1e3 * ms / tokens,
             1e3 * bs / tokens,
-            spread_ratio(sq1, sq3),
+            f"per-prompt ratio range [{lo:.3g}, {hi:.3g}]",
         )
     )
     prof = _profile(adapter, data[:1] if quick else data[:2])
