@@ -5,6 +5,11 @@ For each ``methods/<slug>/run.py`` it composes ``experiment=<slug>_toy`` plus th
 method's headline metric and its baseline's). A first row always exercises the shared pieces on their
 own: a few GRPO steps of a tiny Qwen2 on the arithmetic task through ``common/rl.py``.
 
+Each row of the summary puts the demo-size pair next to the documented full-toy pair
+(``TOY_RESULT`` of the method's ``run.py``, see ``common.demo``) and its command, says whether the
+demo's direction (better / worse / tie against the baseline) agrees with the full toy's, and for a
+method whose toy is negative or inconclusive gives the doc's verdict and reason.
+
     python -m scripts.demo                 # all methods
     python -m scripts.demo maxrl georl     # a subset
 """
@@ -24,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("ICML26_PROGRESS", "0")
 
+from common.demo import ToyResult, direction  # noqa: E402
 from common.registry import compose, discover_methods, get_method, run_method  # noqa: E402
 
 logger = logging.getLogger("icml26.demo")
@@ -89,22 +95,86 @@ def foundation_demo(run_dir: Path, steps: int = 24, seed: int = 0) -> dict[str, 
     }
 
 
-def _row(name, metric, value, base_metric, base_value, seconds, error=""):
-    ratio = value / base_value if (value is not None and base_value) else None
-    return {
+def summarize(
+    name: str,
+    metric: str,
+    value: float | None,
+    base_metric: str,
+    base_value: float | None,
+    toy: ToyResult | None,
+    seconds: float,
+    error: str = "",
+    higher_is_better: bool = True,
+) -> dict:
+    """One row of the tour: the demo-size pair next to the documented full toy, and what they say.
+
+    ``agrees`` is whether the demo's direction (better / worse / tie against the baseline) is the
+    full toy's; ``status`` is ``effect shown`` / ``effect not shown at demo size`` for a method whose
+    doc reports an effect, the doc's verdict and reason for a negative or inconclusive toy, and
+    ``error`` / ``missing metric`` when the run failed. ``toy=None`` (the shared-pieces row) compares
+    against "the method is better" with ``higher_is_better``.
+    """
+    hib = toy.higher_is_better if toy is not None else higher_is_better
+    row = {
         "method": name,
         "metric": metric,
-        "value": value,
         "baseline_metric": base_metric,
+        "higher_is_better": hib,
+        "value": value,
         "baseline": base_value,
-        "ratio": ratio,
+        "ratio": value / base_value if (value is not None and base_value) else None,
+        "toy_value": toy.method if toy else None,
+        "toy_baseline": toy.baseline if toy else None,
+        "toy_verdict": toy.verdict if toy else None,
+        "command": toy.command if toy else f"python -m scripts.demo {name.split()[0]}",
+        "demo_direction": None,
+        "toy_direction": None,
+        "agrees": None,
+        "status": "",
         "wall_s": round(seconds, 1),
         "error": error,
     }
+    if error:
+        row["status"] = "error"
+        return row
+    if value is None or base_value is None:
+        row["status"] = "missing metric"
+        return row
+    row["demo_direction"] = direction(value, base_value, hib)
+    row["toy_direction"] = direction(toy.method, toy.baseline, hib) if toy else "better"
+    row["agrees"] = row["demo_direction"] == row["toy_direction"]
+    if toy is None or toy.verdict == "effect":
+        row["status"] = "effect shown" if row["agrees"] else "effect not shown at demo size"
+    else:
+        row["status"] = f"{toy.verdict} toy (doc): {toy.note}"
+    return row
 
 
 def _fmt(v) -> str:
     return "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def table(rows: list[dict]) -> str:
+    """The summary table in Markdown, one line per row of ``summarize``."""
+    lines = [
+        "| method | metric (baseline) | demo: method vs baseline | full toy: method vs baseline "
+        "| direction agrees | verdict | full-toy command | wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        arrow = "↑" if r["higher_is_better"] else "↓"
+        metric = f"{r['metric']} {arrow} ({r['baseline_metric']})" if r["metric"] else ""
+        demo = f"{_fmt(r['value'])} vs {_fmt(r['baseline'])}"
+        toy = (
+            "—"
+            if r["toy_value"] is None
+            else f"{_fmt(r['toy_value'])} vs {_fmt(r['toy_baseline'])}"
+        )
+        agrees = {True: "yes", False: "no", None: "—"}[r["agrees"]]
+        status = f"FAILED: {r['error'][:80]}" if r["error"] else r["status"]
+        cells = [r["method"], metric, demo, toy, agrees, status, f"`{r['command']}`", r["wall_s"]]
+        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,17 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         m = foundation_demo(RESULTS / "demo" / "common")
         rows.append(
-            _row(
+            summarize(
                 "common (GRPO, arithmetic)",
                 "reward, last quarter",
                 m["grpo/reward_last_quarter"],
                 "first quarter",
                 m["grpo/reward_first_quarter"],
+                None,
                 time.time() - t0,
             )
         )
     for slug in [s for s in slugs if not wanted or s in wanted]:
         t0 = time.time()
+        module = None
         try:
             module = get_method(slug)
             run_dir = RESULTS / "demo" / slug
@@ -144,31 +216,32 @@ def main(argv: list[str] | None = None) -> int:
             metrics = run_method(cfg)
             key, base_key = module.HEADLINE
             rows.append(
-                _row(slug, key, metrics.get(key), base_key, metrics.get(base_key), time.time() - t0)
+                summarize(
+                    slug,
+                    key,
+                    metrics.get(key),
+                    base_key,
+                    metrics.get(base_key),
+                    module.TOY_RESULT,
+                    time.time() - t0,
+                )
             )
         except Exception as err:  # noqa: BLE001 - the tour reports every failure and goes on
             traceback.print_exc()
-            rows.append(
-                _row(slug, "", None, "", None, time.time() - t0, f"{type(err).__name__}: {err}")
-            )
+            key, base_key = getattr(module, "HEADLINE", ("", ""))
+            toy = getattr(module, "TOY_RESULT", None)
+            error = f"{type(err).__name__}: {err}"
+            rows.append(summarize(slug, key, None, base_key, None, toy, time.time() - t0, error))
         print(f"[demo] {slug}: {time.time() - t0:.1f} s", flush=True)
 
-    header = "| method | metric | value | baseline metric | baseline | ratio | wall s |"
-    lines = [header, "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        cells = [r["method"], r["metric"], r["value"], r["baseline_metric"], r["baseline"]]
-        cells += [r["ratio"], r["wall_s"]]
-        if r["error"]:
-            cells[1] = f"FAILED: {r['error'][:80]}"
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
     total = time.time() - t_all
-    table = "\n".join(lines)
+    text = table(rows)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "demo.md").write_text(
-        f"# icml26 tour\n\nCommand: `make demo`; total {total:.0f} s.\n\n{table}\n"
+        f"# icml26 tour\n\nCommand: `make demo`; total {total:.0f} s.\n\n{text}\n"
     )
     (RESULTS / "demo.json").write_text(json.dumps({"total_s": total, "rows": rows}, indent=2))
-    print("\n" + table + f"\n\ntotal {total:.0f} s; written to {RESULTS / 'demo.md'}")
+    print("\n" + text + f"\n\ntotal {total:.0f} s; written to {RESULTS / 'demo.md'}")
     return 1 if any(r["error"] for r in rows) else 0
 
 

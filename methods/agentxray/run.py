@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from .paper import run_paper
 from .toy import run_toy
 
@@ -14,3 +16,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.n_test=4",
 ]
 HEADLINE: tuple[str, str] = ("red_black_n20/test_sfe", "no_coloring_n20/test_sfe")
+TOY_RESULT = ToyResult(
+    method=0.429,
+    baseline=0.271,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=agentxray_toy",
+)

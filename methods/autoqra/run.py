@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from .experiment import toy_stage
 from .paper import paper_stage
 
@@ -25,3 +27,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.bo_iters=1",
 ]
 HEADLINE: tuple[str, str] = ("autoqra/ce", "uniform4/ce")
+TOY_RESULT = ToyResult(
+    method=2.523,
+    baseline=2.622,
+    higher_is_better=False,
+    verdict="effect",
+    command="icml26 experiment=autoqra_toy",
+)

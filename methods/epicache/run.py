@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import paper, toy_eval
 
 STAGES = {
@@ -19,4 +21,11 @@ DEMO_OVERRIDES: list[str] = [
     "method.cache_model=false",
 ]
 HEADLINE: tuple[str, str] = ("epicache/accuracy", "snapkv_block/accuracy")
+TOY_RESULT = ToyResult(
+    method=0.952,
+    baseline=0.710,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=epicache_toy seed=0",
+)
 ARMS = toy_eval.ARMS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
 from methods.georl import paper, toy
 
 STAGES = {"toy": toy.run_toy, "paper": paper.paper_stage}
@@ -12,3 +13,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.toy.arms=[sft,grounding,georl]",  # skips loading MiniLM
 ]
 HEADLINE: tuple[str, str] = ("georl/group_coverage", "sft/group_coverage")
+TOY_RESULT = ToyResult(
+    method=0.660,
+    baseline=0.381,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=georl_toy",
+)

@@ -3,6 +3,8 @@ method.stage=<select|finetune>`` (dispatch only)."""
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import pipeline, toy
 
 STAGES = {"toy": toy.run_toy, "select": pipeline.select_stage, "finetune": pipeline.finetune_stage}
@@ -21,3 +23,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.selectors=[rr]",
 ]
 HEADLINE: tuple[str, str] = ("less_rr/loss@30", "random/loss@30")
+TOY_RESULT = ToyResult(
+    method=3.693,
+    baseline=3.971,
+    higher_is_better=False,
+    verdict="effect",
+    command="icml26 experiment=instruction_selection_toy",
+)

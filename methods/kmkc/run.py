@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import paper, toy
 
 STAGES = {
@@ -24,3 +26,11 @@ DEMO_OVERRIDES = [
     "method.arms=[vanilla_sft,cgke]",  # the GRPO/CDKC arms are tested in tests/methods/test_kmkc.py
 ]
 HEADLINE = ("cgke/acc", "vanilla_sft/acc")
+TOY_RESULT = ToyResult(
+    method=0.894,
+    baseline=0.906,
+    higher_is_better=True,
+    verdict="negative",
+    command="icml26 experiment=kmkc_toy",
+    note="CGKE does not beat uniform SFT at equal budget (-1.1 points, also over 3 seeds)",
+)

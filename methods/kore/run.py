@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import paper, toy
 
 STAGES = {"toy": toy.run_toy, "paper": paper.paper_stage, "evoke": paper.evoke_stage}
@@ -9,12 +11,19 @@ DEMO_OVERRIDES = [
     "method.toy.arms=[lora,kore]",
     "method.toy.n_old=24",
     "method.toy.n_new=8",
-    "method.toy.pretrain_steps=15",
-    "method.toy.pretrain_batch=32",
-    "method.toy.inject_steps=8",
+    "method.toy.pretrain_steps=150",
+    "method.toy.pretrain_batch=64",
+    "method.toy.inject_steps=40",
     "method.toy.batch_size=16",
     "method.toy.n_calib=16",
     "method.toy.n_probe=32",
     "method.toy.seeds=[0]",
 ]
 HEADLINE = ("kore/hars", "lora/hars")
+TOY_RESULT = ToyResult(
+    method=93.1,
+    baseline=50.6,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=kore_toy 'method.toy.seeds=[0,1,2]'",
+)

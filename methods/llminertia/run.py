@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from . import stages
+from common.demo import ToyResult
+
+from . import paper, toy
 
 STAGES = {
-    "toy": stages.trained_stage,
-    "sim": stages.sim_stage,
-    "paper": stages.paper_stage,
-    "induce": stages.induce_stage,
+    "toy": toy.trained_stage,
+    "sim": toy.sim_stage,
+    "paper": paper.paper_stage,
+    "induce": paper.induce_stage,
 }
 DEMO_OVERRIDES: list[str] = [
     "method.stage=sim",
@@ -16,3 +18,11 @@ DEMO_OVERRIDES: list[str] = [
     "method.n_test_templates=2",
 ]
 HEADLINE: tuple[str, str] = ("llminertia/wrong_yes_max_ratio", "plain/wrong_yes_max_ratio")
+TOY_RESULT = ToyResult(
+    method=0.063,
+    baseline=0.875,
+    higher_is_better=False,
+    verdict="effect",
+    command="icml26 experiment=llminertia_toy method.stage=sim",
+    note="simulated inert LLM: the mechanism only, the gain's size is an assumption",
+)

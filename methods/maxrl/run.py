@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import paper, toy
 
 STAGES = {
@@ -20,3 +22,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.t1.eval_every=40",
 ]
 HEADLINE: tuple[str, str] = ("maxrl/pass@1", "grpo/pass@1")
+TOY_RESULT = ToyResult(
+    method=0.596,
+    baseline=0.003,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=maxrl_toy",
+)

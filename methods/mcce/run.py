@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from .experiments import run_paper, run_toy
 
 STAGES = {"toy": run_toy, "paper": run_paper}
@@ -19,3 +21,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.local_max_new_tokens=32",
 ]
 HEADLINE: tuple[str, str] = ("coevolve_dpo/hypervolume", "coevolve_frozen/hypervolume")
+TOY_RESULT = ToyResult(
+    method=0.2589,
+    baseline=0.2513,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=mcce_toy",
+)

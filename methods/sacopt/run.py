@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
 from methods.sacopt.paper import paper_stage
 from methods.sacopt.toy import toy_stage
 
@@ -12,3 +13,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.detection_problems=0",
 ]
 HEADLINE: tuple[str, str] = ("sacopt_judge/accuracy", "single_pass/accuracy")
+TOY_RESULT = ToyResult(
+    method=0.935,
+    baseline=0.225,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=sacopt_toy",
+)

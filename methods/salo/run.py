@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import paper, toy_eval
 
 STAGES = {"toy": toy_eval.run_toy, "paper": paper.paper_stage}
@@ -19,3 +21,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.epochs=1",
 ]
 HEADLINE: tuple[str, str] = ("salo_max/prefill", "refusal_score/prefill")
+TOY_RESULT = ToyResult(
+    method=1.00,
+    baseline=0.00,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=salo_toy",
+)

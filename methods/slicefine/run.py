@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
 from methods.slicefine import paper, toy
 
 STAGES = {"toy": toy.run_toy, "glue": paper.glue_stage, "vision": paper.vision_stage}
@@ -15,3 +16,11 @@ DEMO_OVERRIDES = [
     "method.toy.diagnostics=false",
 ]
 HEADLINE = ("slicefine/accuracy", "lora/accuracy")
+TOY_RESULT = ToyResult(
+    method=0.884,
+    baseline=1.000,
+    higher_is_better=True,
+    verdict="negative",
+    command="icml26 experiment=slicefine_toy",
+    note="SliceFine does not match LoRA (0.884 vs 1.000); moving slices beat a static one (0.738)",
+)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from . import experiments
+from common.demo import ToyResult
+
+from . import paper, toy
 
 STAGES = {
-    "toy": experiments.toy_stage,
-    "synthetic": experiments.toy_stage,
-    "ioi": experiments.ioi_stage,
-    "checkpoints": experiments.checkpoints_stage,
+    "toy": toy.toy_stage,
+    "synthetic": toy.toy_stage,
+    "ioi": paper.ioi_stage,
+    "checkpoints": paper.checkpoints_stage,
 }
 DEMO_OVERRIDES = [
     "method.toys=[single,closed_form]",
@@ -22,3 +24,10 @@ DEMO_OVERRIDES = [
     "method.plots=false",
 ]
 HEADLINE = ("single/align_top", "single_no_attn/align_top")
+TOY_RESULT = ToyResult(
+    method=0.992,
+    baseline=0.401,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=sv_features_toy method.toys=[single]",
+)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common.demo import ToyResult
+
 from . import paper, toy_run
 
 STAGES = {"toy": toy_run.run_toy, "paper": paper.paper_stage}
@@ -12,3 +14,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.toy.n_oracle=2",
 ]
 HEADLINE: tuple[str, str] = ("swordsman/alignment", "fixed/alignment")
+TOY_RESULT = ToyResult(
+    method=0.988,
+    baseline=0.000,
+    higher_is_better=True,
+    verdict="effect",
+    command="icml26 experiment=swordsman_toy method.toy.n_eval=60 method.toy.n_oracle=60",
+)

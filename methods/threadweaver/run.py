@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from common.config import Run
+from common.demo import ToyResult
 from common.tracking import write_results
 
 from . import paper, paper_data
@@ -55,3 +56,10 @@ DEMO_OVERRIDES: list[str] = [
     "method.toy.arms=[seq,tw]",
 ]
 HEADLINE: tuple[str, str] = ("tw/token_latency", "seq/token_latency")
+TOY_RESULT = ToyResult(
+    method=69.84,
+    baseline=95.83,
+    higher_is_better=False,
+    verdict="effect",
+    command="icml26 experiment=threadweaver_toy",
+)

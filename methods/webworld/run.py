@@ -3,6 +3,7 @@ with stage one of stage1, stage2, synth, agent, bench."""
 
 from __future__ import annotations
 
+from common.demo import ToyResult
 from methods.webworld import paper
 from methods.webworld.experiment import toy_stage
 
@@ -30,3 +31,11 @@ DEMO_OVERRIDES = [
     "method.induction_steps=2",
 ]
 HEADLINE = ("bon_learned/success", "greedy/success")
+TOY_RESULT = ToyResult(
+    method=0.592,
+    baseline=0.575,
+    higher_is_better=True,
+    verdict="inconclusive",
+    command="icml26 experiment=webworld_toy",
+    note="learned lookahead is one success above greedy, inside the seed spread",
+)
