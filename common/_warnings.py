@@ -38,6 +38,16 @@ THIRD_PARTY_FILTERS: tuple[WarningFilter, ...] = (
             "itself calls neither name on a model."
         ),
     ),
+    WarningFilter(
+        message=r"You are using 'rollout_func', which is an experimental feature",
+        category=UserWarning,
+        module="",  # attributed to whichever module builds the trainer
+        reason=(
+            "TRL's rollout_func is the one hook for a custom rollout (ThreadWeaver's parallel trie "
+            "rollout, paper Sec. 3); TRL marks it experimental on every trainer it builds. The API "
+            "is pinned by constraints.txt and its use is tested (tests/common/test_bf16_step.py)."
+        ),
+    ),
 )
 
 
