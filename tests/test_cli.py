@@ -164,7 +164,7 @@ def test_kore_toy_int_fields_reject_words_and_fractions():
 def test_offline_hub_ids_say_how_to_provide_the_weights(tmp_path):
     """Every direct ``from_pretrained`` goes through ``weights_hint``: the load_model message."""
     from common.models import ModelNotAvailableError, weights_hint
-    from methods.sv_features.real_models import load_causal_lm
+    from methods.sv_features.paper import load_causal_lm
 
     with pytest.raises(ModelNotAvailableError, match="Provide the weights"):
         load_causal_lm("no-such-org/no-such-model")

@@ -39,7 +39,7 @@ from methods.sv_features.sad import (
     sparseness,
     sv_contributions,
 )
-from methods.sv_features.toy import (
+from methods.sv_features.superposition import (
     ToyAttentionAutoencoder,
     ToyConfig,
     multi_pair_pairs,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from . import experiments
+from . import paper, toy
 
 STAGES = {
-    "toy": experiments.toy_stage,
-    "synthetic": experiments.toy_stage,
-    "ioi": experiments.ioi_stage,
-    "checkpoints": experiments.checkpoints_stage,
+    "toy": toy.toy_stage,
+    "synthetic": toy.toy_stage,
+    "ioi": paper.ioi_stage,
+    "checkpoints": paper.checkpoints_stage,
 }
 DEMO_OVERRIDES = [
     "method.toys=[single,closed_form]",

@@ -307,6 +307,54 @@ def _decompose_fixed_basis(
     return out, ctl
 
 
+def _check_sad_inputs(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    firing_thresh: float,
+    rope_basis: str,
+) -> torch.Tensor:
+    """Validates the arguments of :func:`sparse_attention_decomposition`; returns the mask."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
+        raise ValueError("input_ids must be a [B, T] tensor")
+    if not 0.0 <= firing_thresh <= 1.0:
+        raise ValueError(f"firing_thresh must be in [0, 1], got {firing_thresh}")
+    if input_ids.shape[1] < 2:
+        raise ValueError("need at least 2 positions")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError("attention_mask must have the shape of input_ids")
+    if rope_basis not in ROPE_BASES:
+        raise ValueError(f"rope_basis must be one of {ROPE_BASES}, got {rope_basis!r}")
+    return attention_mask
+
+
+def _firing_edges(
+    logits: torch.Tensor,
+    attention_mask: torch.Tensor,
+    scale: float,
+    firing_thresh: float,
+    exclude_first: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The "firing" edges of paper §3.3 (attention probability ``>= firing_thresh`` and logit
+    ``> 0``; the sink position 0 skipped when ``exclude_first``; destinations that see at least two
+    positions). Returns ``(masked logits [B, T, T], probs [B, T, T], edges [E, 3], safe_vis)``."""
+    T = logits.shape[-1]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    visible = causal[None] & attention_mask.bool()[:, None, :] & attention_mask.bool()[:, :, None]
+    masked = logits.masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(masked * scale, -1).nan_to_num(0.0)
+    m = visible.sum(-1)  # [B, T]
+    ok_dest = m >= 2
+    fire = visible & (probs >= firing_thresh) & (logits > 0) & ok_dest[..., None]
+    if exclude_first:
+        fire[:, :, 0] = False
+    edges = torch.nonzero(fire)  # [E, 3]
+    vis_d = visible & ok_dest[..., None]
+    safe_vis = vis_d | ~ok_dest[..., None]  # rows with m < 2 are never used; avoid raising on them
+    return masked, probs, edges, safe_vis
+
+
 def sparse_attention_decomposition(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -349,19 +397,8 @@ def sparse_attention_decomposition(
     Raises:
         ValueError: on bad shapes or thresholds; TypeError on unsupported models.
     """
-    if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
-        raise ValueError("input_ids must be a [B, T] tensor")
-    if not 0.0 <= firing_thresh <= 1.0:
-        raise ValueError(f"firing_thresh must be in [0, 1], got {firing_thresh}")
-    Bt, T = input_ids.shape
-    if T < 2:
-        raise ValueError("need at least 2 positions")
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    if attention_mask.shape != input_ids.shape:
-        raise ValueError("attention_mask must have the shape of input_ids")
-    if rope_basis not in ROPE_BASES:
-        raise ValueError(f"rope_basis must be one of {ROPE_BASES}, got {rope_basis!r}")
+    attention_mask = _check_sad_inputs(input_ids, attention_mask, firing_thresh, rope_basis)
+    T = input_ids.shape[1]
     f = head_factors(model, layer, head, fold_ln=fold_ln)
     X = head_inputs(model, input_ids, layer, attention_mask, fold_ln=fold_ln)
     if not torch.isfinite(X).all():
@@ -370,18 +407,9 @@ def sparse_attention_decomposition(
     gen = torch.Generator().manual_seed(seed) if control else None
     a, a_ctl = decompose_pairs(X, f.A.float(), f.B.float(), rot, gen, rope_basis)
     logits = a.sum(-1)  # [B, T, T]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    visible = causal[None] & attention_mask.bool()[:, None, :] & attention_mask.bool()[:, :, None]
-    masked = logits.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(masked * f.scale, -1).nan_to_num(0.0)
-    m = visible.sum(-1)  # [B, T]
-    ok_dest = m >= 2
-    fire = visible & (probs >= firing_thresh) & (logits > 0) & ok_dest[..., None]
-    if exclude_first:
-        fire[:, :, 0] = False
-    edges = torch.nonzero(fire)  # [E, 3]
-    vis_d = visible & ok_dest[..., None]
-    safe_vis = vis_d | ~ok_dest[..., None]  # rows with m < 2 are never used; avoid raising on them
+    masked, probs, edges, safe_vis = _firing_edges(
+        logits, attention_mask, f.scale, firing_thresh, exclude_first
+    )
     rel_all = relative_contributions(a, safe_vis)
     b, i, j = edges.unbind(-1) if len(edges) else (edges[:, 0], edges[:, 0], edges[:, 0])
     rel = rel_all[b, i, j]

@@ -1,199 +1,206 @@
-"""The feature-observable toy: superposition autoencoder + trained attention head (paper §3.1).
+"""The toy stages of sv_features (``toy`` / ``synthetic``; the real-model SAD stages are in :mod:`.paper`).
 
-Sparse features ``f`` (each ``0`` w.p. ``1 - p``, else ``U[0, 1]``) are embedded as ``r = W f`` and
-reconstructed as ``ReLU(W^T r + b)`` (tied weights, Elhage et al. 2022). An attention head
-``Omega = W_Q W_K^T`` scores keys ``s_j = W f^(s_j)`` for query ``r`` and is trained so that
-``softmax_j(r^T Omega s_j)`` matches ``softmax_j(f_r^T T f_(s_j))`` for a feature-pair template ``T``.
-Loss: ``L_recon + lam * CE(p_target, p_head)``.
+Toy A (``single``): one target pair, alignment of ``(w_0, w_1)`` with the top singular pair of Omega,
+with the attention loss and without it (negative control, ``lam = 0``). Toy B (``multi``): many pairs,
+Hungarian-matched alignment and Spearman(sigma, pair weight). Toy C (``closed_form``): the least-squares
+oracle against a sampled ``lstsq`` fit. Toy D (``sad``): sparse attention decomposition before and after
+training a one-layer model, with the random-rotation control.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import time
+from pathlib import Path
 
 import torch
-from torch import nn
 
-from common.metrics import spearman
-from common.tracking import progress
-from methods.sv_features.alignment import (
-    feature_sv_cosines,
-    match_pairs_to_ranks,
-    orthogonality_gap,
-)
-from methods.sv_features.config import ToyConfig
+from common.threads import torch_threads
+from common.tracking import pyplot, save_plot, write_results
+from methods.sv_features.alignment import lsq_optimal_omega, whitened_feature_dirs
+from methods.sv_features.superposition import multi_pair_pairs, train_toy
+from methods.sv_features.toy_sad import run_match_toy
 
 logger = logging.getLogger(__name__)
 
 
-def pair_template(n_features: int, pairs: Sequence[Sequence[float]]) -> torch.Tensor:
-    """``T [N, N]`` with ``T[i, j] = weight`` for each ``(i, j, weight)``.
-
-    Raises:
-        ValueError: on empty ``pairs``, out-of-range indices or a zero template.
-    """
-    if not pairs:
-        raise ValueError("pairs must be non-empty (no target pairs)")
-    T = torch.zeros(n_features, n_features)
-    for p in pairs:
-        if len(p) != 3:
-            raise ValueError(f"each pair must be (i, j, weight), got {p}")
-        i, j, w = int(p[0]), int(p[1]), float(p[2])
-        if not (0 <= i < n_features and 0 <= j < n_features):
-            raise ValueError(f"pair {(i, j)} out of range for n_features={n_features}")
-        T[i, j] = w
-    if not T.abs().sum() > 0:
-        raise ValueError("the template is all zeros")
-    return T
-
-
-def multi_pair_pairs(n_pairs: int, offset: int, w_max: float, w_min: float) -> list[list[float]]:
-    """Pairs ``(i, i + offset)`` with weights linearly decreasing from ``w_max`` to ``w_min``."""
-    if n_pairs < 1:
-        raise ValueError(f"n_pairs must be >= 1, got {n_pairs}")
-    ws = torch.linspace(w_max, w_min, n_pairs).tolist()
-    return [[i, i + offset, w] for i, w in enumerate(ws)]
+def _closed_form(d: int = 6, n: int = 10, samples: int = 200_000, a: int = 0, b: int = 1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(d, n, generator=g).double()
+    Y = torch.randn(d, n, generator=g).double()
+    T = torch.zeros(n, n, dtype=torch.float64)
+    T[a, b] = 1.0
+    fr = torch.randn(samples, n, generator=g).double()
+    fs = torch.randn(samples, n, generator=g).double()
+    r, s = fr @ X.T, fs @ Y.T
+    design = (r[:, :, None] * s[:, None, :]).reshape(samples, -1)
+    fit = torch.linalg.lstsq(design, (fr[:, a] * fs[:, b])[:, None]).solution.reshape(d, d)
+    om = lsq_optimal_omega(X, Y, T)
+    u, v = whitened_feature_dirs(X, Y, a, b)
+    U, S, Vh = torch.linalg.svd(fit)
+    return {
+        "max_abs_err": float((fit - om).abs().max()),
+        "rel_err": float((fit - om).norm() / om.norm()),
+        "cos_u": float(abs(U[:, 0] @ u)),
+        "cos_v": float(abs(Vh[0] @ v)),
+        "sigma2_over_sigma1": float(S[1] / S[0]),
+    }
 
 
-def sample_features(
-    batch: int, n_keys: int, n_features: int, p: float, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bernoulli-uniform features: ``f_r [B, N]``, ``f_s [B, m, N]``."""
-    if not 0 < p <= 1:
-        raise ValueError(f"p must be in (0, 1], got {p}")
-
-    def draw(*shape):
-        on = torch.rand(*shape, generator=generator) < p
-        return on * torch.rand(*shape, generator=generator)
-
-    return draw(batch, n_features), draw(batch, n_keys, n_features)
+def _last(hist: list[dict], keys) -> dict[str, float]:
+    return {k: float(hist[-1][k]) for k in keys if k in hist[-1]}
 
 
-class ToyAttentionAutoencoder(nn.Module):
-    """Tied-weight autoencoder ``W [D, N], b [N]`` plus one attention head ``W_Q, W_K [D, H]``."""
+def toy_stage(run) -> dict[str, float]:
+    """``stage=toy`` / ``synthetic``: the selected toys; writes results.{json,md} (+ PNGs)."""
+    from dataclasses import asdict, replace
 
-    def __init__(self, cfg: ToyConfig) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(cfg.seed)
-        D, N, H = cfg.d_model, cfg.n_features, cfg.d_head
-        std = (2.0 / (D + N)) ** 0.5  # Xavier normal (repo-toy)
-        self.W = nn.Parameter(torch.randn(D, N, generator=g) * std)
-        self.b = nn.Parameter(torch.zeros(N))
-        s2 = (2.0 / (D + H)) ** 0.5
-        self.W_Q = nn.Parameter(torch.randn(D, H, generator=g) * s2)
-        self.W_K = nn.Parameter(torch.randn(D, H, generator=g) * s2)
-        self.cfg = cfg
-        self.register_buffer("importance", cfg.importance_decay ** torch.arange(N).float())
+    rc = run.method
+    cfg = run.cfg
+    with torch_threads(min(2, torch.get_num_threads())):
+        seed = int(run.seed)
+        run_dir = Path(run.run_dir)
+        metrics: dict[str, dict[str, float]] = {}
+        extra: dict = {"timings_s": {}, "histories": {}}
+        t_all = time.time()
+        keys = ("align_top", "sigma_ratio_12", "ortho_gap", "attn", "recon")
+        if "single" in rc.toys:
+            t0 = time.time()
+            tc = replace(rc.single, seed=seed)
+            _, h1 = train_toy(tc, log_every=rc.log_every)
+            tc0 = replace(rc.single, seed=seed, lam=0.0)
+            _, h0 = train_toy(tc0, log_every=rc.log_every)
+            metrics["single"] = _last(h1, keys) | {"align_init": float(h1[0]["align_top"])}
+            metrics["single_no_attn"] = _last(h0, keys)
+            extra["histories"]["single"] = h1
+            extra["histories"]["single_no_attn"] = h0
+            extra["timings_s"]["single"] = time.time() - t0
+            if rc.plots:
+                _plot_single(h1, h0, run_dir / "toy_a_alignment.png")
+        if "multi" in rc.toys:
+            t0 = time.time()
+            tc = replace(rc.multi, seed=seed, pairs=multi_pair_pairs(**asdict(rc.multi_pairs)))
+            model, hm = train_toy(tc, log_every=max(rc.log_every, tc.steps // 10 or 1))
+            metrics["multi"] = _last(
+                hm,
+                (
+                    "align_matched_median",
+                    "align_matched_mean",
+                    "spearman_sigma_weight",
+                    "spearman_rank_weight",
+                    "attn",
+                    "recon",
+                ),
+            )
+            extra["histories"]["multi"] = hm
+            extra["timings_s"]["multi"] = time.time() - t0
+            if rc.plots:
+                _plot_multi(model, run_dir / "toy_b_sigma_vs_weight.png")
+        if "closed_form" in rc.toys:
+            t0 = time.time()
+            metrics["closed_form"] = _closed_form(**asdict(rc.closed_form), seed=seed)
+            if rc.plots:
+                _plot_closed_form(asdict(rc.closed_form), seed, run_dir / "toy_c_closed_form.png")
+            extra["timings_s"]["closed_form"] = time.time() - t0
+        if "sad" in rc.toys:
+            t0 = time.time()
+            mcfg = replace(rc.sad, seed=seed)
+            hist_d: list = []
+            dists: dict = {}
+            out = run_match_toy(mcfg, hist_d, max(1, mcfg.steps // 6), dists)
+            metrics["sad_init"] = out["init"]
+            metrics["sad_trained"] = out["trained"]
+            extra["histories"]["sad"] = hist_d
+            if rc.plots:
+                _plot_sad(hist_d, dists, run_dir / "toy_d_sad.png")
+            extra["timings_s"]["sad"] = time.time() - t0
+        return write_results(
+            run_dir,
+            "sv_features",
+            metrics,
+            cfg=cfg,
+            extra=extra,
+            wall_time_s=time.time() - t_all,
+            notes=(
+                "single: align_top = min(|cos(w_i, u_1)|, |cos(w_j, v_1)|) for the target pair; "
+                "single_no_attn: the same toy with lam = 0 (negative control). multi: Hungarian-matched "
+                "alignment of all pairs; spearman_* = rank correlation of sigma (or rank) with pair weight. "
+                "closed_form: sampled lstsq fit vs Sigma_X^-1 X T Y^T Sigma_Y^-1. sad_*: one-layer model on "
+                "the matching task, edge (last, j*), median Rolls-Tovee sparseness / N_recon (lower = "
+                "sparser) in the singular basis and in a random rotation (control)."
+            ),
+        )
 
-    def omega(self) -> torch.Tensor:
-        """``W_Q W_K^T [D, D]``."""
-        return self.W_Q @ self.W_K.T
 
-    def losses(
-        self, f_r: torch.Tensor, f_s: torch.Tensor, T: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        """``{"recon", "attn", "total"}`` for queries ``f_r [B, N]``, keys ``f_s [B, m, N]``."""
-        N = self.W.shape[1]
-        if T.shape != (N, N):
-            raise ValueError(f"T must have shape {(N, N)}, got {tuple(T.shape)}")
-        r = f_r @ self.W.T  # [B, D]
-        s = f_s @ self.W.T  # [B, m, D]
-        rec = torch.relu(r @ self.W + self.b)
-        recon = ((f_r - rec) ** 2 * self.importance).sum(-1).mean()
-        if self.cfg.recon_on_keys:
-            rec_s = torch.relu(s @ self.W + self.b)
-            recon = recon + ((f_s - rec_s) ** 2 * self.importance).sum(-1).mean()
-        logit = self.cfg.logit_scale * torch.einsum("bd,de,bme->bm", r, self.omega(), s)
-        target = torch.einsum("bn,nk,bmk->bm", f_r, T, f_s)
-        if self.cfg.attn_loss == "ce":
-            attn = -(torch.softmax(target, -1) * torch.log_softmax(logit, -1)).sum(-1).mean()
-            attn = attn + (torch.softmax(target, -1) * torch.log_softmax(target, -1)).sum(-1).mean()
-        else:
-            attn = ((logit - target) ** 2).mean()
-        return {"recon": recon, "attn": attn, "total": recon + self.cfg.lam * attn}
+def _plot_closed_form(cf: dict, seed: int, path: Path) -> None:
+    """Toy C: the sampled lstsq fit converges to the closed form as the sample count grows."""
+    plt = pyplot()
+
+    top = int(cf.get("samples", 200_000))
+    ns = [n for n in (1_000, 3_000, 10_000, 30_000, 100_000, 300_000) if n <= top] or [top]
+    kw = {k: v for k, v in cf.items() if k != "samples"}
+    rows = [_closed_form(**kw, samples=n, seed=seed) for n in ns]
+    fig, ax = plt.subplots(1, 2, figsize=(8, 3))
+    ax[0].loglog(ns, [r["rel_err"] for r in rows], "o-")
+    ax[0].set_xlabel("samples")
+    ax[0].set_ylabel("||fit - closed form|| / ||closed form||")
+    ax[1].semilogx(ns, [1 - r["cos_u"] for r in rows], "o-", label="1 - |cos(u1, S_X^-1 x_a)|")
+    ax[1].semilogx(ns, [1 - r["cos_v"] for r in rows], "x-", label="1 - |cos(v1, S_Y^-1 y_b)|")
+    ax[1].set_yscale("log")
+    ax[1].set_xlabel("samples")
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    save_plot(fig, path)
 
 
-def toy_metrics(model: ToyAttentionAutoencoder) -> dict[str, float]:
-    """Alignment of the template pairs with the singular vectors of ``Omega`` (paper §3.1)."""
+def _plot_sad(hist: list[dict], dists: dict, path: Path) -> None:
+    """Toy D: median sparseness over training (singular vs rotated basis) and per-edge histograms."""
+    plt = pyplot()
+
+    fig, ax = plt.subplots(1, 2, figsize=(8.5, 3.2))
+    steps = [r["step"] for r in hist]
+    ax[0].plot(steps, [r["sparseness"] for r in hist], "o-", label="singular basis")
+    ax[0].plot(steps, [r["sparseness_control"] for r in hist], "x-", label="random rotation")
+    ax[0].plot(steps, [r["accuracy"] for r in hist], ":", c="gray", label="task accuracy")
+    ax[0].set_xlabel("training step")
+    ax[0].set_ylabel("median Rolls-Tovee S (lower = sparser)")
+    ax[0].set_ylim(0, 1.05)
+    ax[0].legend(fontsize=7)
+    bins = [i / 20 for i in range(21)]
+    for key, ls in (("init", "--"), ("trained", "-")):
+        d = dists.get(key) or {}
+        ax[1].hist(d.get("sparseness", []), bins, histtype="step", ls=ls, color="C0",
+                   label=f"singular, {key}")  # fmt: skip
+        ax[1].hist(d.get("sparseness_control", []), bins, histtype="step", ls=ls, color="C1",
+                   label=f"rotated, {key}")  # fmt: skip
+    ax[1].set_xlabel("S per edge (last -> j*)")
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    save_plot(fig, path)
+
+
+def _plot_single(h1: list[dict], h0: list[dict], path: Path) -> None:
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot([r["step"] for r in h1], [r["align_top"] for r in h1], label="lam=1 (attention loss)")
+    ax.plot([r["step"] for r in h0], [r["align_top"] for r in h0], label="lam=0 (control)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("alignment of target pair with top SV pair")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    save_plot(fig, path)
+
+
+def _plot_multi(model, path: Path) -> None:
+    plt = pyplot()
+
     with torch.no_grad():
-        U, S, Vh = torch.linalg.svd(model.omega())
-        C_U, C_V = feature_sv_cosines(model.W, U, Vh)
-        pairs = [(int(p[0]), int(p[1])) for p in model.cfg.pairs]
-        match = match_pairs_to_ranks(C_U, C_V, pairs)
-        scores = torch.tensor([m[2] for m in match])
-        i0, j0 = pairs[0]
-        attended = sorted({i for p in pairs for i in p})
-        out = {
-            "align_top": float(min(C_U[i0, 0], C_V[j0, 0])),
-            "align_matched_median": float(scores.median()),
-            "align_matched_mean": float(scores.mean()),
-            "sigma_ratio_12": float(S[0] / S[1].clamp_min(1e-12)) if len(S) > 1 else float("inf"),
-            "ortho_gap": orthogonality_gap(model.W, attended),
-        }
-        # Theorem 1's whitened directions Sigma^-1 w_i (Sigma = W W^T): what U, V should align with
-        # while the features are still in superposition (non-orthogonal)
-        Wt = torch.linalg.pinv(model.W @ model.W.T, hermitian=True) @ model.W
-        Cw_U, Cw_V = feature_sv_cosines(Wt, U, Vh)
-        w_scores = torch.tensor([m[2] for m in match_pairs_to_ranks(Cw_U, Cw_V, pairs)])
-        out["align_whitened_median"] = float(w_scores.median())
-        if len(pairs) > 2:
-            w = torch.tensor([float(p[2]) for p in model.cfg.pairs])
-            ranks = torch.tensor([float(m[1]) for m in match])
-            sig = torch.tensor([float(S[m[1]]) if m[1] >= 0 else 0.0 for m in match])
-            out["spearman_sigma_weight"] = spearman(sig.numpy(), w.numpy())
-            out["spearman_rank_weight"] = -spearman(ranks.numpy(), w.numpy())
-        return out
-
-
-def train_toy(
-    cfg: ToyConfig,
-    T: torch.Tensor | None = None,
-    log_every: int = 100,
-    callbacks: Sequence[Callable[[int, ToyAttentionAutoencoder], None]] = (),
-) -> tuple[ToyAttentionAutoencoder, list[dict[str, float]]]:
-    """Trains the toy with AdamW (TRAIN_TOY``); deterministic for a fixed ``cfg.seed``.
-
-    Args:
-        cfg: the config; ``T`` defaults to ``pair_template(cfg.n_features, cfg.pairs)``.
-        T: optional explicit template ``[N, N]``.
-        log_every: steps between history entries (losses + :func:`toy_metrics`).
-        callbacks: called as ``cb(step, model)`` at each log step.
-
-    Returns:
-        ``(model, history)``; history rows hold ``step``, losses and alignment metrics.
-    """
-    if log_every < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    if T is None:
-        T = pair_template(cfg.n_features, cfg.pairs)
-    if T.shape != (cfg.n_features, cfg.n_features):
-        raise ValueError(f"T must have shape {(cfg.n_features,) * 2}, got {tuple(T.shape)}")
-    if len(cfg.pairs) > cfg.d_head:
-        logger.warning("more pairs (%d) than head dims (%d)", len(cfg.pairs), cfg.d_head)
-    model = ToyAttentionAutoencoder(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    sched = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(cfg.steps, 1))
-        if cfg.lr_schedule == "cosine"
-        else None
-    )
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    history: list[dict[str, float]] = []
-    for step in progress(range(cfg.steps + 1), desc="sv_features train", unit="step"):
-        f_r, f_s = sample_features(cfg.batch, cfg.n_keys, cfg.n_features, cfg.feature_prob, gen)
-        losses = model.losses(f_r, f_s, T)
-        if step % log_every == 0 or step == cfg.steps:
-            row = {"step": float(step), **{k: float(v.detach()) for k, v in losses.items()}}
-            row.update(toy_metrics(model))
-            history.append(row)
-            for cb in callbacks:
-                cb(step, model)
-        if step == cfg.steps:
-            break
-        opt.zero_grad()
-        losses["total"].backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-    return model, history
+        S = torch.linalg.svdvals(model.omega())
+    w = [float(p[2]) for p in model.cfg.pairs]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(range(1, len(S) + 1), S.numpy(), "o-", ms=3, label="sigma_k of Omega")
+    ax.plot(range(1, len(w) + 1), sorted(w, reverse=True), "x", label="pair weights (sorted)")
+    ax.set_xlabel("rank k")
+    ax.legend()
+    save_plot(fig, path)

@@ -525,7 +525,7 @@ def test_match_task_batches_are_well_posed():
 # ---------------------------------------------------------------- real-model drivers (paper §5)
 def test_ioi_prompts_positions_and_revision_list():
     from common.tiny import tiny_tokenizer
-    from methods.sv_features.real_models import ioi_prompts, pythia_revisions
+    from methods.sv_features.paper import ioi_prompts, pythia_revisions
 
     tok = tiny_tokenizer()
     b = ioi_prompts(tok, 6, seed=0)
@@ -586,7 +586,7 @@ def _save_tiny_gpt_models(root, seed=0):
 def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
     from common.registry import compose
     from common.registry import run_method as run
-    from methods.sv_features.real_models import ioi_prompts, load_causal_lm, select_ioi_head
+    from methods.sv_features.paper import ioi_prompts, load_causal_lm, select_ioi_head
 
     tok = _save_tiny_gpt_models(tmp_path)
     out = run(
@@ -606,7 +606,7 @@ def test_real_model_drivers_run_from_config_on_tiny_local_models(tmp_path):
     # the per-head summary equals a direct SAD call on the same prompts
     import json
 
-    from methods.sv_features.real_models import summarize
+    from methods.sv_features.paper import summarize
 
     model = load_causal_lm(str(tmp_path / "gpt2"))
     b = ioi_prompts(tok, 4, seed=0)
@@ -682,7 +682,7 @@ def paper_smoke_setup(tmp_path):
     """A tiny GPT-2 and a 12-revision tiny Pythia sweep (folders named like the hub revisions)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from methods.sv_features.real_models import pythia_revisions
+    from methods.sv_features.paper import pythia_revisions
 
     tok = _save_tiny_gpt_models(tmp_path)
     for k, rev in enumerate(pythia_revisions(12)):

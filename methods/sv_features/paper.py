@@ -1,4 +1,4 @@
-"""Real-model SAD drivers (paper §5): GPT-2 small on IOI prompts, Pythia-160M over training.
+"""The paper stages (``ioi``, ``checkpoints``) and their real-model SAD drivers (paper §5): GPT-2 small on IOI prompts, Pythia-160M over training.
 
 * :func:`ioi_prompts` generates templated indirect-object-identification prompts ("When Mary and John
   went to the store, John gave a drink to" -> " Mary"), with the positions of the indirect object (IO),
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common.tracking import pyplot, save_plot, write_results
 from methods.sv_features.sad import sparse_attention_decomposition
 
 logger = logging.getLogger(__name__)
@@ -323,3 +325,105 @@ def _subset(res, keep: torch.Tensor):
         n_recon_control=pick(res.n_recon_control),
         extra={},
     )
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def _load(run, revision: str | None = None):
+    """``run.model`` (hub id or local path; a sweep folder's ``<revision>`` sub-folder) in float32."""
+    from common.config import model_id
+    from common.models import load_model
+
+    spec = model_id(run.model)
+    if revision is not None and (Path(spec) / revision).is_dir():
+        spec, revision = str(Path(spec) / revision), None
+    kw = {"attn_implementation": run.model.attn_implementation or "eager"}
+    if revision is not None:
+        kw["revision"] = revision
+    dtype = "float32" if run.model.dtype == "auto" else run.model.dtype
+    return load_model(spec, dtype=dtype, device="cpu", **kw).eval()
+
+
+def _tokenizer_and_prompts(run):
+    from transformers import AutoTokenizer
+
+    from common.config import model_id
+    from common.models import weights_hint
+
+    spec = run.method.real.tokenizer or model_id(run.model)
+    with weights_hint(spec):
+        tok = AutoTokenizer.from_pretrained(spec)
+    return ioi_prompts(tok, run.method.real.n_prompts, run.seed)
+
+
+def ioi_stage(run) -> dict[str, float]:
+    """``stage=ioi``: SAD of the heads of ``run.model`` on IOI prompts (paper §5, GPT-2 small)."""
+    rc = run.method.real
+    t0 = time.time()
+    batch = _tokenizer_and_prompts(run)
+    model = _load(run)
+    heads = [tuple(h) for h in rc.heads] or None
+    per_head = sad_heads(
+        model, batch, heads, rc.firing_thresh, rc.tau, control=True, seed=run.seed,
+        fold_ln=rc.fold_ln, rope_basis=rc.rope_basis,
+    )  # fmt: skip
+    return write_results(
+        run.run_dir,
+        "sv_features",
+        {"ioi_heads": aggregate(per_head)},
+        cfg=run.cfg,
+        extra={"real": {"per_head": per_head}},
+        wall_time_s=time.time() - t0,
+    )
+
+
+def checkpoints_stage(run) -> dict[str, float]:
+    """``stage=checkpoints``: one IOI head of ``run.model`` over training checkpoints (Pythia)."""
+    rc = run.method.real
+    t0 = time.time()
+    revisions = list(rc.checkpoints) or pythia_revisions(rc.n_checkpoints or None)
+    batch = _tokenizer_and_prompts(run)
+    rows = checkpoint_sweep(
+        model_id_for_log(run),
+        revisions,
+        batch,
+        tuple(rc.head) if rc.head else None,
+        loader=lambda _m, r: _load(run, r),
+        firing_thresh=rc.firing_thresh,
+        tau=rc.tau,
+        seed=run.seed,
+        fold_ln=rc.fold_ln,
+        rope_basis=rc.rope_basis,
+    )
+    if run.method.plots:
+        _plot_checkpoints(revisions, rows, Path(run.run_dir) / "checkpoint_sparseness.png")
+    return write_results(
+        run.run_dir,
+        "sv_features",
+        {"ckpt_first": rows[0], "ckpt_last": rows[-1]},
+        cfg=run.cfg,
+        extra={"real": {"revisions": revisions, "rows": rows}},
+        wall_time_s=time.time() - t0,
+    )
+
+
+def model_id_for_log(run) -> str:
+    from common.config import model_id
+
+    return model_id(run.model)
+
+
+def _plot_checkpoints(revisions, rows, path: Path) -> None:
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    x = range(len(rows))
+    ax.plot(x, [r["sparseness"] for r in rows], "o-", ms=3, label="singular basis")
+    ax.plot(x, [r.get("sparseness_control", float("nan")) for r in rows], "x-", ms=3,
+            label="random rotation (control)")  # fmt: skip
+    ax.set_xticks(list(x)[:: max(1, len(rows) // 8)])
+    ax.set_xticklabels(revisions[:: max(1, len(rows) // 8)], rotation=45, fontsize=7)
+    ax.set_ylabel("median Rolls-Tovee S (end -> IO)")
+    ax.legend()
+    save_plot(fig, path)
