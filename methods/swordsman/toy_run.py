@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from common.threads import torch_threads
 from common.tracking import progress, save_plot, write_results
 from methods.swordsman.adapters import HFMaskedLMAdapter
 from methods.swordsman.alignment import boundary_alignment
@@ -145,11 +146,7 @@ def run_toy(run) -> dict[str, float]:
     seed = int(run.seed)
     run_dir = Path(run.run_dir)
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threads only add overhead
-    try:
-        random.seed(seed)
-        torch.manual_seed(seed)
+    with torch_threads(1):  # tiny matmuls: threads only add overhead (seeded by the registry)
         grammar = PhraseGrammar(
             typo_prob=t.typo_prob, max_phrases=t.max_phrases, gen_length=t.gen_length
         )
@@ -170,8 +167,6 @@ def run_toy(run) -> dict[str, float]:
                 oracle, arms, grammar, data[: t.n_oracle], t.gen_length, "oracle_"
             )
         metrics["erh"] = _erh(grammar, model, data)
-    finally:
-        torch.set_num_threads(threads)
     _plot(metrics, run_dir / "swordsman_toy.png")
     notes = (
         f"Toy: phrase grammar (G={t.gen_length}, <= {t.max_phrases} phrases, typo p={t.typo_prob}), "
