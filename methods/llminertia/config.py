@@ -47,7 +47,7 @@ class TrainedToyConfig:
 @dataclass
 class PaperDataset:
     """One evaluation set of the paper stage, built from a ``benchmark`` set by
-    :func:`methods.llminertia.stages.benchmark_datasets` (formats in :mod:`.paper_data`)."""
+    :func:`methods.llminertia.paper.benchmark_datasets` (formats in :mod:`.paper_data`)."""
 
     name: str = "medical"
     kind: str = "induction"  # induction (repo JSONL) | halueval

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from . import stages
+from . import paper, toy
 
 STAGES = {
-    "toy": stages.trained_stage,
-    "sim": stages.sim_stage,
-    "paper": stages.paper_stage,
-    "induce": stages.induce_stage,
+    "toy": toy.trained_stage,
+    "sim": toy.sim_stage,
+    "paper": paper.paper_stage,
+    "induce": paper.induce_stage,
 }
 DEMO_OVERRIDES: list[str] = [
     "method.stage=sim",

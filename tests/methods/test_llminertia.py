@@ -345,7 +345,7 @@ def test_induction_metrics_edge_cases():
 
 def test_toy_mechanism_small():
     from methods.llminertia.config import LLMInertiaRunConfig
-    from methods.llminertia.stages import run_toy
+    from methods.llminertia.toy import run_toy
 
     rc = LLMInertiaRunConfig(ratios=[0.0, 0.5, 1.0], n_test_templates=2)
     per, _ = run_toy(rc, seed=0)
@@ -362,7 +362,7 @@ def test_toy_mechanism_small():
 
 
 def test_spearman_helper():
-    from methods.llminertia.stages import _spearman
+    from methods.llminertia.toy import _spearman
 
     x = [0.0, 0.25, 0.5, 0.75, 1.0]
     assert _spearman(x, [0.1, 0.2, 0.3, 0.4, 0.9]) == pytest.approx(1.0)
@@ -393,7 +393,7 @@ def test_continued_pretrain_rejects_bad_dataset():
 def _toy_setup(seed=0):
     import torch
 
-    from methods.llminertia.toy_trained import (
+    from methods.llminertia.toy_world import (
         ToyWorld,
         TrainedToyConfig,
         make_toy_model,
@@ -410,7 +410,7 @@ def _toy_setup(seed=0):
 def test_toy_world_items_follow_the_rules():
     import random
 
-    from methods.llminertia.toy_trained import TOY_PROMPTS, ToyWorld
+    from methods.llminertia.toy_world import TOY_PROMPTS, ToyWorld
 
     w = ToyWorld(n_known=3, n_test=3, n_filler_words=4)
     rng = random.Random(0)
@@ -450,7 +450,7 @@ def test_toy_tokenizer_is_word_level():
 
 def test_toy_chat_pipeline_three_calls_and_probe_format():
     from methods.llminertia.core import LLMInertiaPipeline
-    from methods.llminertia.toy_trained import TOY_PROMPTS, ToyQAChat
+    from methods.llminertia.toy_world import TOY_PROMPTS, ToyQAChat
 
     world, tok, model = _toy_setup()
     chat = ToyQAChat(model.eval(), tok, world)
@@ -473,7 +473,7 @@ def test_continued_pretrain_raises_association_with_share():
     import copy
 
     from methods.llminertia import InductionConfig, continued_pretrain
-    from methods.llminertia.toy_trained import TOY_COOC_TEMPLATES, association_logprob
+    from methods.llminertia.toy_world import TOY_COOC_TEMPLATES, association_logprob
 
     world, tok, model = _toy_setup()
     before = association_logprob(model, tok, world.test)
@@ -558,7 +558,7 @@ def _paper_script(msgs):
 
 def test_paper_driver_with_scripted_backbone(tmp_path, monkeypatch):
     from common.registry import compose, run_method
-    from methods.llminertia import stages as run_mod
+    from methods.llminertia import paper as run_mod
 
     calls = []
 
@@ -658,7 +658,7 @@ def test_induce_preset_uses_official_hyperparameters():
 def test_benchmark_sets_choose_the_loader_by_name():
     from common.config import BenchmarkConfig, DatasetSpec
     from common.registry import compose
-    from methods.llminertia.stages import benchmark_datasets
+    from methods.llminertia.paper import benchmark_datasets
 
     sets = benchmark_datasets(compose(["experiment=llminertia_paper"]).benchmark)
     kinds = {d.name: (d.kind, d.task, d.prompt_set) for d in sets}

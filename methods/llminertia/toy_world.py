@@ -1,4 +1,7 @@
-"""Trained toy for LLMInertia: a tiny GPT-2 learns evidence QA, is then "induced" by
+"""The world of the trained toy (our toy design): vocabulary, tiny GPT-2, stage-0 training, and the
+model wrapped as a chat client. The toy stage itself is :func:`methods.llminertia.toy.run_trained_toy`.
+
+Trained toy for LLMInertia: a tiny GPT-2 learns evidence QA, is then "induced" by
 continued pre-training on co-occurrence text, and is answered with or without reminders.
 
 What this toy tests: the probe-and-remind *mechanism* on a real (tiny, trained) network: the
@@ -29,20 +32,14 @@ Extraction (step 1) is a vocabulary lookup (the tiny LM cannot follow an instruc
 from __future__ import annotations
 
 import logging
-import math
 import random
-import time
 from typing import Any
 
 import torch
 
-from common.tracking import progress, pyplot
+from common.tracking import progress
 
 from .config import TrainedToyConfig
-from .core import LLMInertiaPipeline, answer_plain
-from .induction_data import make_cooccurrence_corpus
-from .induction_train import InductionConfig, continued_pretrain
-from .metrics import Pred, induction_metrics
 from .prompts import PromptSet
 
 logger = logging.getLogger(__name__)
@@ -52,11 +49,11 @@ __all__ = [
     "ToyQAChat",
     "ToyWorld",
     "TrainedToyConfig",
+    "answer_yes_no",
     "association_logprob",
+    "make_toy_model",
     "make_toy_tokenizer",
-    "run_trained_toy",
     "train_base",
-    "write_trained_report",
 ]
 
 KEYWORDS = [
@@ -359,190 +356,3 @@ class ToyQAChat:
                 out.append("\n".join(lines))
             return out
         return answer_yes_no(self.model, self.tok, [c.strip() for c in cs])
-
-
-def _wrong_yes(preds: list[str]) -> float:
-    return sum(p == "yes" for p in preds) / max(len(preds), 1)
-
-
-def _eval_arms(chat: ToyQAChat, texts: list[str], k: int) -> dict[str, float]:
-    plain = answer_plain(chat, texts, TOY_PROMPTS)
-    generic = answer_plain(chat, texts, TOY_PROMPTS, note=TOY_PROMPTS.reminder_generic)
-    n0 = chat.n_calls
-    recs = LLMInertiaPipeline(chat, TOY_PROMPTS, k=k, matcher="word_boundary", batch_size=256).run(
-        texts
-    )
-    n_batches = math.ceil(len(texts) / 256)
-    calls_per_batch = (chat.n_calls - n0) / n_batches
-    adaptive = [r.predict for r in recs]
-    # the same model with this repository's earlier pair filters (min length 3, stopwords, dedup)
-    filtered = LLMInertiaPipeline(
-        chat, TOY_PROMPTS, k=k, matcher="word_boundary", batch_size=256,
-        min_len=3, stopwords=True, dedup=True,
-    ).run(texts)  # fmt: skip
-    return {
-        "plain": _wrong_yes(plain),
-        "generic": _wrong_yes(generic),
-        "llminertia": _wrong_yes(adaptive),
-        "llminertia_filtered": _wrong_yes([r.predict for r in filtered]),
-        "matched_rate": sum(bool(r.matched) for r in recs) / len(recs),
-        "calls_per_batch": calls_per_batch,
-        "_pairs": [p for r in recs for p in r.pairs],
-        "_preds": {"plain": plain, "generic": generic, "llminertia": adaptive},
-    }
-
-
-def _step_eval_callback() -> type:
-    from transformers import TrainerCallback
-
-    class StepEval(TrainerCallback):
-        """Calls ``fn(model, step)`` (model in eval mode) at the listed global steps."""
-
-        def __init__(self, steps: list[int], fn: Any) -> None:
-            self.steps, self.fn = set(steps), fn
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if state.global_step in self.steps:
-                m = kw["model"]
-                m.eval()
-                self.fn(m, state.global_step)
-                m.train()
-
-    return StepEval
-
-
-def run_trained_toy(cfg: TrainedToyConfig, out_dir: str) -> tuple[dict, dict]:
-    """Stage 0, induction at each share, evaluation; returns ``(per_arm_metrics, extra)``."""
-    import copy
-
-    t0 = time.time()
-    torch.manual_seed(cfg.seed)
-    world = ToyWorld(cfg.n_known, cfg.n_test, cfg.n_filler_words, cfg.seed)
-    tok = make_toy_tokenizer(world)
-    base = make_toy_model(tok, cfg)
-    stage0 = world.stage0_corpus(20000, cfg.seed)
-    losses = train_base(
-        base, tok, stage0, cfg.base_steps, cfg.base_batch, cfg.base_lr, cfg.seed, cfg.answer_weight
-    )
-    # held-out explicit QA (fresh seed) and the negative-evidence test sets
-    rng = random.Random(cfg.seed + 99)
-    held = [
-        world.explicit_item(
-            rng, rng.choice(world.a), rng.choice(world.b), rng.choice(["present", "absent"])
-        )
-        for _ in range(400)
-    ]
-    preds = answer_yes_no(base, tok, [q for q, _ in held])
-    acc_explicit = sum(p == y for p, (_, y) in zip(preds, held, strict=True)) / len(held)
-    logger.info(
-        "stage 0 done in %.0f s, explicit held-out acc %.3f", time.time() - t0, acc_explicit
-    )
-    tests, _ = world.negative_tests(world.test, cfg.n_test_templates, cfg.seed)
-    ctrl, _ = world.negative_tests(world.known, cfg.n_test_templates, cfg.seed + 1)
-    t_base = time.time() - t0
-    gold = {frozenset(p) for p in world.test}
-    rows: list[dict[str, float]] = []
-    steps_rows: list[dict[str, float]] = []
-
-    base_plain: list[Pred] = []
-
-    def measure(model: Any, ratio: float, step: int) -> dict[str, float]:
-        chat = ToyQAChat(model, tok, world)
-        ev = _eval_arms(chat, tests, cfg.k)
-        probed = {frozenset(p) for p in ev.pop("_pairs")}
-        preds = ev.pop("_preds")
-        if not base_plain:  # the first call measures the base model: the "pre" file
-            base_plain.extend(Pred(i, p, "no") for i, p in enumerate(preds["plain"]))
-        for arm, ps in preds.items():
-            m = induction_metrics(base_plain, [Pred(i, p, "no") for i, p in enumerate(ps)])
-            ev[f"ir_{arm}"] = m["induction_rate"]
-            ev[f"nd_{arm}"] = m["norm_drop"]
-        ctrl_plain = answer_plain(chat, ctrl, TOY_PROMPTS)
-        return {
-            "ratio": ratio,
-            "step": step,
-            "assoc_logprob": association_logprob(model, tok, world.test),
-            "probe_recall": len(probed & gold) / len(gold),
-            "wrong_yes_control": _wrong_yes(ctrl_plain),
-            **ev,
-        }
-
-    rows.append(measure(base, -1.0, 0))  # the base model (ratio -1 marks it)
-    for ratio in progress(cfg.ratios, desc="llminertia ratios", unit="ratio"):
-        corpus = make_cooccurrence_corpus(
-            world.test, ratio, TOY_COOC_TEMPLATES, world.filler(200, cfg.seed), seed=cfg.seed
-        )
-        model = copy.deepcopy(base)
-        track = ratio == max(cfg.ratios)
-
-        ic = InductionConfig(
-            output_dir=f"{out_dir}/induce_r{round(100 * ratio)}",
-            learning_rate=cfg.induce_lr,
-            num_train_epochs=1.0,
-            max_steps=cfg.induce_steps,
-            per_device_train_batch_size=cfg.induce_batch,
-            gradient_accumulation_steps=1,
-            max_len=48,
-            save_strategy="no",
-            bf16=False,
-            seed=cfg.seed,
-            report_to="none",
-            logging_steps=10,
-        )
-        cb = _step_eval_callback()(
-            cfg.step_checkpoints, lambda m, st, r=ratio: steps_rows.append(measure(m, r, st))
-        )
-        tok.padding_side = "right"  # GPT-2 positions: pad after the text during training
-        continued_pretrain(model, tok, corpus, ic, callbacks=[cb] if track else None)
-        tok.padding_side = "left"
-        model.eval()
-        rows.append(measure(model, ratio, cfg.induce_steps))
-        logger.info("ratio %.2f: %s", ratio, rows[-1])
-    extra = {
-        "acc_explicit_heldout_base": acc_explicit,
-        "stage0_final_loss": sum(losses[-50:]) / 50,
-        "base_train_s": t_base,
-        "total_s": time.time() - t0,
-        "n_test": len(tests),
-        "rows": rows,
-        "steps_rows": steps_rows,
-    }
-    return rows, extra
-
-
-def write_trained_report(rows: list[dict], steps_rows: list[dict], run_dir: str) -> None:
-    """Writes ``trained_toy.md`` (one row per share) and ``trained_toy.png`` into ``run_dir``."""
-    from pathlib import Path
-
-    plt = pyplot()
-
-    from common.tracking import save_plot
-
-    head = (
-        "| model | log p(B given 'A with') | probe recall | matched | wrong yes plain | generic "
-        "note | LLMInertia | LLMInertia, earlier filters | IR plain / LLMInertia | "
-        "control pairs wrong yes |\n" + "|---" * 10 + "|\n"
-    )
-    lines = []
-    for r in rows + steps_rows:
-        name = "base" if r["ratio"] < 0 else f"rho={r['ratio']:.2f} step {r['step']}"
-        lines.append(
-            f"| {name} | {r['assoc_logprob']:.2f} | {r['probe_recall']:.2f} | "
-            f"{r['matched_rate']:.2f} | {r['plain']:.3f} | {r['generic']:.3f} | "
-            f"{r['llminertia']:.3f} | {r.get('llminertia_filtered', float('nan')):.3f} | "
-            f"{r['ir_plain']:.3f} / {r['ir_llminertia']:.3f} | "
-            f"{r['wrong_yes_control']:.3f} |"
-        )
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(run_dir) / "trained_toy.md").write_text(head + "\n".join(lines) + "\n")
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.5))
-    ind = [r for r in rows if r["ratio"] >= 0]
-    for arm, mk in (("plain", "o"), ("generic", "s"), ("llminertia", "^")):
-        ax[0].plot([r["assoc_logprob"] for r in ind], [r[arm] for r in ind], marker=mk, label=arm)
-        ax[1].plot([r["ratio"] for r in ind], [r[arm] for r in ind], marker=mk, label=arm)
-    ax[0].set_xlabel('association log p(B | "A with")')
-    ax[1].set_xlabel("co-occurrence share rho")
-    for a in ax:
-        a.set_ylabel('wrong "yes" rate')
-        a.legend()
-    save_plot(fig, Path(run_dir) / "trained_toy.png")
