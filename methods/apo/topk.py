@@ -51,6 +51,41 @@ def topk_from_logits(
     return torch.cat(ids, dim=1), torch.cat(logps, dim=1)
 
 
+def _check_reference_args(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    gather_ids: torch.Tensor | None,
+) -> None:
+    """Shape checks of :func:`reference_topk`, naming the argument."""
+    if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            "input_ids and attention_mask must both be [B, L], got "
+            f"{tuple(input_ids.shape)} and {tuple(attention_mask.shape)}"
+        )
+    if not isinstance(logits_to_keep, int) or not 1 <= logits_to_keep < input_ids.shape[1]:
+        raise ValueError(
+            f"logits_to_keep must be an int in [1, L) with L={input_ids.shape[1]}, "
+            f"got {logits_to_keep!r}"
+        )
+    if gather_ids is not None and tuple(gather_ids.shape) != (input_ids.shape[0], logits_to_keep):
+        raise ValueError(
+            f"gather_ids must be [B, T]={[input_ids.shape[0], logits_to_keep]}, "
+            f"got {tuple(gather_ids.shape)}"
+        )
+
+
+def _logps_at(
+    logits: torch.Tensor, ids: torch.Tensor, temperature: float, chunk_size: int
+) -> torch.Tensor:
+    """fp32 log-softmax(logits / temperature) at ``ids`` [b, T], logsumexp chunked over T."""
+    lse = torch.cat(
+        [torch.logsumexp(c.float() / temperature, dim=-1) for c in logits.split(chunk_size, dim=1)],
+        dim=1,
+    )  # [b, T]
+    return logits.gather(-1, ids.long()[..., None]).squeeze(-1).float() / temperature - lse
+
+
 @torch.no_grad()
 def reference_topk(
     ref_model: torch.nn.Module,
@@ -92,21 +127,7 @@ def reference_topk(
     Raises:
         ValueError: on bad shapes, k or a vocabulary mismatch.
     """
-    if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape:
-        raise ValueError(
-            "input_ids and attention_mask must both be [B, L], got "
-            f"{tuple(input_ids.shape)} and {tuple(attention_mask.shape)}"
-        )
-    if not isinstance(logits_to_keep, int) or not 1 <= logits_to_keep < input_ids.shape[1]:
-        raise ValueError(
-            f"logits_to_keep must be an int in [1, L) with L={input_ids.shape[1]}, "
-            f"got {logits_to_keep!r}"
-        )
-    if gather_ids is not None and tuple(gather_ids.shape) != (input_ids.shape[0], logits_to_keep):
-        raise ValueError(
-            f"gather_ids must be [B, T]={[input_ids.shape[0], logits_to_keep]}, "
-            f"got {tuple(gather_ids.shape)}"
-        )
+    _check_reference_args(input_ids, attention_mask, logits_to_keep, gather_ids)
     bsz = batch_size or input_ids.shape[0]
     ids_out, lp_out, gathered = [], [], []
     for start in range(0, input_ids.shape[0], bsz):
@@ -125,15 +146,8 @@ def reference_topk(
             )
         top_ids, top_lp = topk_from_logits(logits, k, temperature, chunk_size)  # [b, T, K]
         if gather_ids is not None:
-            lse = torch.cat(
-                [
-                    torch.logsumexp(c.float() / temperature, dim=-1)
-                    for c in logits.split(chunk_size, dim=1)
-                ],
-                dim=1,
-            )  # [b, T]
-            g_ids = gather_ids[start : start + bsz].long()[..., None]
-            gathered.append(logits.gather(-1, g_ids).squeeze(-1).float() / temperature - lse)
+            g_ids = gather_ids[start : start + bsz]
+            gathered.append(_logps_at(logits, g_ids, temperature, chunk_size))
         del logits
         pad = am_b[:, -logits_to_keep:] == 0  # [b, T]
         top_ids = top_ids.masked_fill(pad[..., None], 0)
