@@ -30,6 +30,75 @@ def _normalise(x: torch.Tensor, normalize: str, max_mode: str) -> torch.Tensor:
     return x / m
 
 
+def _select_linears(
+    model: nn.Module, module_filter: Callable[[str, nn.Module], bool]
+) -> dict[str, nn.Linear]:
+    """The modules ``module_filter`` selects; each must be a dense ``nn.Linear``."""
+    selected = {n: m for n, m in model.named_modules() if n and module_filter(n, m)}
+    if not selected:
+        raise ValueError("module_filter selected no module")
+    for n, m in selected.items():
+        if not isinstance(m, nn.Linear):
+            raise ValueError(f"module {n!r} is {type(m).__name__}, expected a dense nn.Linear")
+    return selected
+
+
+def _covariance_hook(
+    name: str,
+    covs: dict[str, torch.Tensor],
+    state: dict[str, torch.Tensor | None],
+    store_dtype: torch.dtype,
+    normalize: str,
+    max_mode: str,
+    denom: float,
+):
+    """Forward hook adding ``x^T x / denom`` of each unpadded sample's inputs to ``covs[name]``
+    (the covariance C = X X^T of paper §3.2, per-sample normalisation of the official code)."""
+
+    def hook(_m, inputs, _out):
+        x = inputs[0].detach()
+        if x.ndim == 2:
+            x = x[None]
+        mask = state["mask"]
+        for b in range(x.shape[0]):
+            xb = x[b] if mask is None else x[b][mask[b].bool()]
+            if xb.numel() == 0:
+                continue
+            xb = xb.to(store_dtype)
+            if not torch.isfinite(xb).all():
+                raise ValueError(f"NaN/Inf in the inputs of {name!r}")
+            xb = _normalise(xb, normalize, max_mode)
+            covs[name].addmm_(xb.T, xb, alpha=1.0 / denom)
+
+    return hook
+
+
+def _run_calibration(
+    model: nn.Module,
+    dataloader: Iterable[Mapping[str, torch.Tensor]],
+    state: dict[str, torch.Tensor | None],
+) -> int:
+    """Run every batch through ``model`` in eval mode (hooks attached); returns the token count."""
+    n_tokens = 0
+    was_training = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    for batch in dataloader:
+        batch = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in batch.items()}
+        ids = batch["input_ids"]
+        mask = batch.get("attention_mask")
+        if mask is None and ids.shape[0] > 1:
+            raise ValueError(
+                "batches with more than one row need an attention_mask (padding would "
+                "pollute the covariance)"
+            )
+        state["mask"] = mask
+        n_tokens += int(mask.sum()) if mask is not None else ids.numel()
+        model(**batch)
+    model.train(was_training)
+    return n_tokens
+
+
 @torch.no_grad()
 def collect_input_covariances(
     model: nn.Module,
@@ -66,57 +135,22 @@ def collect_input_covariances(
         raise ValueError(f"max_mode must be 'raw' or 'abs', got {max_mode!r}")
     if not denom > 0:
         raise ValueError(f"denom must be > 0, got {denom}")
-    selected = {n: m for n, m in model.named_modules() if n and module_filter(n, m)}
-    if not selected:
-        raise ValueError("module_filter selected no module")
-    for n, m in selected.items():
-        if not isinstance(m, nn.Linear):
-            raise ValueError(f"module {n!r} is {type(m).__name__}, expected a dense nn.Linear")
+    selected = _select_linears(model, module_filter)
     covs = {
         n: torch.zeros(m.in_features, m.in_features, dtype=store_dtype, device=m.weight.device)
         for n, m in selected.items()
     }
     state: dict[str, torch.Tensor | None] = {"mask": None}
-    n_tokens = 0
-
-    def make_hook(name: str):
-        def hook(_m, inputs, _out):
-            x = inputs[0].detach()
-            if x.ndim == 2:
-                x = x[None]
-            mask = state["mask"]
-            for b in range(x.shape[0]):
-                xb = x[b] if mask is None else x[b][mask[b].bool()]
-                if xb.numel() == 0:
-                    continue
-                xb = xb.to(store_dtype)
-                if not torch.isfinite(xb).all():
-                    raise ValueError(f"NaN/Inf in the inputs of {name!r}")
-                xb = _normalise(xb, normalize, max_mode)
-                covs[name].addmm_(xb.T, xb, alpha=1.0 / denom)
-
-        return hook
-
-    handles = [m.register_forward_hook(make_hook(n)) for n, m in selected.items()]
+    hooks = [
+        m.register_forward_hook(
+            _covariance_hook(n, covs, state, store_dtype, normalize, max_mode, denom)
+        )
+        for n, m in selected.items()
+    ]
     try:
-        was_training = model.training
-        model.eval()
-        dev = next(model.parameters()).device
-        for batch in dataloader:
-            batch = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in batch.items()}
-            ids = batch["input_ids"]
-            mask = batch.get("attention_mask")
-            if mask is None and ids.shape[0] > 1:
-                raise ValueError(
-                    "batches with more than one row need an attention_mask (padding would "
-                    "pollute the covariance)"
-                )
-            state["mask"] = mask
-            n_tokens += int(mask.sum()) if mask is not None else ids.numel()
-            model(**batch)
-        model.train(was_training)
+        n_tokens = _run_calibration(model, dataloader, state)
     finally:
-        for h in handles:
+        for h in hooks:
             h.remove()
     if n_tokens == 0:
         raise ValueError("the calibration dataloader yielded zero tokens")

@@ -33,6 +33,65 @@ def _target_names(model: nn.Module, target_modules: Sequence[str]) -> list[str]:
     return names
 
 
+def _layer_factors(
+    model: nn.Module,
+    names: Sequence[str],
+    covs: Mapping[str, torch.Tensor],
+    r: int,
+    sigma_fuse: str,
+    eigvecs: str,
+    init: str,
+) -> dict[str, KoreFactors]:
+    """Check each target layer and compute its KORE factors (paper Eqs. 1-3, §3.2)."""
+    modules = dict(model.named_modules())
+    factors: dict[str, KoreFactors] = {}
+    for n in names:
+        m = modules[n]
+        if type(m) is not nn.Linear:
+            raise ValueError(
+                f"target {n!r} is {type(m).__name__}; KORE needs a dense nn.Linear with a "
+                "materialised float weight (dequantise / gather first)"
+            )
+        w = m.weight
+        if w.is_meta or not w.is_floating_point() or w.numel() == 0:
+            raise ValueError(f"target {n!r} has no materialised float weight (meta/partitioned?)")
+        check_rank(r, m.in_features, m.out_features)
+        if n not in covs:
+            raise ValueError(f"covs has no covariance for target module {n!r}")
+        factors[n] = kore_decompose(
+            w, covs[n], r, sigma_fuse=sigma_fuse, eigvecs=eigvecs, init=init
+        )
+    return factors
+
+
+def _install_factors(
+    peft_model, factors: Mapping[str, KoreFactors], adapter_name: str, freeze_A: bool
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """Write W_res into the base weight and A, B into the LoRA factors (paper Eq. 3: the wrapped
+    layer computes W_res x + B A x = W0 x at step 0); freeze A unless ``freeze_A`` is False.
+
+    Returns:
+        ``(init_B, null_energy)`` per module name.
+    """
+    init_B, energy = {}, {}
+    for n, f in factors.items():
+        layer = peft_model.base_model.model.get_submodule(n)
+        if abs(layer.scaling[adapter_name] - 1.0) > 1e-12:
+            raise RuntimeError(
+                f"expected LoRA scaling 1 on {n!r}, got {layer.scaling[adapter_name]}"
+            )
+        with torch.no_grad():
+            base = layer.get_base_layer()
+            base.weight.copy_(f.W_res.to(base.weight.dtype))
+            layer.lora_A[adapter_name].weight.copy_(f.A.to(base.weight.dtype))
+            layer.lora_B[adapter_name].weight.copy_(f.B.to(base.weight.dtype))
+        layer.lora_A[adapter_name].weight.requires_grad_(not freeze_A)
+        layer.lora_B[adapter_name].weight.requires_grad_(True)
+        init_B[n] = layer.lora_B[adapter_name].weight.detach().clone()
+        energy[n] = f.null_energy
+    return init_B, energy
+
+
 def apply_kore(
     model: nn.Module,
     covs: Mapping[str, torch.Tensor],
@@ -74,24 +133,7 @@ def apply_kore(
     if isinstance(model, PeftModel) or any(isinstance(m, LoraLayer) for m in model.modules()):
         raise ValueError("model is already wrapped with PEFT adapters; pass the plain base model")
     names = _target_names(model, target_modules)
-    modules = dict(model.named_modules())
-    factors: dict[str, KoreFactors] = {}
-    for n in names:
-        m = modules[n]
-        if type(m) is not nn.Linear:
-            raise ValueError(
-                f"target {n!r} is {type(m).__name__}; KORE needs a dense nn.Linear with a "
-                "materialised float weight (dequantise / gather first)"
-            )
-        w = m.weight
-        if w.is_meta or not w.is_floating_point() or w.numel() == 0:
-            raise ValueError(f"target {n!r} has no materialised float weight (meta/partitioned?)")
-        check_rank(r, m.in_features, m.out_features)
-        if n not in covs:
-            raise ValueError(f"covs has no covariance for target module {n!r}")
-        factors[n] = kore_decompose(
-            w, covs[n], r, sigma_fuse=sigma_fuse, eigvecs=eigvecs, init=init
-        )
+    factors = _layer_factors(model, names, covs, r, sigma_fuse, eigvecs, init)
     cfg = LoraConfig(
         r=r,
         lora_alpha=r,
@@ -102,22 +144,7 @@ def apply_kore(
         use_rslora=False,
     )
     peft_model = get_peft_model(model, cfg, adapter_name=adapter_name)
-    init_B, energy = {}, {}
-    for n, f in factors.items():
-        layer = peft_model.base_model.model.get_submodule(n)
-        if abs(layer.scaling[adapter_name] - 1.0) > 1e-12:
-            raise RuntimeError(
-                f"expected LoRA scaling 1 on {n!r}, got {layer.scaling[adapter_name]}"
-            )
-        with torch.no_grad():
-            base = layer.get_base_layer()
-            base.weight.copy_(f.W_res.to(base.weight.dtype))
-            layer.lora_A[adapter_name].weight.copy_(f.A.to(base.weight.dtype))
-            layer.lora_B[adapter_name].weight.copy_(f.B.to(base.weight.dtype))
-        layer.lora_A[adapter_name].weight.requires_grad_(not freeze_A)
-        layer.lora_B[adapter_name].weight.requires_grad_(True)
-        init_B[n] = layer.lora_B[adapter_name].weight.detach().clone()
-        energy[n] = f.null_energy
+    init_B, energy = _install_factors(peft_model, factors, adapter_name, freeze_A)
     peft_model.kore_init_B = init_B
     peft_model.kore_null_energy = energy
     logger.info(

@@ -133,6 +133,40 @@ def largest_eigvecs(C: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor
     return evecs[:, d - r :], evals[d - r :].clamp_min(0.0)
 
 
+def _check_decompose_args(W0: torch.Tensor, sigma_fuse: str, eigvecs: str, init: str) -> None:
+    """Argument checks of :func:`kore_decompose`, naming the argument."""
+    if not isinstance(W0, torch.Tensor) or not W0.is_floating_point():
+        raise TypeError(f"W0 must be a floating torch.Tensor, got {type(W0).__name__}")
+    if W0.ndim != 2:
+        raise ValueError(f"W0 must be 2-D [d_out, d_in], got shape {tuple(W0.shape)}")
+    if W0.is_meta:
+        raise ValueError("W0 is a meta tensor; materialise (gather) the weight first")
+    if sigma_fuse not in ("UV", "U", "V"):
+        raise ValueError(f"sigma_fuse must be 'UV', 'U' or 'V', got {sigma_fuse!r}")
+    if eigvecs not in EIGVECS:
+        raise ValueError(f"eigvecs must be one of {EIGVECS}, got {eigvecs!r}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+
+
+def _factor_projection(
+    W: torch.Tensor, U_hat: torch.Tensor, r: int, sigma_fuse: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``B [d_out, r]``, ``A [r, d_in]`` with ``B A = W U_hat U_hat^T`` (paper Eq. 2): the top-r
+    SVD of the projection, singular values placed by ``sigma_fuse`` (official code's options)."""
+    M = (W @ U_hat) @ U_hat.T  # [d_out, d_in], W0 P
+    U, S, Vh = torch.linalg.svd(M, full_matrices=False)
+    U, S, Vh = U[:, :r], S[:r], Vh[:r]
+    if sigma_fuse == "UV":
+        s = S.sqrt()
+        B, A = U * s, s[:, None] * Vh
+    elif sigma_fuse == "U":
+        B, A = U * S, Vh
+    else:
+        B, A = U, S[:, None] * Vh
+    return B, A
+
+
 def kore_decompose(
     W0: torch.Tensor,
     C: torch.Tensor,
@@ -166,18 +200,7 @@ def kore_decompose(
         TypeError / ValueError: on a non-float or non-2D weight, a bad covariance or rank, or an
             unknown ``sigma_fuse``.
     """
-    if not isinstance(W0, torch.Tensor) or not W0.is_floating_point():
-        raise TypeError(f"W0 must be a floating torch.Tensor, got {type(W0).__name__}")
-    if W0.ndim != 2:
-        raise ValueError(f"W0 must be 2-D [d_out, d_in], got shape {tuple(W0.shape)}")
-    if W0.is_meta:
-        raise ValueError("W0 is a meta tensor; materialise (gather) the weight first")
-    if sigma_fuse not in ("UV", "U", "V"):
-        raise ValueError(f"sigma_fuse must be 'UV', 'U' or 'V', got {sigma_fuse!r}")
-    if eigvecs not in EIGVECS:
-        raise ValueError(f"eigvecs must be one of {EIGVECS}, got {eigvecs!r}")
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    _check_decompose_args(W0, sigma_fuse, eigvecs, init)
     d_out, d_in = W0.shape
     check_rank(r, d_in, d_out)
     C = check_covariance(C, d_in)
@@ -195,16 +218,7 @@ def kore_decompose(
             null_energy=null_energy,
             null_eigvals=null_eigs,
         )
-    M = (W @ U_hat) @ U_hat.T  # [d_out, d_in], W0 P
-    U, S, Vh = torch.linalg.svd(M, full_matrices=False)
-    U, S, Vh = U[:, :r], S[:r], Vh[:r]
-    if sigma_fuse == "UV":
-        s = S.sqrt()
-        B, A = U * s, s[:, None] * Vh
-    elif sigma_fuse == "U":
-        B, A = U * S, Vh
-    else:
-        B, A = U, S[:, None] * Vh
+    B, A = _factor_projection(W, U_hat, r, sigma_fuse)
     W_res = W - B @ A
     if eigvecs == "smallest" and null_energy > NULL_ENERGY_WARN:
         logger.warning(

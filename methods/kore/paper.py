@@ -142,32 +142,11 @@ def _prompt_only(rec: dict) -> dict:
     return {**rec, "conversations": rec["conversations"][:1]}
 
 
-def train_paper(
-    cfg: PaperConfig,
-    model,
-    processor,
-    out_dir: str | Path,
-    trainer: dict | None = None,
-    seed: int = 0,
-) -> dict[str, float]:
-    """Covariances -> KORE init -> Trainer on B (+ projector) -> standard-LoRA export.
-
-    Args:
-        cfg: the KORE settings (:class:`PaperConfig`).
-        model, processor: the LLaVA-style model and its processor.
-        out_dir: where ``kore_lora.safetensors`` and ``projector.safetensors`` go.
-        trainer: fields of :class:`methods.kore.trainer.KoreTrainingConfig` (the YAML node).
-        seed: the training seed.
-    """
-    from safetensors.torch import save_file
-    from transformers import Trainer
-
+def _training_args(trainer: dict | None, out_dir: Path, seed: int):
+    """The :class:`methods.kore.trainer.KoreTrainingConfig` of a paper run (batch size 1)."""
     from common.config import trainer_config
     from methods.kore.trainer import KoreTrainingConfig
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
     args = trainer_config(
         KoreTrainingConfig,
         trainer,
@@ -185,9 +164,14 @@ def train_paper(
             "method.trainer.per_device_train_batch_size must be 1 (no padding-aware collation); "
             "raise gradient_accumulation_steps instead"
         )
-    records = json.loads(Path(cfg.data_path).read_text())
+    return args
+
+
+def _kore_init(cfg: PaperConfig, model, processor):
+    """Covariances of the language model's target linears on the questions of the calibration
+    records (paper §3.2: old-knowledge activations), then :func:`apply_kore` (Eqs. 1-3)."""
     calib = json.loads(Path(cfg.calib_path).read_text())[: cfg.n_calib]
-    if not records or not calib:
+    if not calib:
         raise ValueError("data_path and calib_path must hold non-empty JSON lists of records")
     calib_batches = []
     for rec in calib:
@@ -208,7 +192,7 @@ def train_paper(
     covs = collect_input_covariances(
         model, calib_batches, lm_linear, normalize=cfg.normalize, denom=cfg.denom
     )
-    model = apply_kore(
+    return apply_kore(
         model,
         covs,
         cfg.rank,
@@ -218,13 +202,11 @@ def train_paper(
         eigvecs=cfg.eigvecs,
         init=cfg.init,
     )
-    projector = [p for n, p in model.named_parameters() if any(k in n for k in cfg.projector_keys)]
-    for p in projector:
-        p.requires_grad_(True)
-    adapters = [p for n, p in model.named_parameters() if p.requires_grad and "lora_" in n]
-    train_set = [
-        encode_record(r, processor, cfg.image_root, cfg.max_len, cfg.prompt_style) for r in records
-    ]
+
+
+def _fit(model, args, train_set: list, adapters: list, projector: list):
+    """Train the trainable adapter factor(s) and the projector with their own learning rates."""
+    from transformers import Trainer
 
     def collate(batch):
         return batch[0]
@@ -238,7 +220,14 @@ def train_paper(
             return self.optimizer
 
     hf_trainer = KoreTrainer(model=model, args=args, train_dataset=train_set, data_collator=collate)
-    result = hf_trainer.train()
+    return hf_trainer.train()
+
+
+def _save_outputs(model, cfg: PaperConfig, out_dir: Path, projector: list) -> None:
+    """Write the standard-LoRA export (B' − B on the untouched base, frozen-A runs only) and the
+    projector weights."""
+    from safetensors.torch import save_file
+
     sd = export_standard_lora(model) if cfg.freeze_A else {}
     if sd:
         save_file(
@@ -251,6 +240,42 @@ def train_paper(
             if any(k in n for k in cfg.projector_keys)
         }
         save_file(proj, str(out_dir / "projector.safetensors"))
+
+
+def train_paper(
+    cfg: PaperConfig,
+    model,
+    processor,
+    out_dir: str | Path,
+    trainer: dict | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Covariances -> KORE init -> Trainer on B (+ projector) -> standard-LoRA export.
+
+    Args:
+        cfg: the KORE settings (:class:`PaperConfig`).
+        model, processor: the LLaVA-style model and its processor.
+        out_dir: where ``kore_lora.safetensors`` and ``projector.safetensors`` go.
+        trainer: fields of :class:`methods.kore.trainer.KoreTrainingConfig` (the YAML node).
+        seed: the training seed.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    args = _training_args(trainer, out_dir, seed)
+    records = json.loads(Path(cfg.data_path).read_text())
+    if not records:
+        raise ValueError("data_path and calib_path must hold non-empty JSON lists of records")
+    model = _kore_init(cfg, model, processor)
+    projector = [p for n, p in model.named_parameters() if any(k in n for k in cfg.projector_keys)]
+    for p in projector:
+        p.requires_grad_(True)
+    adapters = [p for n, p in model.named_parameters() if p.requires_grad and "lora_" in n]
+    train_set = [
+        encode_record(r, processor, cfg.image_root, cfg.max_len, cfg.prompt_style) for r in records
+    ]
+    result = _fit(model, args, train_set, adapters, projector)
+    _save_outputs(model, cfg, out_dir, projector)
     energy = model.kore_null_energy
     return {
         "train_loss": float(result.training_loss),
