@@ -152,7 +152,10 @@ def _max_offdiag_correlation(L: Tensor) -> float:
 
 
 def _cholesky(L: Tensor, retries: int = 3, base: float = 1e-9) -> Tensor:
-    """Cholesky factor of ``L``; on failure adds ``base * 10^k * trace/N`` to the diagonal (P1.3)."""
+    """Cholesky factor of ``L``; on failure adds ``base * 10^k * trace/N`` to the diagonal.
+
+    A numerical guard of ours (the paper's abstract gives no algorithm; docs/methods/georl.md,
+    Deviations: "Cholesky retry")."""
     chol, info = torch.linalg.cholesky_ex(L)
     if not bool((info != 0).any()):
         return chol

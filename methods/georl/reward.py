@@ -34,6 +34,9 @@ __all__ = [
 def score_groups(emb: Tensor, quality: Tensor, cfg: GeoRLConfig) -> dict[str, Tensor]:
     """Geo-RL rewards of ``B`` groups from their embeddings and qualities.
 
+    The abstract's closed-form leave-one-out marginal reward of a DPP volume over the sampled
+    descriptions; kernel, log-det and advantage forms are our inference (:mod:`methods.georl.dpp`).
+
     Args:
         emb: ``[B, N, d]`` embeddings (re-normalised inside).
         quality: ``[B, N]`` grounding quality (floored at ``cfg.q_min``).
@@ -63,6 +66,8 @@ def score_groups(emb: Tensor, quality: Tensor, cfg: GeoRLConfig) -> dict[str, Te
 def regroup_by_prompt(prompt_ids: Sequence[Hashable], n: int) -> Tensor:
     """Indices ``[B, N]`` that gather a flat, possibly interleaved list into prompt groups.
 
+    Bookkeeping of ours (docs/methods/georl.md, Deviations: "Trainer grouping").
+
     Members keep their relative order; a prompt that occurs ``k * n`` times (the same prompt drawn
     twice) forms ``k`` consecutive groups. Groups are ordered by first appearance.
 
@@ -85,6 +90,10 @@ def regroup_by_prompt(prompt_ids: Sequence[Hashable], n: int) -> Tensor:
 
 class GeoRLGroupReward:
     """Per-description Geo-RL reward for one group of ``N`` texts.
+
+    Embeds the group, grades its grounding and scores it with :func:`score_groups` (the
+    abstract's LOO reward; the empty/repetitive-text guards are ours, docs/methods/georl.md,
+    Deviations).
 
     Args:
         embedder: Text embedder (unit-norm rows; empty texts -> a fixed ``EMPTY`` vector).

@@ -132,7 +132,8 @@ class FactSlotToy:
         return params["b"] + self.true[images] @ params["W"]  # [I, V]
 
     def warm_start(self) -> dict[str, Tensor]:
-        """MLE on the trap references (full batch SGD); returns detached parameters."""
+        """MLE on the trap references (full batch SGD; the abstract's "Likelihood Trap" start,
+        toy design of ours); returns detached parameters."""
         params = self.init_params()
         images = torch.arange(self.cfg.n_images)
         for _ in range(self.cfg.warm_steps):
@@ -164,7 +165,8 @@ class FactSlotToy:
     def reward_fn(
         self, arm: str, embedder: TextEmbedder | None
     ) -> Callable[[Tensor, Tensor], Tensor]:
-        """``reward(ids [I, n, S], images [I]) -> advantages [I, n]`` for one arm."""
+        """``reward(ids [I, n, S], images [I]) -> advantages [I, n]`` for one arm (Geo-RL arms:
+        :func:`methods.georl.reward.score_groups`; baselines: ours, docs/methods/georl.md)."""
         true = self.true
         mode = self.cfg.toy_advantage
         if arm == "grounding":
@@ -199,7 +201,8 @@ class FactSlotToy:
         embedder: TextEmbedder | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
     ) -> dict[str, Tensor]:
-        """REINFORCE from the warm start with the arm's reward; returns detached parameters."""
+        """REINFORCE from the warm start with the arm's reward (policy gradient with the LOO
+        advantages, as the abstract's RL; toy loop of ours); returns detached parameters."""
         params = {k: v.clone().requires_grad_(True) for k, v in warm.items()}
         if arm == "sft":
             return {k: v.detach() for k, v in params.items()}
@@ -220,7 +223,10 @@ class FactSlotToy:
     # ----- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, params: dict[str, Tensor]) -> dict[str, float]:
-        """Group coverage, per-caption recall, hallucination, log-volume over all images (P4)."""
+        """Group coverage, per-caption recall, hallucination, log-volume over all images.
+
+        The toy's metrics are ours (the abstract names exhaustive coverage and preserved
+        grounding, not a metric; docs/methods/georl.md, Results)."""
         gen = torch.Generator().manual_seed(self.seed + 2)
         images = torch.arange(self.cfg.n_images)
         n = self.cfg.eval_samples

@@ -187,7 +187,8 @@ class GeoRLTrainer(GroupAdvantageGRPOTrainer):
         return per_func
 
     def compute_advantages(self, rewards: Tensor, inputs: dict[str, Any]) -> Tensor:
-        """LOO DPP gains of each prompt group, scattered back to ``[B, N]``."""
+        """LOO DPP gains of each prompt group, scattered back to ``[B, N]`` (the abstract's
+        closed-form LOO marginal reward used as the GRPO advantage: our inference)."""
         n = rewards.shape[1]
         cache = self._georl_cache
         if cache["emb"].shape[0] != rewards.numel():
