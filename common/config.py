@@ -422,12 +422,6 @@ def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
                 f"benchmark={bench.name} (format {bench.format!r}) is not supported by {name}; "
                 f"supported formats: {', '.join(schema.BENCHMARK_FORMATS)}"
             )
-        for set_name, spec in bench.sets.items():
-            if spec.path and not Path(spec.path).expanduser().exists():
-                raise ConfigError(
-                    f"benchmark.sets.{set_name}.path={spec.path!r}: no such file or folder (point it "
-                    f"at the local copy, or set it to null to read hub_id={spec.hub_id!r})"
-                )
     if model is not None and is_paper and model.path and not Path(model.path).expanduser().exists():
         raise ConfigError(
             f"model.path={model.path!r}: no such folder (a local checkpoint; set it to null to "

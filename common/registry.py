@@ -110,6 +110,38 @@ def default_output_root() -> Path:
     return Path(env) if env else Path(tempfile.gettempdir()) / "icml26" / "outputs"
 
 
+def _with_config_keys(err: FileNotFoundError, cfg: DictConfig) -> FileNotFoundError:
+    """``err`` with the config keys whose value is the missing path (``benchmark.sets.x.path=...``).
+
+    A benchmark's sets and a stage's data files are only read when the stage needs them (a method
+    may read a subset of the sets), so a missing one surfaces here; the message then says which
+    key to set. An error naming no configured path is returned unchanged.
+    """
+    text = f"{err.filename or ''} {err}"
+    container = OmegaConf.to_container(cfg, resolve=False)
+    keys: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{prefix}[{i}]")
+        elif (
+            isinstance(node, str)
+            and len(node) > 2
+            and ("/" in node or "." in node)
+            and (node in text or str(Path(node).expanduser()) in text)
+        ):
+            keys.append(f"{prefix}={node}")
+
+    walk(container, "")
+    if not keys:
+        return err
+    return FileNotFoundError(f"{err} (set by {', '.join(keys)}: point it at the local file)")
+
+
 def run_method(cfg: DictConfig) -> dict[str, float]:
     """Validates the config, seeds everything, runs the selected stage and returns its metrics.
 
@@ -148,7 +180,10 @@ def run_method(cfg: DictConfig) -> dict[str, float]:
                 f"methods/{name}/run.py: STAGES must map exactly the stages of its config schema "
                 f"({sorted(schemas[name].STAGES)}), got {sorted(stages or {})}"
             )
-        metrics = stages[run.method.stage](run)
+        try:
+            metrics = stages[run.method.stage](run)
+        except FileNotFoundError as err:
+            raise _with_config_keys(err, cfg) from err
     bad = {k: type(v).__name__ for k, v in metrics.items() if not isinstance(v, float)}
     if bad:
         raise ValueError(f"{name}.run must return dict[str, float]; non-floats: {bad}")
