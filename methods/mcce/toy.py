@@ -64,19 +64,13 @@ def selfies_vocab(selfies: Sequence[str]) -> list[str]:
 
 def build_selfies_tokenizer(vocab: Sequence[str]) -> Any:
     """Word-level tokenizer: one id per SELFIES token or tag; whitespace separates nothing else."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from common.tiny import word_tokenizer
 
-    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Split(Regex(r"\[[^\]]*\]|</?[a-z]+>|=>"), behavior="isolated"),
-        ]
-    )
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+    return word_tokenizer(
+        {t: i for i, t in enumerate(vocab)},
+        "<unk>",
+        split_regex=r"\[[^\]]*\]|</?[a-z]+>|=>",
+        fuse_decoder=True,
         pad_token="<pad>",
         eos_token="<eos>",
         unk_token="<unk>",

@@ -64,8 +64,7 @@ def toy_tokenizer(n_symbols: int = 16, chain_len: int = 16, num_colon: bool = Fa
             ``"<Outline>N:"``; with ``"N"`` and ``":"`` as two tokens this is a two-token-key lookup
             that the 2-layer toy model did not learn, with one token it is a plain induction copy.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from common.tiny import word_tokenizer
 
     from .format import TAGS
 
@@ -75,12 +74,12 @@ def toy_tokenizer(n_symbols: int = 16, chain_len: int = 16, num_colon: bool = Fa
     if num_colon:
         vocab_list += [f"{i}:" for i in range(1, n_symbols + 1)]
         pattern = r"[0-9]+:|" + pattern
-    vocab = {w: i for i, w in enumerate(vocab_list)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
+    tok = word_tokenizer(
+        {w: i for i, w in enumerate(vocab_list)},
+        "<unk>",
+        split_regex=pattern,
+        whitespace_split=False,
+        fuse_decoder=True,
         bos_token="<bos>",
         eos_token="<eos>",
         pad_token="<pad>",
