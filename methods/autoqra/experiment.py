@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from common.config import Run
+from common.metrics import spearman
+from common.threads import torch_threads
 from common.tracking import save_plot, write_results
 
 from .importance import Importance, compute_adapt_sensitivity, compute_quant_sensitivity
@@ -70,11 +71,7 @@ def sequential_allocation(
 
 
 def _spearman(a, b) -> float:
-    from scipy.stats import spearmanr
-
-    if len(a) < 3:
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
+    return spearman(a, b, min_n=3)
 
 
 def _plot(arms: dict[str, QRConfig], path: Path) -> None:
@@ -198,6 +195,7 @@ def _final_metrics(arms, c, base, memory, train, heldout, fids, budget) -> dict[
     return metrics
 
 
+@torch_threads(1)  # tiny matmuls: extra threads only contend on a loaded machine
 def toy_stage(run: Run) -> dict[str, float]:
     """Run the toy; returns the flattened ``{"arm/metric": float}`` results.
 
@@ -206,10 +204,7 @@ def toy_stage(run: Run) -> dict[str, float]:
     """
     c = run.method
     t = c.toy
-    seed = int(run.seed)
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only contend on a loaded machine
+    seed = int(run.seed)  # the registry seeded python, numpy and torch with it
     run_dir = Path(run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
