@@ -10,28 +10,22 @@ subset–query distance.
 
 from .distance import candidate_side_distance, query_cover_distance, wasserstein1
 from .experiments import distance_quantiles, spearman_table
+from .less import (
+    LESSCheckpoint,
+    LESSFeaturizer,
+    adam_direction,
+    less_warmup,
+    rademacher_projection,
+)
 from .paper import (
-    TARGET_TASKS,
-    TASK_CONVERTERS,
     finetune_subset,
     less_warmup_trainer,
-    load_pool,
-    load_queries,
-    load_target_task,
     load_trainer_checkpoint,
     query_loss,
     train_tulu,
 )
-from .representations import (
-    LESSCheckpoint,
-    LESSFeaturizer,
-    RDSPlus,
-    SentenceEmbed,
-    adam_direction,
-    less_warmup,
-    rademacher_projection,
-    tulu_format,
-)
+from .paper_data import TARGET_TASKS, TASK_CONVERTERS, load_pool, load_queries, load_target_task
+from .representations import RDSPlus, SentenceEmbed, tulu_format
 from .selectors import (
     doubly_greedy,
     kde_density,

@@ -1,4 +1,5 @@
-"""Subset–query distances in representation space (paper §4, docs/methods/instruction_selection.md).
+"""Subset–query distances in representation space (the paper's
+distance-minimisation view, §6 Theorems 6.1–6.2; docs/methods/instruction_selection.md).
 
 The paper reads each selector as an approximate minimiser of a distance between the empirical
 distributions of the chosen subset ``P̂_S`` and the queries ``P̂_Q``. We report three: the
@@ -29,17 +30,26 @@ def _subset_cost(S: np.ndarray, subset: Sequence[int]) -> np.ndarray:
 
 
 def query_cover_distance(S: np.ndarray, subset: Sequence[int]) -> float:
-    """``(1/M) Σ_i min_{j∈subset} (1 − S_ij)``: how well the subset covers every query."""
+    """``(1/M) Σ_i min_{j∈subset} (1 − S_ij)``: how well the subset covers every query.
+
+    Our inference: the query-side distance that RR greedily reduces, in the paper's reading of RR as
+    an approximate distance minimiser (§6); the exact form is not in the paper text we read."""
     return float(_subset_cost(S, subset).min(axis=1).mean())
 
 
 def candidate_side_distance(S: np.ndarray, subset: Sequence[int]) -> float:
-    """``(1/B) Σ_{j∈subset} min_i (1 − S_ij)``: how close each chosen example is to some query."""
+    """``(1/B) Σ_{j∈subset} min_i (1 − S_ij)``: how close each chosen example is to some query.
+
+    The distance that DG minimises exactly (paper §6, selectors as distance minimisers; the form is
+    our inference from DG's max aggregation, official ``selection/doubly_greedy.py``)."""
     return float(_subset_cost(S, subset).min(axis=0).mean())
 
 
 def wasserstein1(S: np.ndarray, subset: Sequence[int], reg: float | None = None) -> float:
     """``W₁(P̂_subset, P̂_Q)`` with uniform weights and ground cost ``1 − S`` (POT).
+
+    The ``W₁(P̂_S, P̂_Q)`` term of Theorems 6.1–6.2 (paper §6); the cosine ground cost ``1 − S`` is
+    our inference (the features are L2-normalised, as in the paper's similarity).
 
     Args:
         S: similarities ``[M, N]``.

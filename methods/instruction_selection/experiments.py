@@ -1,4 +1,5 @@
-"""The distance-quantile protocol and its Spearman table (paper §4, official ``evaluation/``).
+"""The distance-quantile protocol and its Spearman table (the paper's
+distance-vs-performance analysis, Figs. 2–3; official ``quantile/convert_to_dist_quant.py``).
 
 RR orders the whole pool; the ordering is cut into ``n_quantiles`` contiguous chunks (chunk 0 =
 closest to the queries), the first ``per_quantile`` of each chunk are fine-tuned on, and the

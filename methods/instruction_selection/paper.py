@@ -1,17 +1,13 @@
-"""Paper-scale data and warm-up (official ``common/data.py``, official README): Tulu pools, the five target tasks, HF-Trainer LoRA warm-up.
+"""Paper-scale training (official ``training/train_sft.py``, official README): the HF-Trainer LoRA
+warm-up of LESS, the fine-tuning recipe and the query loss. The data loaders are in
+:mod:`methods.instruction_selection.paper_data`.
 
-* :func:`load_pool` reads a Tulu-style pool (``{"id", "dataset", "messages": [...]}`` rows) from a
-  local JSON/JSONL file or a hub id (``Harvard-DCML/tulu-v2-197K-processed``), drops rows with no
-  assistant turn and rejects duplicate ids (docs/methods/instruction_selection.md).
-* :func:`load_queries` reads the processed query set (``{"prompts", "labels"}``; hub
-  ``Harvard-DCML/targeted-query-set-processed``, one config per task) or a local file of that format.
-* :data:`TASK_CONVERTERS` turn the raw benchmark formats of the five target tasks (BBH task JSON,
-  HumanEval JSONL, GSM8K JSONL, TyDiQA-GoldP SQuAD-style JSON, MMLU-Pro rows) into query rows with the
-  Tulu generation prompt, for the query loss and for building query sets from raw files.
 * :func:`less_warmup_trainer` is the paper's LESS warm-up: LoRA training with ``transformers.Trainer``
   (linear schedule, 3 % warm-up, ``save_strategy="epoch"``); each epoch checkpoint is read back
   (adapter weights + the AdamW moments of ``optimizer.pt``, matched to parameter names) into
   :class:`LESSCheckpoint` with the epoch's mean learning rate.
+* :func:`train_tulu` / :func:`finetune_subset` fine-tune on a selected subset; :func:`query_loss` is
+  the loss on the query set that the paper's distance-loss correlations read.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ import glob
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,178 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .representations import LESSCheckpoint, _segments, _supervised_ids
+from .less import LESSCheckpoint, _supervised_ids
+from .paper_data import load_pool
+from .representations import _segments
 
 logger = logging.getLogger(__name__)
-
-TARGET_TASKS = ("bbh", "codex", "gsm8k", "tydiqa", "mmlu_pro")
-USER, ASSISTANT = "<|user|>\n", "\n<|assistant|>\n"
-
-
-def _read_rows(source: str, split: str, config: str | None = None) -> list[dict[str, Any]]:
-    """Rows of a local ``.json``/``.jsonl`` file or of a hub dataset (``datasets.load_dataset``)."""
-    if os.path.exists(source):
-        with open(source) as fh:
-            text = fh.read()
-        if source.endswith(".jsonl"):
-            return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-        data = json.loads(text)
-        return data if isinstance(data, list) else [data]
-    from datasets import load_dataset  # pragma: no cover - hub access (paper scale)
-
-    return list(load_dataset(source, config, split=split))  # pragma: no cover
-
-
-def load_pool(source: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
-    """A Tulu-style pool: ``{"id", "dataset", "messages": [{"role", "content"}, ...]}`` rows.
-
-    Args:
-        source: local JSON/JSONL path or hub id (paper: ``Harvard-DCML/tulu-v2-197K-processed``).
-        split: hub split.
-        limit: keep the first ``limit`` valid rows (None: all).
-
-    Raises:
-        ValueError: on a row without ``id``/``messages``, a duplicate id, or an empty result.
-    """
-    rows, seen, dropped = [], set(), 0
-    for i, r in enumerate(_read_rows(source, split)):
-        if "id" not in r or "messages" not in r:
-            raise ValueError(f"pool row {i} needs 'id' and 'messages', got keys {sorted(r)}")
-        if r["id"] in seen:
-            raise ValueError(f"pool has a duplicate id {r['id']!r} (row {i})")
-        seen.add(r["id"])
-        msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"]]
-        if not any(m["role"] == "assistant" and str(m["content"]).strip() for m in msgs):
-            dropped += 1  # docs/methods/instruction_selection.md: no supervised tokens
-            continue
-        rows.append({"id": r["id"], "dataset": r.get("dataset", ""), "messages": msgs})
-        if limit is not None and len(rows) >= limit:
-            break
-    if dropped:
-        logger.warning("pool: dropped %d rows without an assistant turn", dropped)
-    if not rows:
-        raise ValueError(f"pool {source!r} has no usable rows")
-    return rows
-
-
-def load_queries(
-    source: str, task: str, split: str = "dev", limit: int | None = None
-) -> list[dict[str, str]]:
-    """The processed query set of one target task: ``{"prompts", "labels"}`` rows.
-
-    Args:
-        source: local JSON/JSONL path or hub id (``Harvard-DCML/targeted-query-set-processed``,
-            whose configs are the task names).
-        task: one of :data:`TARGET_TASKS`.
-        split: hub split (paper: ``dev``).
-        limit: keep the first ``limit`` rows.
-
-    Raises:
-        ValueError: on an unknown task, a row without the two fields, an empty label or no rows.
-    """
-    if task not in TARGET_TASKS:
-        raise ValueError(f"task must be one of {TARGET_TASKS}, got {task!r}")
-    out = []
-    for i, r in enumerate(_read_rows(source, split, config=task)):
-        if "prompts" not in r or "labels" not in r:
-            raise ValueError(f"query row {i} needs 'prompts' and 'labels', got keys {sorted(r)}")
-        if not str(r["labels"]).strip():
-            raise ValueError(f"query row {i} has an empty label")
-        out.append({"prompts": str(r["prompts"]), "labels": str(r["labels"])})
-    if limit is not None:
-        out = out[:limit]
-    if not out:
-        raise ValueError(f"query set {source!r} ({task}) is empty")
-    return out
-
-
-def _query(prompt: str, label: str, **extra: Any) -> dict[str, Any]:
-    """A query row with the Tulu generation prompt (official ``common/data.py``: prompts end in ``<|assistant|>``)."""
-    return {"prompts": USER + prompt.strip() + ASSISTANT, "labels": label, **extra}
-
-
-def convert_bbh(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """BBH task file (``{"examples": [{"input", "target"}]}`` or its example list) -> query rows."""
-    ex = rows[0]["examples"] if len(rows) == 1 and "examples" in rows[0] else rows
-    return [_query(str(e["input"]), str(e["target"]), answer=str(e["target"])) for e in ex]
-
-
-def convert_gsm8k(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """GSM8K JSONL (``{"question", "answer"}``, answer ends ``#### n``) -> query rows.
-
-    The label is the reasoning with the final line rewritten as ``So the answer is n.`` (the
-    open-instruct CoT style); ``answer`` keeps the number for exact match.
-    """
-    out = []
-    for r in rows:
-        text = str(r["answer"])
-        if "####" not in text:
-            raise ValueError(f"a GSM8K answer must end with '#### <number>', got {text[-40:]!r}")
-        steps, final = text.rsplit("####", 1)
-        final = final.strip().replace(",", "")
-        steps = re.sub(r"<<[^>]*>>", "", steps).strip()  # drop calculator annotations
-        out.append(_query(str(r["question"]), f"{steps}\nSo the answer is {final}.", answer=final))
-    return out
-
-
-def convert_tydiqa(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """TyDiQA-GoldP (SQuAD-style ``{"data": [{"paragraphs": [{"context", "qas"}]}]}``) -> rows."""
-    data = rows[0]["data"] if len(rows) == 1 and "data" in rows[0] else rows
-    out = []
-    for art in data:
-        for par in art["paragraphs"]:
-            for qa in par["qas"]:
-                answers = [a["text"] for a in qa["answers"]]
-                if not answers:
-                    continue
-                prompt = f"Passage: {par['context']}\nQuestion: {qa['question']}\nAnswer:"
-                out.append(_query(prompt, answers[0], answer=answers, id=qa.get("id", "")))
-    return out
-
-
-def convert_codex(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """HumanEval JSONL (``task_id, prompt, canonical_solution, test, entry_point``) -> rows."""
-    out = []
-    for r in rows:
-        prompt = "Complete the following python function.\n\n\n" + str(r["prompt"])
-        row = _query(prompt, str(r["prompt"]) + str(r["canonical_solution"]))
-        row.update(task_id=r["task_id"], test=r["test"], entry_point=r["entry_point"])
-        out.append(row)
-    return out
-
-
-def convert_mmlu_pro(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """MMLU-Pro rows (``question, options, answer, answer_index, category``) -> rows."""
-    letters = "ABCDEFGHIJKLMNOP"
-    out = []
-    for r in rows:
-        opts = list(r["options"])
-        if not 2 <= len(opts) <= len(letters):
-            raise ValueError(f"an MMLU-Pro question needs 2..16 options, got {len(opts)}")
-        body = "\n".join(f"({letters[i]}) {o}" for i, o in enumerate(opts))
-        ans = str(r["answer"])
-        prompt = f"Question: {r['question']}\nOptions:\n{body}\nAnswer:"
-        out.append(_query(prompt, f"The answer is ({ans}).", answer=ans, category=r["category"]))
-    return out
-
-
-TASK_CONVERTERS: dict[str, Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]]] = {
-    "bbh": convert_bbh,
-    "codex": convert_codex,
-    "gsm8k": convert_gsm8k,
-    "tydiqa": convert_tydiqa,
-    "mmlu_pro": convert_mmlu_pro,
-}
-
-
-def load_target_task(task: str, path: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """Raw benchmark file of a target task -> query rows (``prompts``, ``labels``, ``answer``...)."""
-    if task not in TASK_CONVERTERS:
-        raise ValueError(f"task must be one of {TARGET_TASKS}, got {task!r}")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{task} file not found: {path}")
-    rows = TASK_CONVERTERS[task](_read_rows(path, "test"))
-    return rows[:limit] if limit is not None else rows
 
 
 # ------------------------------------------------------------------------------------ warm-up
@@ -446,7 +274,8 @@ def query_loss(
     queries: Sequence[Mapping[str, Any]],
     max_length: int = 2048,
 ) -> float:
-    """Mean token cross-entropy on the query labels (paper §4, official ``evaluation/``).
+    """Mean token cross-entropy on the query labels (the paper's query loss;
+    official ``evaluation/``).
 
     Each query is ``tok(prompt) ⧺ tok(label + EOS)``; only the label tokens are scored. Tokens are
     pooled over all queries (a long label weighs more), as in the official evaluation.

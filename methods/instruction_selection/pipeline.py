@@ -19,8 +19,9 @@ import torch
 
 from common.config import Run, dataset_source, model_id, trainer_config
 
+from .less import LESSFeaturizer, less_warmup
 from .paper import less_warmup_trainer
-from .representations import LESSFeaturizer, RDSPlus, SentenceEmbed, less_warmup
+from .representations import RDSPlus, SentenceEmbed
 from .selectors import doubly_greedy, knn_uniform, round_robin, uot
 from .similarity import cosine_matrix
 
@@ -166,7 +167,7 @@ def select_stage(run: Run) -> dict[str, float]:
     from common.tracking import write_results
 
     from .distance import wasserstein1
-    from .paper import load_pool, load_queries
+    from .paper_data import load_pool, load_queries
 
     cfg, run_dir = run.method, Path(run.run_dir)
     t0 = time.time()
@@ -221,7 +222,8 @@ def finetune_stage(run: Run) -> dict[str, float]:
     """
     from common.tracking import write_results
 
-    from .paper import load_pool, load_queries, query_loss, train_tulu
+    from .paper import query_loss, train_tulu
+    from .paper_data import load_pool, load_queries
 
     cfg, run_dir = run.method, Path(run.run_dir)
     if not cfg.subset_file:

@@ -1,5 +1,5 @@
-"""Subset selectors that turn a similarity matrix into an ordering of the pool (paper §3; official
-``selection/*.py``).
+"""Subset selectors that turn a similarity matrix into an ordering of the pool (the paper's
+selection algorithms: RR, DG, UOT, KNN-Uniform, KNN-KDE; official ``selection/*.py``).
 
 Every selector reads ``S`` of shape ``[M, N]`` (rows = queries, columns = candidates, cosine values)
 and returns the first ``B`` indices of a full ordering, so subsets are nested across budgets. The
@@ -181,6 +181,8 @@ def knn_uniform_probs(
     S: np.ndarray, L: int = 5000, alpha: float = 0.01, C: float = 5.0
 ) -> tuple[np.ndarray, int]:
     """TSDS KNN-Uniform: each query spreads ``1/M`` evenly over its ``K`` nearest candidates.
+
+    TSDS (Liu et al. 2024) as the paper runs it; official ``selection/tsds_subset.py``.
 
     ``d = 1 − S``; with each query's sorted distances ``d_{i,1} ≤ d_{i,2} ≤ …`` (at most
     ``L`` of them), ``K`` is the smallest ``K ≥ 1`` with
@@ -385,7 +387,9 @@ def knn_kde(
 
 
 def random_select(N: int, B: int, seed: int = 0) -> list[int]:
-    """The Random baseline: the first ``B`` of a seeded permutation of ``range(N)``."""
+    """The Random baseline: the first ``B`` of a seeded permutation of ``range(N)``.
+
+    The paper's random baseline (official ``selection/random.py``; our permutation RNG is numpy's)."""
     if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be a positive int, got {N!r}")
     B = _check_budget(B, int(N))

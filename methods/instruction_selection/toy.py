@@ -23,7 +23,8 @@ from torch import nn
 
 from common.metrics import spearman
 
-from .representations import _query_parts, _segments, _supervised_ids
+from .less import _supervised_ids
+from .representations import _query_parts, _segments
 
 logger = logging.getLogger(__name__)
 
@@ -227,15 +228,93 @@ def finetune_copy(
 
 
 # ---------------------------------------------------------------- the toy stage
+def _arm_metrics(cfg, sims, evaluate, is_target, seed: int) -> dict[str, dict[str, float]]:
+    """Every representation with RR, and the selector representation with every selector (the paper's
+    representation × selector design, official ``selection/*.py``): loss, target fraction and the three subset–query distances at each budget."""
+    from .distance import candidate_side_distance, query_cover_distance, wasserstein1
+    from .pipeline import selector_fns
+
+    metrics: dict[str, dict[str, float]] = {}
+    fns = selector_fns(cfg)
+    arms = [(f"{rep}_rr", rep, "rr") for rep in cfg.representations]
+    if cfg.selector_representation in sims:
+        rep = cfg.selector_representation
+        arms += [(f"{rep}_{s}", rep, s) for s in cfg.selectors if s != "rr"]
+    B_max = max(cfg.budgets)
+    for arm, rep, sel in arms:
+        order = fns[sel](sims[rep], B_max)
+        row = metrics.setdefault(arm, {})
+        for B in cfg.budgets:
+            sub = order[:B]
+            row[f"loss@{B}"] = evaluate(sub, seed)
+            row[f"target_frac@{B}"] = float(is_target[sub].mean())
+            row[f"w1@{B}"] = wasserstein1(sims[rep], sub)
+            row[f"cover@{B}"] = query_cover_distance(sims[rep], sub)
+            row[f"cand@{B}"] = candidate_side_distance(sims[rep], sub)
+        logger.info("arm %s: %s", arm, {k: round(v, 3) for k, v in row.items() if "loss" in k})
+    return metrics
+
+
+def _random_metrics(cfg, sims, evaluate, is_target, n_pool: int, seed: int) -> dict[str, float]:
+    """Random subsets (the paper's random baseline), averaged over ``cfg.random_seeds``."""
+    from .distance import wasserstein1
+    from .selectors import random_select
+
+    rnd: dict[str, list[float]] = {}
+    for s in cfg.random_seeds:
+        for B in cfg.budgets:
+            sub = random_select(n_pool, B, seed=s)
+            rnd.setdefault(f"loss@{B}", []).append(evaluate(sub, seed))
+            rnd.setdefault(f"target_frac@{B}", []).append(float(is_target[sub].mean()))
+            for rep, S in sims.items():
+                rnd.setdefault(f"w1_{rep}@{B}", []).append(wasserstein1(S, sub))
+    out = {k: float(np.mean(v)) for k, v in rnd.items()}
+    if len(cfg.random_seeds) > 1:
+        for B in cfg.budgets:
+            out[f"loss_std@{B}"] = float(np.std(rnd[f"loss@{B}"]))
+    return out
+
+
+def _quantile_metrics(cfg, sims, evaluate, is_target, seed, metrics, run_dir) -> dict:
+    """The distance-quantile experiment (paper Figs. 2–3;
+    official ``quantile/convert_to_dist_quant.py``): the pool ranked by RR, cut into
+    ``n_quantiles`` chunks; Spearman ρ of chunk rank against loss, target fraction and W1. Adds
+    ``<rep>_quantiles`` to ``metrics``, writes the table; returns the per-chunk loss curves."""
+    from .distance import wasserstein1
+    from .experiments import distance_quantiles, spearman_table
+    from .selectors import round_robin
+
+    curves: dict[str, list[float]] = {}
+    quant_rows: dict[str, dict[str, list[float]]] = {}
+    if cfg.n_quantiles > 0:
+        for rep, S in sims.items():
+            chunks = distance_quantiles(
+                round_robin(S, S.shape[1]), cfg.n_quantiles, cfg.per_quantile
+            )
+            losses = [evaluate(c, seed) for c in chunks]
+            fracs = [float(is_target[c].mean()) for c in chunks]
+            dists = [wasserstein1(S, c) for c in chunks]  # the chunk's W1 to the queries
+            curves[rep] = losses
+            rho = spearman_table({"loss": losses, "target_frac": fracs, "w1": dists})
+            metrics[f"{rep}_quantiles"] = {
+                "spearman_loss": rho["loss"],
+                "spearman_target_frac": rho["target_frac"],
+                "spearman_w1_loss": spearman(dists, losses),
+                "spearman_chunk_w1": rho["w1"],
+                "loss_q0": losses[0],
+                f"loss_q{cfg.n_quantiles - 1}": losses[-1],
+            }
+            quant_rows[rep] = {"loss": losses, "target_frac": fracs, "w1": dists}
+        _write_quantile_table(quant_rows, metrics, run_dir / "quantile_spearman.md")
+    return curves
+
+
 def run_toy(run: Any) -> dict[str, float]:
     """``stage=toy``: every representation x selector and Random on one synthetic pool; writes the
     results, the quantile table and the plot."""
     from common.tracking import write_results
 
-    from .distance import candidate_side_distance, query_cover_distance, wasserstein1
-    from .experiments import distance_quantiles, spearman_table
-    from .pipeline import selector_fns, similarities
-    from .selectors import random_select, round_robin
+    from .pipeline import similarities
 
     toy = sys.modules[__name__]
     cfg, seed, run_dir = run.method, int(run.seed), Path(run.run_dir)
@@ -271,58 +350,9 @@ def run_toy(run: Any) -> dict[str, float]:
     zs = toy.target_loss(base, test_items, pad)
     for B in cfg.budgets:
         metrics["zero_shot"][f"loss@{B}"] = zs
-    fns = selector_fns(cfg)
-    arms = [(f"{rep}_rr", rep, "rr") for rep in cfg.representations]
-    if cfg.selector_representation in sims:
-        rep = cfg.selector_representation
-        arms += [(f"{rep}_{s}", rep, s) for s in cfg.selectors if s != "rr"]
-    B_max = max(cfg.budgets)
-    for arm, rep, sel in arms:
-        order = fns[sel](sims[rep], B_max)
-        row = metrics.setdefault(arm, {})
-        for B in cfg.budgets:
-            sub = order[:B]
-            row[f"loss@{B}"] = evaluate(sub, seed)
-            row[f"target_frac@{B}"] = float(is_target[sub].mean())
-            row[f"w1@{B}"] = wasserstein1(sims[rep], sub)
-            row[f"cover@{B}"] = query_cover_distance(sims[rep], sub)
-            row[f"cand@{B}"] = candidate_side_distance(sims[rep], sub)
-        logger.info("arm %s: %s", arm, {k: round(v, 3) for k, v in row.items() if "loss" in k})
-    rnd: dict[str, list[float]] = {}
-    for s in cfg.random_seeds:
-        for B in cfg.budgets:
-            sub = random_select(len(pool), B, seed=s)
-            rnd.setdefault(f"loss@{B}", []).append(evaluate(sub, seed))
-            rnd.setdefault(f"target_frac@{B}", []).append(float(is_target[sub].mean()))
-            for rep, S in sims.items():
-                rnd.setdefault(f"w1_{rep}@{B}", []).append(wasserstein1(S, sub))
-    metrics["random"] = {k: float(np.mean(v)) for k, v in rnd.items()}
-    if len(cfg.random_seeds) > 1:
-        for B in cfg.budgets:
-            metrics["random"][f"loss_std@{B}"] = float(np.std(rnd[f"loss@{B}"]))
-
-    curves: dict[str, list[float]] = {}
-    quant_rows: dict[str, dict[str, list[float]]] = {}
-    if cfg.n_quantiles > 0:
-        for rep, S in sims.items():
-            chunks = distance_quantiles(
-                round_robin(S, S.shape[1]), cfg.n_quantiles, cfg.per_quantile
-            )
-            losses = [evaluate(c, seed) for c in chunks]
-            fracs = [float(is_target[c].mean()) for c in chunks]
-            dists = [wasserstein1(S, c) for c in chunks]  # the chunk's W1 to the queries
-            curves[rep] = losses
-            rho = spearman_table({"loss": losses, "target_frac": fracs, "w1": dists})
-            metrics[f"{rep}_quantiles"] = {
-                "spearman_loss": rho["loss"],
-                "spearman_target_frac": rho["target_frac"],
-                "spearman_w1_loss": spearman(dists, losses),
-                "spearman_chunk_w1": rho["w1"],
-                "loss_q0": losses[0],
-                f"loss_q{cfg.n_quantiles - 1}": losses[-1],
-            }
-            quant_rows[rep] = {"loss": losses, "target_frac": fracs, "w1": dists}
-        _write_quantile_table(quant_rows, metrics, run_dir / "quantile_spearman.md")
+    metrics.update(_arm_metrics(cfg, sims, evaluate, is_target, seed))
+    metrics["random"] = _random_metrics(cfg, sims, evaluate, is_target, len(pool), seed)
+    curves = _quantile_metrics(cfg, sims, evaluate, is_target, seed, metrics, run_dir)
     _plot(metrics, curves, cfg.budgets, run_dir)
     extra = {"n_pool_target": int(is_target.sum()), "quantile_losses": curves}
     return write_results(

@@ -408,7 +408,7 @@ def test_target_task_converters_on_raw_formats(tmp_path):
     """The five target tasks' raw formats become Tulu query rows with the right labels."""
     import json
 
-    from methods.instruction_selection.paper import (
+    from methods.instruction_selection.paper_data import (
         TARGET_TASKS,
         load_queries,
         load_target_task,
@@ -509,7 +509,7 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
 
     from common.registry import compose, run_method
     from common.tiny import save_tiny, tiny_causal_lm
-    from methods.instruction_selection.paper import load_pool
+    from methods.instruction_selection.paper_data import load_pool
 
     model, tok = tiny_causal_lm("llama", seed=0, tokenizer=tiny_tok)
     mdir = tmp_path / "tiny-llama"
@@ -574,7 +574,8 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
     ckpts = sorted((tmp_path / "run" / "warmup").glob("checkpoint-*"))
     assert len(ckpts) == 2 and all((c / "optimizer.pt").exists() for c in ckpts)
     # step 2 of the reproduce script: full fine-tuning on a subset file, then the query loss
-    from methods.instruction_selection.paper import finetune_subset, load_queries, query_loss
+    from methods.instruction_selection.paper import finetune_subset, query_loss
+    from methods.instruction_selection.paper_data import load_queries
 
     queries = load_queries(qpath, "gsm8k")
     res = finetune_subset(
@@ -714,7 +715,7 @@ def test_knn_kde_stop_step_is_not_accepted():
 def test_less_train_mode_dropout_bos_and_dtype(char_gpt):
     from peft import LoraConfig, get_peft_model
 
-    from methods.instruction_selection.representations import _supervised_ids, special_prefix
+    from methods.instruction_selection.less import _supervised_ids, special_prefix
 
     base, tok = char_gpt
     import copy
