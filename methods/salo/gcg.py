@@ -50,6 +50,67 @@ def _segments(
     return enc(before), enc(after), enc(target)
 
 
+def _check_gcg_args(n_tokens, steps, topk, n_candidates, target, detector, window, suffix_sep):
+    """Raises on bad sizes, an empty target, a detector without a window, a non-string separator."""
+    if n_tokens < 1 or steps < 0 or topk < 1 or n_candidates < 1:
+        raise ValueError(
+            f"n_tokens, topk, n_candidates must be >= 1 and steps >= 0, got {n_tokens}, {topk}, "
+            f"{n_candidates}, {steps}"
+        )
+    if not target:
+        raise ValueError("target must be a non-empty string")
+    if detector is not None and window is None:
+        raise ValueError("window is required when a detector is given")
+    if not isinstance(suffix_sep, str):
+        raise TypeError(f"suffix_sep must be a string, got {type(suffix_sep).__name__}")
+
+
+def _allowed(tokenizer, allowed_token_ids, vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(allowed ids [A], blocked mask [V])``; default every non-special id below ``vocab``."""
+    if allowed_token_ids is None:
+        special = set(tokenizer.all_special_ids)
+        allowed_token_ids = [i for i in range(len(tokenizer)) if i not in special and i < vocab]
+    allowed = torch.tensor(sorted(set(allowed_token_ids)), device=device)
+    if allowed.numel() == 0:
+        raise ValueError("allowed_token_ids must not be empty")
+    block = torch.ones(vocab, dtype=torch.bool, device=device)
+    block[allowed] = False
+    return allowed, block
+
+
+def _objective(model, t0: int, tgt_ids: torch.Tensor, detector, window, detector_weight: float):
+    """GCG's loss (Zou et al. 2023, Alg. 1: target cross-entropy), plus the adaptive detector term
+    ``detector_weight * detector(volume)`` (SALO paper's adaptive attack)."""
+
+    def objective(embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[C, S, D]`` input embeddings -> (objective [C], target loss [C])."""
+        out = model(inputs_embeds=embeds, output_hidden_states=detector is not None)
+        logits = out.logits[:, t0 - 1 : t0 - 1 + len(tgt_ids)].float()  # predict the targets
+        ce = nn.functional.cross_entropy(
+            logits.transpose(1, 2), tgt_ids.expand(embeds.shape[0], -1), reduction="none"
+        ).mean(1)
+        if detector is None or detector_weight == 0.0:
+            return ce, ce
+        vol = torch.stack(out.hidden_states[window[0] : window[1]], dim=1)[:, :, :t0]  # [C,L,T,D]
+        return ce + detector_weight * detector(vol.float()), ce
+
+    return objective
+
+
+def _candidates(suffix, grad, block, k: int, n_candidates: int, gen) -> torch.Tensor:
+    """GCG's candidate batch (Zou et al. 2023, Alg. 1): per candidate one random position takes one
+    of the top-``k`` tokens by negative gradient. ``[n_candidates, n_tokens]``."""
+    device = suffix.device
+    n_tokens = suffix.shape[0]
+    grad = grad.masked_fill(block, float("inf"))
+    top = (-grad).topk(k, dim=1).indices  # [n, k]
+    pos = torch.randint(0, n_tokens, (n_candidates,), generator=gen).to(device)
+    pick = torch.randint(0, top.shape[1], (n_candidates,), generator=gen).to(device)
+    cands = suffix.expand(n_candidates, -1).clone()
+    cands[torch.arange(n_candidates, device=device), pos] = top[pos, pick]
+    return cands
+
+
 def gcg_attack(
     model: nn.Module,
     tokenizer,
@@ -94,29 +155,12 @@ def gcg_attack(
     Raises:
         ValueError: on bad sizes, an empty target, or a detector without a window.
     """
-    if n_tokens < 1 or steps < 0 or topk < 1 or n_candidates < 1:
-        raise ValueError(
-            f"n_tokens, topk, n_candidates must be >= 1 and steps >= 0, got {n_tokens}, {topk}, "
-            f"{n_candidates}, {steps}"
-        )
-    if not target:
-        raise ValueError("target must be a non-empty string")
-    if detector is not None and window is None:
-        raise ValueError("window is required when a detector is given")
-    if not isinstance(suffix_sep, str):
-        raise TypeError(f"suffix_sep must be a string, got {type(suffix_sep).__name__}")
+    _check_gcg_args(n_tokens, steps, topk, n_candidates, target, detector, window, suffix_sep)
     before, after, tgt = _segments(tokenizer, prompt, target, suffix_sep)
     embed = model.get_input_embeddings()
     vocab = embed.weight.shape[0]
     device = embed.weight.device
-    if allowed_token_ids is None:
-        special = set(tokenizer.all_special_ids)
-        allowed_token_ids = [i for i in range(len(tokenizer)) if i not in special and i < vocab]
-    allowed = torch.tensor(sorted(set(allowed_token_ids)), device=device)
-    if allowed.numel() == 0:
-        raise ValueError("allowed_token_ids must not be empty")
-    block = torch.ones(vocab, dtype=torch.bool, device=device)
-    block[allowed] = False
+    allowed, block = _allowed(tokenizer, allowed_token_ids, vocab, device)
     suffix = torch.tensor(
         list(init_ids) if init_ids is not None else [int(allowed[0])] * n_tokens, device=device
     )
@@ -127,18 +171,7 @@ def gcg_attack(
     t0 = len(before) + n_tokens + len(after)  # first target position
     tgt_ids = torch.tensor(tgt, device=device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def objective(embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[C, S, D]`` input embeddings -> (objective [C], target loss [C])."""
-        out = model(inputs_embeds=embeds, output_hidden_states=detector is not None)
-        logits = out.logits[:, t0 - 1 : t0 - 1 + len(tgt)].float()  # predict the target tokens
-        ce = nn.functional.cross_entropy(
-            logits.transpose(1, 2), tgt_ids.expand(embeds.shape[0], -1), reduction="none"
-        ).mean(1)
-        if detector is None or detector_weight == 0.0:
-            return ce, ce
-        vol = torch.stack(out.hidden_states[window[0] : window[1]], dim=1)[:, :, :t0]  # [C,L,T,D]
-        return ce + detector_weight * detector(vol.float()), ce
+    objective = _objective(model, t0, tgt_ids, detector, window, detector_weight)
 
     def embeds_for(suffixes: torch.Tensor) -> torch.Tensor:  # [C, n] -> [C, S, D]
         c = suffixes.shape[0]
@@ -164,12 +197,7 @@ def gcg_attack(
         if step == steps:
             break
         (grad,) = torch.autograd.grad(obj.sum(), one_hot)  # [n, V]
-        grad = grad.masked_fill(block, float("inf"))
-        top = (-grad).topk(min(topk, allowed.numel()), dim=1).indices  # [n, k]
-        pos = torch.randint(0, n_tokens, (n_candidates,), generator=gen).to(device)
-        pick = torch.randint(0, top.shape[1], (n_candidates,), generator=gen).to(device)
-        cands = suffix.expand(n_candidates, -1).clone()
-        cands[torch.arange(n_candidates, device=device), pos] = top[pos, pick]
+        cands = _candidates(suffix, grad, block, min(topk, allowed.numel()), n_candidates, gen)
         with torch.no_grad():
             c_obj, _ = objective(embeds_for(cands))
         suffix = cands[int(c_obj.argmin())]

@@ -156,30 +156,25 @@ def paper_stage(run: Run) -> dict[str, float]:
     return write_results(run.run_dir, "salo", metrics, cfg=run.cfg, wall_time_s=time.time() - t0)
 
 
-def run_paper(run: Run) -> dict[str, dict[str, float]]:
-    """The paper pipeline of :func:`paper_stage`; returns ``{detector: {metric: value}}``."""
-    from common.models import load_model, load_tokenizer
-    from methods.salo import data
-    from methods.salo.gcg import gcg_attack
-
-    mc, p = run.method, run.method.paper
-    if run.model is None or run.benchmark is None:
-        raise ValueError("stage=paper needs model=<checkpoint> and benchmark=salo_safety")
-    spec = model_id(run.model)
-    model = load_model(spec, dtype=run.model.dtype)
-    model.eval()
-    tok = load_tokenizer(spec)
-    sets = run.benchmark.sets
+def _check_sets(bench) -> None:
+    """Every set of the benchmark has a SALO role; a calibration set and a training set exist."""
+    sets = bench.sets
     unknown = set(sets) - {*TRAIN_SETS, CALIBRATION_SET, *ATTACK_SETS}
     if unknown:
         raise ValueError(
-            f"benchmark {run.benchmark.name} has sets {sorted(unknown)} without a SALO role; "
+            f"benchmark {bench.name} has sets {sorted(unknown)} without a SALO role; "
             f"known: train {TRAIN_SETS}, calibration {CALIBRATION_SET!r}, attacks {ATTACK_SETS}"
         )
     if CALIBRATION_SET not in sets or not set(TRAIN_SETS) & set(sets):
         raise ValueError(
-            f"benchmark {run.benchmark.name} needs an {CALIBRATION_SET!r} set and one of {TRAIN_SETS}"
+            f"benchmark {bench.name} needs an {CALIBRATION_SET!r} set and one of {TRAIN_SETS}"
         )
+
+
+def _train_data(sets, p) -> tuple[list[str], list[int]]:
+    """The clean training prompts and labels: PKU-SafeRLHF and/or ToxicChat (paper §4 setup)."""
+    from methods.salo import data
+
     train_p, train_y = [], []
     if "saferlhf" in sets:
         sp, sy = data.load_saferlhf(dataset_source(sets["saferlhf"]), p.saferlhf_cap)
@@ -190,8 +185,15 @@ def run_paper(run: Run) -> dict[str, dict[str, float]]:
             dataset_source(t), t.config, p.toxic_chat_cap_per_class, p.toxic_chat_max_chars
         )
         train_p, train_y = train_p + tp, train_y + ty
-    cal = sets[CALIBRATION_SET]
-    calib = data.load_xstest(dataset_source(cal), cal.split)
+    return train_p, train_y
+
+
+def _attack_sets(model, tok, sets, p, seed: int) -> dict[str, AttackSet]:
+    """Every attack set the run names: AdvBench direct/prefill (+ GCG generated here), the official
+    GCG/AutoDAN CSVs, extra CSVs, JailbreakBench artifacts and AutoDAN result files."""
+    from methods.salo import data
+    from methods.salo.gcg import gcg_attack
+
     attacks: dict[str, AttackSet] = {}
     if "advbench" in sets:
         limit = p.advbench_limit or sets["advbench"].limit
@@ -211,7 +213,7 @@ def run_paper(run: Run) -> dict[str, dict[str, float]]:
                     steps=gen.steps,
                     topk=gen.topk,
                     n_candidates=gen.n_candidates,
-                    seed=run.seed + i,
+                    seed=seed + i,
                 ).suffix
                 for i, (g, t) in enumerate(zip(goals, targets, strict=True))
             ]
@@ -228,6 +230,27 @@ def run_paper(run: Run) -> dict[str, dict[str, float]]:
         attacks[name] = data.load_autodan_results(f["path"], f.get("placement", "user"))
     if not attacks:
         raise ValueError("no attack set: add an advbench set or method.paper.csv/jbb/autodan files")
+    return attacks
+
+
+def run_paper(run: Run) -> dict[str, dict[str, float]]:
+    """The paper pipeline of :func:`paper_stage`; returns ``{detector: {metric: value}}``."""
+    from common.models import load_model, load_tokenizer
+    from methods.salo import data
+
+    mc, p = run.method, run.method.paper
+    if run.model is None or run.benchmark is None:
+        raise ValueError("stage=paper needs model=<checkpoint> and benchmark=salo_safety")
+    spec = model_id(run.model)
+    model = load_model(spec, dtype=run.model.dtype)
+    model.eval()
+    tok = load_tokenizer(spec)
+    sets = run.benchmark.sets
+    _check_sets(run.benchmark)
+    train_p, train_y = _train_data(sets, p)
+    cal = sets[CALIBRATION_SET]
+    calib = data.load_xstest(dataset_source(cal), cal.split)
+    attacks = _attack_sets(model, tok, sets, p, run.seed)
     op = SALOConfig(mc.n_filters, mc.layer_kernel, list(mc.token_kernels), mc.dropout, "max")
     tcfg = TrainConfig(
         mc.epochs, mc.batch_size, mc.lr, mc.weight_decay, grad_clip=mc.grad_clip, seed=run.seed

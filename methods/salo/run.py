@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from . import paper, toy_eval
+from . import paper, toy
 
-STAGES = {"toy": toy_eval.run_toy, "paper": paper.paper_stage}
+STAGES = {"toy": toy.run_toy, "paper": paper.paper_stage}
 DEMO_OVERRIDES: list[str] = [
     "method.toy.lm_steps=2",
     "method.toy.lm_batch_size=8",

@@ -27,6 +27,45 @@ def _refusal_logprob(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return logits[:, -1].float().log_softmax(-1)[:, ids].logsumexp(-1)  # [B]
 
 
+def _block_outputs(model: nn.Module, blocks, h_ids: torch.Tensor) -> list[torch.Tensor]:
+    """The raw output ``[T, D]`` of every decoder block on the harmful prompt (the last hidden
+    state carries the final norm, so the last block's output is captured by a hook)."""
+    hs = model(input_ids=h_ids, output_hidden_states=True).hidden_states  # (L+1) x [1, T, D]
+    harm_out = [hs[j + 1][0] for j in range(len(blocks))]  # output of block j
+    raw = {}
+    handle = blocks[-1].register_forward_hook(
+        lambda _m, _i, out: raw.__setitem__("x", (out[0] if isinstance(out, tuple) else out)[0])
+    )
+    try:
+        model(input_ids=h_ids)
+    finally:
+        handle.remove()
+    harm_out[-1] = raw["x"]
+    return harm_out
+
+
+def _patched_logprob(model, blocks, patched, harm_out, batch: torch.Tensor, rid) -> torch.Tensor:
+    """Refusal log-prob ``[T]`` of the benign batch with row ``r``'s token ``r`` patched from the
+    harmful run in every block of ``patched`` (Meng et al. 2022 causal tracing, window of layers)."""
+    t = batch.shape[1]
+    handles = []
+    for j in patched:
+
+        def hook(_m, _i, out, j=j):
+            x = out[0] if isinstance(out, tuple) else out
+            x = x.clone()
+            pos = torch.arange(t, device=x.device)
+            x[pos, pos] = harm_out[j][pos].to(x)  # row r patches token r
+            return (x, *out[1:]) if isinstance(out, tuple) else x
+
+        handles.append(blocks[j].register_forward_hook(hook))
+    try:
+        return _refusal_logprob(model(input_ids=batch).logits, rid)  # [T]
+    finally:
+        for h in handles:
+            h.remove()
+
+
 @torch.no_grad()
 def causal_trace(
     model: nn.Module,
@@ -71,44 +110,15 @@ def causal_trace(
     rid = torch.tensor(list(refusal_token_ids), device=device)
     blocks = _blocks(model)
     n_layers, t = len(blocks), h_ids.shape[1]
-    hs = model(input_ids=h_ids, output_hidden_states=True).hidden_states  # (L+1) x [1, T, D]
-    harm_out = [
-        hs[j + 1][0] for j in range(n_layers)
-    ]  # output of block j (last one pre-norm? see below)
+    harm_out = _block_outputs(model, blocks, h_ids)
     harm_lp = _refusal_logprob(model(input_ids=h_ids).logits, rid)[0]
     base_lp = _refusal_logprob(model(input_ids=b_ids).logits, rid)[0]
-    # the last hidden state carries the final norm: capture the last block's raw output instead
-    raw = {}
-    handle = blocks[-1].register_forward_hook(
-        lambda _m, _i, out: raw.__setitem__("x", (out[0] if isinstance(out, tuple) else out)[0])
-    )
-    try:
-        model(input_ids=h_ids)
-    finally:
-        handle.remove()
-    harm_out[-1] = raw["x"]
-
     half = window // 2
     eff = torch.zeros(n_layers, t)
     batch = b_ids.expand(t, -1)  # one row per patched position
     for layer in range(n_layers):
         patched = range(max(0, layer - half), min(n_layers, layer + half + 1))
-        handles = []
-        for j in patched:
-
-            def hook(_m, _i, out, j=j):
-                x = out[0] if isinstance(out, tuple) else out
-                x = x.clone()
-                pos = torch.arange(t, device=x.device)
-                x[pos, pos] = harm_out[j][pos].to(x)  # row r patches token r
-                return (x, *out[1:]) if isinstance(out, tuple) else x
-
-            handles.append(blocks[j].register_forward_hook(hook))
-        try:
-            lp = _refusal_logprob(model(input_ids=batch).logits, rid)  # [T]
-        finally:
-            for h in handles:
-                h.remove()
+        lp = _patched_logprob(model, blocks, patched, harm_out, batch, rid)  # [T]
         eff[layer] = (lp - base_lp).cpu()
     if normalize:
         full = float(harm_lp - base_lp)

@@ -77,6 +77,29 @@ def build_chat(
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _limit_lengths(ids: list[list[int]], limit: int | None, truncate: bool) -> list[list[int]]:
+    """Raises on a prompt longer than ``limit`` tokens, or cuts it when ``truncate``."""
+    for i, row in enumerate(ids):
+        if limit is not None and len(row) > limit:
+            if not truncate:
+                raise ValueError(
+                    f"prompt {i} has {len(row)} tokens > max_length {limit}; pass truncate=True"
+                )
+            ids[i] = row[:limit]
+    return ids
+
+
+def _right_pad(chunk: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids [b, t], attention_mask [b, t])``, right-padded with ``pad``."""
+    t = max(len(r) for r in chunk)
+    input_ids = torch.full((len(chunk), t), pad, dtype=torch.long)
+    attn = torch.zeros(len(chunk), t, dtype=torch.long)
+    for j, r in enumerate(chunk):  # right padding
+        input_ids[j, : len(r)] = torch.tensor(r)
+        attn[j, : len(r)] = 1
+    return input_ids, attn
+
+
 @torch.no_grad()
 def collect_volumes(
     model: nn.Module,
@@ -128,17 +151,14 @@ def collect_volumes(
         _per_prompt(suffix, len(prompts), "suffix"),
         _per_prompt(prefill, len(prompts), "prefill"),
     )
-    ids = [
-        build_chat(tokenizer, p, suffix=s, prefill=f, suffix_sep=suffix_sep)
-        for p, s, f in zip(prompts, sfx, pre, strict=True)
-    ]
-    for i, row in enumerate(ids):
-        if limit is not None and len(row) > limit:
-            if not truncate:
-                raise ValueError(
-                    f"prompt {i} has {len(row)} tokens > max_length {limit}; pass truncate=True"
-                )
-            ids[i] = row[:limit]
+    ids = _limit_lengths(
+        [
+            build_chat(tokenizer, p, suffix=s, prefill=f, suffix_sep=suffix_sep)
+            for p, s, f in zip(prompts, sfx, pre, strict=True)
+        ],
+        limit,
+        truncate,
+    )
     device = next(model.parameters()).device
     t_max = max(len(r) for r in ids)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -146,12 +166,8 @@ def collect_volumes(
     out_m = torch.zeros(len(ids), t_max, dtype=torch.bool)
     for b0 in range(0, len(ids), batch_size):
         chunk = ids[b0 : b0 + batch_size]
-        t = max(len(r) for r in chunk)
-        input_ids = torch.full((len(chunk), t), pad, dtype=torch.long)
-        attn = torch.zeros(len(chunk), t, dtype=torch.long)
-        for j, r in enumerate(chunk):  # right padding
-            input_ids[j, : len(r)] = torch.tensor(r)
-            attn[j, : len(r)] = 1
+        input_ids, attn = _right_pad(chunk, pad)
+        t = input_ids.shape[1]
         hs = model(
             input_ids=input_ids.to(device),
             attention_mask=attn.to(device),

@@ -11,7 +11,7 @@ import torch
 
 from common.tiny import tiny_causal_lm
 from methods.salo import SALO, build_chat, collect_volumes, score_detector
-from methods.salo.toy import ToyWorld, toy_tokenizer
+from methods.salo.toy_world import ToyWorld, toy_tokenizer
 from scripts.bench._harness import row, spread_ratio, time_pair
 
 OFFICIAL_PARAMS = {3584: 6.9e6, 4096: 7.9e6}

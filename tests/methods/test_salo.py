@@ -30,7 +30,7 @@ torch.set_num_threads(1)
 def llama4():
     """A random 4-layer tiny Llama with the toy word-level chat tokenizer (instant to build)."""
     from common.tiny import tiny_causal_lm
-    from methods.salo.toy import toy_tokenizer
+    from methods.salo.toy_world import toy_tokenizer
 
     return tiny_causal_lm("llama", num_hidden_layers=4, seed=0, tokenizer=toy_tokenizer())
 
