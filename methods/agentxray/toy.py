@@ -13,13 +13,13 @@ rerun resumes it (``resume.py``).
 from __future__ import annotations
 
 import logging
-import math
 import random
 import statistics
 import time
 from pathlib import Path
 
 from common.config import Run
+from common.metrics import ci_halfwidth
 from common.tracking import progress, save_plot, write_results
 
 from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
@@ -52,10 +52,10 @@ Pairs = list[tuple[str, str]]
 
 def summarize_seeds(rows: list[dict[str, float]]) -> dict[str, float]:
     """Mean of every metric over seeds, plus the 95% CI half-widths of ``test_sfe`` and ``tokens``
-    (1.96·s/√n; 0 with one seed)."""
+    (:func:`common.metrics.ci_halfwidth`, normal quantile; 0 with one seed)."""
 
     def ci(xs: list[float]) -> float:
-        return 1.96 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+        return ci_halfwidth(xs) if len(xs) > 1 else 0.0
 
     agg = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
     agg["test_sfe_ci95"] = ci([r["test_sfe"] for r in rows])
