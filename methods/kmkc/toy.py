@@ -254,6 +254,49 @@ def toy_generator(world: FactWorld) -> ScriptedChat:
     return ScriptedChat(reply)
 
 
+def _sft_pairs(world: FactWorld, profiles, cfg: ToyConfig, seed: int):
+    """CGKE vs uniform SFT data at equal budget (same #items, steps, lr, batch, init): the CGKE
+    pairs (region-specific augmentation, paper Fig. 2, :func:`build_cgke_dataset`), the uniformly
+    drawn pairs and the augmentation stats."""
+    acfg = AugmentConfig(
+        n_mastered=cfg.n_mastered,
+        n_confused=cfg.n_confused,
+        n_missing=cfg.n_missing,
+        qa_template="{question}",
+        answer_template="{answer} {rationale}",
+    )
+    ds, aug_stats = build_cgke_dataset(profiles, toy_generator(world), acfg, return_stats=True)
+    cgke_pairs = [(m[0]["content"], m[1]["content"]) for m in ds["messages"]]
+    rng = random.Random(seed + 1)
+    uniform_pairs = [
+        (world.facts[i][0], world.facts[i][1])
+        for i in (rng.randrange(len(world.facts)) for _ in range(len(cgke_pairs)))
+    ]
+    return cgke_pairs, uniform_pairs, aug_stats
+
+
+def _calibration(model, world, cfg, profiles, cgke_pairs, state, calib_arms, seed) -> dict:
+    """Step 7: CGKE SFT with a share of tier C withheld, then GRPO vs CDKC (paper Fig. 2's
+    calibration stage) from that checkpoint."""
+    metrics: dict = {}
+    c_subjects = [q.split()[1] for q, _, _, t in world.facts if t == "C"]
+    n_hold = round(cfg.withhold_c * len(c_subjects))
+    held_subjects = set(random.Random(seed + 3).sample(c_subjects, n_hold))
+    withheld = {q for q, _, _, _ in world.facts if q.split()[1] in held_subjects}
+    kept = [(a, b) for a, b in cgke_pairs if not (set(f"{a} {b}".split()) & held_subjects)]
+    model.load_state_dict(state)
+    train(model, world, kept, cfg.sft_steps, cfg.sft_lr, cfg.batch_size, seed + 2)
+    metrics["cgke_calib_init"] = greedy_eval(model, world, withheld)
+    calib_state = {k: v.clone() for k, v in model.state_dict().items()}
+    regions = {p.id: p.region for p in profiles}
+    for arm in calib_arms:
+        model.load_state_dict(calib_state)
+        with tempfile.TemporaryDirectory() as tmp:
+            calibrate(model, world, cfg, regions, arm, seed, tmp)
+        metrics[arm] = greedy_eval(model, world, withheld)
+    return metrics
+
+
 def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
     """One seed: pretrain, profile, regions, then each SFT arm from the same checkpoint."""
     random.seed(seed)
@@ -297,21 +340,7 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
         "base": greedy_eval(model, world),
     }
 
-    # (3) CGKE vs uniform SFT at equal budget (same #items, steps, lr, batch, init).
-    acfg = AugmentConfig(
-        n_mastered=cfg.n_mastered,
-        n_confused=cfg.n_confused,
-        n_missing=cfg.n_missing,
-        qa_template="{question}",
-        answer_template="{answer} {rationale}",
-    )
-    ds, aug_stats = build_cgke_dataset(profiles, toy_generator(world), acfg, return_stats=True)
-    cgke_pairs = [(m[0]["content"], m[1]["content"]) for m in ds["messages"]]
-    rng = random.Random(seed + 1)
-    uniform_pairs = [
-        (world.facts[i][0], world.facts[i][1])
-        for i in (rng.randrange(len(world.facts)) for _ in range(len(cgke_pairs)))
-    ]
+    cgke_pairs, uniform_pairs, aug_stats = _sft_pairs(world, profiles, cfg, seed)
     data = {"vanilla_sft": uniform_pairs, "cgke": cgke_pairs}
     for arm in [a for a in arms if a in data]:
         model.load_state_dict(state)
@@ -320,22 +349,9 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
         metrics[arm]["n_sft_items"] = float(len(data[arm]))
     calib_arms = [a for a in arms if a in ("grpo", "cdkc")]
     if calib_arms:
-        # Step 7: CGKE SFT with a share of tier C withheld, then GRPO vs CDKC from that checkpoint.
-        c_subjects = [q.split()[1] for q, _, _, t in world.facts if t == "C"]
-        n_hold = round(cfg.withhold_c * len(c_subjects))
-        held_subjects = set(random.Random(seed + 3).sample(c_subjects, n_hold))
-        withheld = {q for q, _, _, _ in world.facts if q.split()[1] in held_subjects}
-        kept = [(a, b) for a, b in cgke_pairs if not (set(f"{a} {b}".split()) & held_subjects)]
-        model.load_state_dict(state)
-        train(model, world, kept, cfg.sft_steps, cfg.sft_lr, cfg.batch_size, seed + 2)
-        metrics["cgke_calib_init"] = greedy_eval(model, world, withheld)
-        calib_state = {k: v.clone() for k, v in model.state_dict().items()}
-        regions = {p.id: p.region for p in profiles}
-        for arm in calib_arms:
-            model.load_state_dict(calib_state)
-            with tempfile.TemporaryDirectory() as tmp:
-                calibrate(model, world, cfg, regions, arm, seed, tmp)
-            metrics[arm] = greedy_eval(model, world, withheld)
+        metrics.update(
+            _calibration(model, world, cfg, profiles, cgke_pairs, state, calib_arms, seed)
+        )
     diag = {
         "pretrain_loss": pre_loss,
         "confusion": confusion,

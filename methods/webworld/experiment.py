@@ -215,6 +215,75 @@ def _grammar_texts() -> list[str]:
     return [f"'{w}' [{w}] {w}" for w in words]
 
 
+def _crawls(sites: list, n: int, rng: random.Random, tc) -> list:
+    """``n`` random crawls with at least one transition (our toy: ``toy_sites.crawl`` stands in for
+    the paper's trajectory collection)."""
+    out = []
+    while len(out) < n:
+        t = crawl(rng.choice(sites), rng, tc.min_steps, tc.max_steps)
+        if t.n_transitions:
+            out.append(t)
+    return out
+
+
+def _train_arm(tc, tok, data, evals: list, seed: int, tmp: str) -> tuple[HFGenerator, dict]:
+    """One world model: a tiny LM, the induction warm-up, TRL SFT on ``data`` (the paper's
+    world-model SFT, §3.5, at toy scale), then the next-state effect metrics on ``evals``."""
+    mk = dict(tc.model)
+    arch = mk.pop("arch", "qwen2")
+    model, _ = tiny_causal_lm(arch, seed=seed, tokenizer=tok, **mk)
+    t1 = time.time()
+    # Lookup warm-up on random words (common.tiny.induction_warmup): without it the model
+    # never leaves the context-free-page plateau within this CPU budget (docs, "Toy").
+    n_special = max([*tok.all_special_ids, tok.unk_token_id or 0]) + 1
+    warm = induction_warmup(model, n_special, len(tok), tc.induction_steps, seed=seed)
+    sft = stage1_config(
+        "tiny",
+        output_dir=tmp,
+        learning_rate=tc.lr,
+        lr_scheduler_type=tc.lr_scheduler,
+        num_train_epochs=tc.epochs,
+        per_device_train_batch_size=tc.batch_size,
+        gradient_accumulation_steps=1,
+        packing=False,
+        seed=seed,
+        disable_tqdm=True,
+        logging_steps=tc.log_steps,
+    )
+    model, loss = train_world_model(model, tok, data, sft)
+    gen = HFGenerator(model, tok, batch_size=32)
+    m = evaluate_effects(gen, evals, "full", tc)
+    m.update(train_loss=loss, train_s=time.time() - t1, n_traj=float(len(data)), **warm)
+    return gen, m
+
+
+def _lookahead(tc, test_sites: list, big: HFGenerator, seed: int) -> dict[str, dict[str, float]]:
+    """Greedy vs best-of-N with world-model lookahead (§5.2, Table 6) on held-out sites, per seed
+    and the CI over seeds."""
+    metrics: dict[str, dict[str, float]] = {}
+    for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
+        per_seed = []
+        for s in tc.seeds:
+            succ = [
+                _episode(
+                    test_sites[e % len(test_sites)],
+                    random.Random(1_000_003 * (seed + s) + e),
+                    arm,
+                    tc,
+                    big,
+                )
+                for e in range(tc.episodes)
+            ]
+            per_seed.append(statistics.mean(succ))
+        metrics[arm] = {
+            "success": statistics.mean(per_seed),
+            "success_ci95": ci_halfwidth(per_seed),
+        }
+        for i, v in enumerate(per_seed):
+            metrics[arm][f"success_seed{tc.seeds[i]}"] = v
+    return metrics
+
+
 def toy_stage(run: Run) -> dict[str, float]:
     """Trains the toy world models, runs the three experiments and writes results.{json,md}."""
     tc = run.method
@@ -224,16 +293,8 @@ def toy_stage(run: Run) -> dict[str, float]:
         rng = random.Random(seed)
         sites = make_sites(tc.n_sites, rng, n_pages=tc.n_pages)
         train_sites, test_sites = sites[: tc.n_train_sites], sites[tc.n_train_sites :]
-        pool = []
-        while len(pool) < tc.data_sizes[1]:
-            t = crawl(rng.choice(train_sites), rng, tc.min_steps, tc.max_steps)
-            if t.n_transitions:
-                pool.append(t)
-        evals = []
-        while len(evals) < tc.eval_trajectories:
-            t = crawl(rng.choice(test_sites), rng, tc.min_steps, tc.max_steps)
-            if t.n_transitions:
-                evals.append(t)
+        pool = _crawls(train_sites, tc.data_sizes[1], rng, tc)
+        evals = _crawls(test_sites, tc.eval_trajectories, rng, tc)
         templates = {k: v for k, v in (tc.prompts or {}).items()}
         full = chat_dataset(pool, **templates)
         corpus = [m["content"] for r in full for m in r["messages"]] + _grammar_texts()
@@ -242,59 +303,16 @@ def toy_stage(run: Run) -> dict[str, float]:
         gens = {}
         with tempfile.TemporaryDirectory() as tmp:
             for arm, n in (("data_small", tc.data_sizes[0]), ("data_large", tc.data_sizes[1])):
-                mk = dict(tc.model)
-                arch = mk.pop("arch", "qwen2")
-                model, _ = tiny_causal_lm(arch, seed=seed, tokenizer=tok, **mk)
-                t1 = time.time()
-                # Lookup warm-up on random words (common.tiny.induction_warmup): without it the model
-                # never leaves the context-free-page plateau within this CPU budget (docs, "Toy").
-                n_special = max([*tok.all_special_ids, tok.unk_token_id or 0]) + 1
-                warm = induction_warmup(model, n_special, len(tok), tc.induction_steps, seed=seed)
-                sft = stage1_config(
-                    "tiny",
-                    output_dir=tmp,
-                    learning_rate=tc.lr,
-                    lr_scheduler_type=tc.lr_scheduler,
-                    num_train_epochs=tc.epochs,
-                    per_device_train_batch_size=tc.batch_size,
-                    gradient_accumulation_steps=1,
-                    packing=False,
-                    seed=seed,
-                    disable_tqdm=True,
-                    logging_steps=tc.log_steps,
+                gens[arm], metrics[arm] = _train_arm(
+                    tc, tok, full.select(range(n)), evals, seed, tmp
                 )
-                model, loss = train_world_model(model, tok, full.select(range(n)), sft)
-                gen = HFGenerator(model, tok, batch_size=32)
-                gens[arm] = gen
-                m = evaluate_effects(gen, evals, "full", tc)
-                m.update(train_loss=loss, train_s=time.time() - t1, n_traj=float(n), **warm)
-                metrics[arm] = m
-                logger.info("%s: %s", arm, m)
+                logger.info("%s: %s", arm, metrics[arm])
         big = gens["data_large"]
         metrics["ctx_full"] = {
             k: v for k, v in metrics["data_large"].items() if k.endswith("_acc") or k == "line_f1"
         }
         metrics["ctx_single"] = evaluate_effects(big, evals, "single", tc)
-        for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
-            per_seed = []
-            for s in tc.seeds:
-                succ = [
-                    _episode(
-                        test_sites[e % len(test_sites)],
-                        random.Random(1_000_003 * (seed + s) + e),
-                        arm,
-                        tc,
-                        big,
-                    )
-                    for e in range(tc.episodes)
-                ]
-                per_seed.append(statistics.mean(succ))
-            metrics[arm] = {
-                "success": statistics.mean(per_seed),
-                "success_ci95": ci_halfwidth(per_seed),
-            }
-            for i, v in enumerate(per_seed):
-                metrics[arm][f"success_seed{tc.seeds[i]}"] = v
+        metrics.update(_lookahead(tc, test_sites, big, seed))
         return write_results(
             run.run_dir,
             "webworld",
