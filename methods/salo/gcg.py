@@ -111,6 +111,23 @@ def _candidates(suffix, grad, block, k: int, n_candidates: int, gen) -> torch.Te
     return cands
 
 
+def _one_hot_embeds(embed, pre, post, suffix) -> tuple[torch.Tensor, torch.Tensor]:
+    """The suffix as a differentiable one-hot ``[n, V]`` and the input embeddings ``[1, S, D]``
+    (GCG's token gradients, Zou et al. 2023, Alg. 1)."""
+    n_tokens, vocab = suffix.shape[0], embed.weight.shape[0]
+    one_hot = torch.zeros(n_tokens, vocab, device=suffix.device, dtype=embed.weight.dtype)
+    one_hot[torch.arange(n_tokens), suffix] = 1.0
+    one_hot.requires_grad_(True)
+    full = torch.cat([embed(pre), one_hot @ embed.weight, embed(post)], dim=0).unsqueeze(0)
+    return one_hot, full
+
+
+def _embeds_for(embed, pre, post, suffixes: torch.Tensor) -> torch.Tensor:
+    """``[C, n]`` candidate suffixes -> ``[C, S, D]`` input embeddings."""
+    c = suffixes.shape[0]
+    return embed(torch.cat([pre.expand(c, -1), suffixes, post.expand(c, -1)], dim=1))
+
+
 def gcg_attack(
     model: nn.Module,
     tokenizer,
@@ -173,23 +190,13 @@ def gcg_attack(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     objective = _objective(model, t0, tgt_ids, detector, window, detector_weight)
 
-    def embeds_for(suffixes: torch.Tensor) -> torch.Tensor:  # [C, n] -> [C, S, D]
-        c = suffixes.shape[0]
-        ids = torch.cat([pre.expand(c, -1), suffixes, post.expand(c, -1)], dim=1)
-        return embed(ids)
-
     best_ids, best_obj, best_ce, history = suffix.clone(), float("inf"), float("nan"), []
     was_training = model.training
     model.eval()
     if detector is not None:
         detector.eval()
     for step in progress(range(steps + 1), desc="salo GCG", unit="step"):
-        one_hot = torch.zeros(n_tokens, vocab, device=device, dtype=embed.weight.dtype)
-        one_hot[torch.arange(n_tokens), suffix] = 1.0
-        one_hot.requires_grad_(True)
-        full = torch.cat([embed(pre), one_hot @ embed.weight, embed(post)], dim=0).unsqueeze(
-            0
-        )  # [1, S, D]
+        one_hot, full = _one_hot_embeds(embed, pre, post, suffix)
         obj, ce = objective(full)
         if float(obj.detach()) < best_obj:
             best_obj, best_ce, best_ids = float(obj.detach()), float(ce.detach()), suffix.clone()
@@ -199,7 +206,7 @@ def gcg_attack(
         (grad,) = torch.autograd.grad(obj.sum(), one_hot)  # [n, V]
         cands = _candidates(suffix, grad, block, min(topk, allowed.numel()), n_candidates, gen)
         with torch.no_grad():
-            c_obj, _ = objective(embeds_for(cands))
+            c_obj, _ = objective(_embeds_for(embed, pre, post, cands))
         suffix = cands[int(c_obj.argmin())]
         logger.debug("gcg step %d best %.4f", step, best_obj)
     model.train(was_training)
