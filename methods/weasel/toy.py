@@ -170,16 +170,23 @@ def _aggregate(per_arm: dict[str, list[dict[str, float]]]) -> dict[str, dict[str
 
 def run_toy(run: Any) -> dict[str, float]:
     """``stage=toy``: every arm on one SynthWeb corpus, for each seed; writes results."""
+    import torch
+
+    from common.threads import torch_threads
+
+    with torch_threads(max(1, min(2, torch.get_num_threads()))):
+        return _run_toy(run)
+
+
+def _run_toy(run: Any) -> dict[str, float]:
     import time
 
     import datasets
-    import torch
 
     from common.tracking import write_results
 
     rc = run.method
     datasets.disable_progress_bars()
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     t0 = time.time()
     c = _make_corpus(rc)
     sim = similarity_for(rc)
