@@ -20,8 +20,6 @@ FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.M | re.S)
 NOT_YET_RUNNABLE = {
     "docs/methods/agentxray.md#0": "downloads a hub dataset",
     "docs/methods/autoqra.md#0": "uses an undefined `model`",
-    "docs/methods/epicache.md#0": "loads a hub model id (needs a tiny local model dir)",
-    "docs/methods/salo.md#0": "uses an undefined `model`",
     "docs/methods/slicefine.md#0": "uses an undefined `model`",
     "docs/methods/sv_features.md#1": "loads a hub model id",
     "docs/methods/threadweaver.md#0": "uses undefined `prompt_ids`",
@@ -33,6 +31,7 @@ NOT_YET_RUNNABLE = {
 # user brings (their problem file, a served model); see tests/docs_given.py. The block runs as written.
 GIVEN = {
     "docs/methods/sacopt.md#0": "from tests import docs_given; docs_given.sacopt()",
+    "docs/methods/salo.md#0": "from tests import docs_given; globals().update(docs_given.salo())",
     "docs/methods/webworld.md#0": "from tests import docs_given; globals().update(docs_given.webworld())",
 }
 

@@ -23,7 +23,9 @@ logger = logging.getLogger(__name__)
 def block_attention_mask(
     n: int, block: int = 4096, sink: int = 128, overlap: float = 0.5
 ) -> torch.Tensor:
-    """The block-prefill mask 𝓜′ used for profiling (official ``_create_block_only_mask``, defaults).
+    """The block-prefill mask 𝓜′ used for profiling (paper, Sensitivity-aware Layer-wise Budget
+    Allocation: keys under block-wise attention 𝓜′ vs full causal 𝓜; sink and overlap as the official
+    ``data/layer_scores/layer_profile.py::_create_block_only_mask`` and its defaults).
 
     Query i in block b = ⌊i / block⌋ sees key j ≤ i iff j is in block b, or j lies in the last
     ⌊overlap·block⌋ tokens of block b − 1, or (only for queries i ≥ sink) j < sink. The sink columns
@@ -50,7 +52,8 @@ def block_attention_mask(
 
 
 def windowed_key_similarity(a: torch.Tensor, b: torch.Tensor, window: int | None) -> float:
-    """Mean cosine between two key tensors ``[Hk, N, d]`` of one layer.
+    """Mean cosine between two key tensors ``[Hk, N, d]`` of one layer (paper's σ_l; windows:
+    official ``compute_windowed_key_similarity``).
 
     ``window=None``: per-token cosine averaged over heads and tokens (the paper's σ_l). An int: cosine
     of flattened windows of ``window`` consecutive keys, averaged over heads and windows; the last
@@ -79,7 +82,8 @@ def profile_layer_sensitivity(
     overlap: float = 0.5,
     window: int | None = None,
 ) -> np.ndarray:
-    """σ_l: mean cosine between keys under the full and the block mask.
+    """σ_l: mean cosine between keys under the full and the block mask (paper, Sensitivity-aware
+    Layer-wise Budget Allocation; one sample as the official ``layer_profile.py``).
 
     σ_l = (1 / (Hk·N)) Σ_{h,i} cos(k_full,i^(l,h), k_block,i^(l,h)); with ``window`` (official: 100)
     the cosine is taken between flattened windows of ``window`` consecutive keys instead, the last
@@ -121,7 +125,9 @@ def allocate_layer_budgets(
     mode: Literal["paper", "repo"] = "paper",
     floor_frac: float = 0.25,
 ) -> np.ndarray:
-    """Splits the total budget L·M over layers by sensitivity s_l = 1 − σ_l.
+    """Splits the total budget L·M over layers by sensitivity s_l = 1 − σ_l (paper, Sensitivity-aware
+    Layer-wise Budget Allocation: M_l = s_l^α / Σ_j s_j^α · L·M; the floor is the official
+    ``allocate_layer_budget``'s, the exact-sum water-filling and largest-remainder rounding are ours).
 
     ``paper``: M_l ∝ s_l^α, with a floor max(1, ⌊floor_frac·M⌋) funded by the other layers and
     largest-remainder rounding so that Σ_l M_l = L·M exactly. Equal s (or α = 0) gives M_l = M.

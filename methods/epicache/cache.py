@@ -204,7 +204,12 @@ def _epicache_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention whose mask comes from the cache's validity, not from HF's mask builder."""
+    """Eager attention whose mask comes from the cache's validity, not from HF's mask builder (ours).
+
+    ``capture="past_max"`` computes the paper's importance s_i (Episodic KV Compression, step 2) with the
+    softmax restricted to the cached keys (official ``attention/score.py``); ``"window_max"`` is our
+    SnapKV last-window form.
+    """
     state = _STATE if _STATE is not None else _ForwardState()
     layer = int(getattr(module, "layer_idx", 0))
     b, h, q_len, d = query.shape

@@ -24,7 +24,9 @@ def greedy_decode(
     max_new_tokens: int = 50,
     eos_ids: Iterable[int] | None = None,
 ) -> torch.Tensor:
-    """Greedy-decodes an answer to ``input_ids`` appended after ``cache``; the cache is left intact.
+    """Greedy-decodes an answer to ``input_ids`` appended after ``cache``; the cache is left intact
+    (paper, query time: decode over the retrieved episode cache; greedy, ≤ 50 tokens as the official
+    ``run_epicache_eval.py``; explicit absolute positions are ours, since HF ``generate`` cannot).
 
     Args:
         model: the causal LM that built ``cache``.

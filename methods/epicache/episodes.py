@@ -54,7 +54,9 @@ def cluster_segments(
     n_init: int = 10,
     allow_shrink: bool = False,
 ) -> Episodes:
-    """K-means over segment embeddings into E episodes (official ``utils/cluster.py``; k-means++).
+    """K-means over segment embeddings into E episodes (paper, Episodic KV Compression, step 1
+    "conversation clustering": C({e_k}) → {E_1..E_E}, c_e = (1/|E_e|) Σ_{k∈E_e} e_k; k-means++,
+    ``n_init``, seed and un-renormalised centroids from the official ``utils/cluster.py``).
 
     Args:
         emb: ``[K, D]`` segment embeddings (unit rows).
@@ -98,6 +100,7 @@ def cluster_segments(
 
 
 def _cosine(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """cos(x_k, c) for every row x_k (the paper's medoid ranking and episode matching)."""
     return (x @ c) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(c) + 1e-12)
 
 
@@ -109,7 +112,9 @@ def build_patched_prompt(
     instruction: str | None = None,
     layout: Literal["official", "plain"] = "official",
 ) -> str:
-    """The episode text of the patched prompt P_e: its ``n_medoid`` most central segments.
+    """The episode text of the patched prompt P_e: its ``n_medoid`` most central segments (paper,
+    Episodic KV Compression, step 1: S_medoid^(e) = argmax_{S_k∈E_e} cos(e_k, c_e); the top-``n_medoid``
+    form is the official code's, listed in the doc's deviations).
 
     The chosen segments are re-sorted into chronological order, as in the official
     ``utils/cluster.py::make_cluster_prompt``; ``n_medoid=1`` is the v4 paper text (the single medoid).
@@ -153,7 +158,8 @@ def build_patched_prompt(
 
 
 def match_episode(q_emb: np.ndarray, ep: Episodes, metric: str = "cosine") -> tuple[int, float]:
-    """Picks the episode whose centroid is closest to the query (official ``run_epicache_eval.py``).
+    """Picks the episode whose centroid is closest to the query (paper, query-time episode matching:
+    e* = argmax_e cos(f_embed(q), c_e); ``metric="dot"`` is the official ``run_epicache_eval.py``).
 
     Args:
         q_emb: ``[D]`` query embedding.

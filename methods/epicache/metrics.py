@@ -22,7 +22,8 @@ _SCORE_RE = re.compile(r"\"?score\"?\s*:\s*([-+]?\d*\.?\d+)")
 
 
 def normalize_answer(s: str) -> str:
-    """Lower-case, drop punctuation and the articles a/an/the, map zero..nine to digits, squeeze spaces."""
+    """Lower-case, drop punctuation and the articles a/an/the, map zero..nine to digits, squeeze spaces
+    (the official evaluation code's normalisation; the paper reports F1)."""
     s = s.lower()
     s = "".join(ch for ch in s if ch not in set(string.punctuation))
     words = [_NUMBERS.get(w, w) for w in s.split() if w not in ("a", "an", "the")]
@@ -30,7 +31,8 @@ def normalize_answer(s: str) -> str:
 
 
 def token_f1(pred: str, gold: str) -> float:
-    """Token-level F1 between normalised prediction and gold (SQuAD style)."""
+    """Token-level F1 between normalised prediction and gold (SQuAD style; the paper's F1 metric,
+    official evaluation code)."""
     p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
     if not p or not g:
         return float(p == g)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,6 +108,7 @@ class EpiCacheSession:
         render_utterance: utterance -> line for the patched prompt.
         embed_utterance: utterance -> line for the embedder (default: ``render_utterance``).
         render_question: question -> text fed after the context (default: "\\n\\n" + question).
+        embed_question: question -> text for the embedder when routing (default: the question).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class EpiCacheSession:
         render_utterance: Callable[[Utterance], str] = render_said,
         embed_utterance: Callable[[Utterance], str] | None = None,
         render_question: Callable[[str], str] | None = None,
+        embed_question: Callable[[str], str] | None = None,
     ) -> None:
         self.model, self.tokenizer, self.embedder = model, tokenizer, embedder
         self.config = config or EpiCacheConfig()
@@ -135,6 +137,7 @@ class EpiCacheSession:
         self.render_utterance = render_utterance
         self.embed_utterance = embed_utterance
         self.render_question = render_question or (lambda q: "\n\n" + q.strip())
+        self.embed_question = embed_question or (lambda q: q)
         if self.config.chat_frame and not getattr(tokenizer, "chat_template", None):
             raise ValueError("config.chat_frame=True needs a tokenizer with a chat template")
         self.segments: list[Segment] = []
@@ -166,7 +169,8 @@ class EpiCacheSession:
         return torch.tensor([ids], dtype=torch.long, device=self.model.device)
 
     def layer_budgets(self) -> np.ndarray:
-        """Per-layer budgets M_l (uniform without a sensitivity profile)."""
+        """Per-layer budgets M_l (paper's layer allocation, :func:`allocate_layer_budgets`; uniform
+        without a sensitivity profile)."""
         n_layers = int(self.model.config.num_hidden_layers)
         if self.sigma is None or self.config.alpha == 0:
             return np.full(n_layers, self.config.budget, dtype=np.int64)
@@ -179,7 +183,8 @@ class EpiCacheSession:
         )
 
     def build(self, conversation: Conversation) -> None:
-        """Offline: segment, embed, cluster, then one block-wise prefill per episode.
+        """Offline: segment, embed, cluster, then one block-wise prefill per episode (paper, Episodic KV
+        Compression: each episode's cache is built over the whole history, scored by its patched prompt).
 
         With a baseline ``config.scorer`` one cache is built instead and serves every question.
 
@@ -257,9 +262,28 @@ class EpiCacheSession:
             len(self.segments),
         )
 
+    def route(self, questions: Sequence[str]) -> list[tuple[int, float]]:
+        """Picks each question's episode: e* = argmax_e cos(f_embed(q), c_e) (paper, query-time
+        episode matching; :func:`match_episode`). The questions are embedded in one batch.
+
+        Returns:
+            ``[(episode, similarity), ...]``; with a baseline scorer (one cache) ``(0, nan)`` each.
+
+        Raises:
+            ValueError: before ``build`` or on an empty question.
+        """
+        if not self.caches:
+            raise ValueError("call build(conversation) before route() or answer()")
+        if any(not isinstance(q, str) or not q.strip() for q in questions):
+            raise ValueError("questions must be non-empty strings")
+        if self.episodes is None:  # a baseline scorer: one cache for every question
+            return [(0, float("nan"))] * len(questions)
+        q_emb = self.embedder.encode([self.embed_question(q) for q in questions])  # [Q, D]
+        return [match_episode(q, self.episodes, self.config.match_metric) for q in q_emb]
+
     def answer(self, question: str) -> AnswerRecord:
-        """Online: route the question to its episode and greedy-decode (official
-        ``run_epicache_eval.py``; question = "\n\n" + question + end of turn + assistant header).
+        """Online: route the question to its episode and greedy-decode (paper, query time; question
+        format "\n\n" + question + end of turn + assistant header from the official ``run_epicache_eval.py``).
 
         Raises:
             ValueError: on an empty question or before ``build``.
@@ -269,11 +293,7 @@ class EpiCacheSession:
         if not self.caches:
             raise ValueError("call build(conversation) before answer()")
         t0 = time.perf_counter()
-        if self.episodes is None:  # a baseline scorer: one cache for every question
-            e, sim = 0, float("nan")
-        else:
-            q_emb = self.embedder.encode([question])[0]
-            e, sim = match_episode(q_emb, self.episodes, self.config.match_metric)
+        e, sim = self.route([question])[0]
         ids = self._ids(self.render_question(question) + self._post)
         eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
         out = greedy_decode(self.model, self.caches[e], ids, self.config.max_new_tokens, eos)

@@ -36,7 +36,9 @@ Level = Literal["uniform", "headwise"]
 def select_keep(
     scores: torch.Tensor, valid: torch.Tensor, budget: int, level: Level = "uniform"
 ) -> torch.Tensor:
-    """Chooses which committed slots of one layer survive (official ``EvictCache.evict_flattened``).
+    """Chooses which committed slots of one layer survive (paper, Block-wise Prefill: after each
+    block keep the top-M_l tokens by score; the ``headwise`` pool is the official
+    ``EvictCache.evict_flattened`` "pair" level, the stable low-index tie break is ours).
 
     ``uniform``: per head the top-min(M_l, n_h) slots. ``headwise``: the top-min(M_l·Hk, Σ n_h)
     slots of the whole layer, so heads may keep different counts. Ties go to the lower slot index;
@@ -88,6 +90,118 @@ def _check_budgets(budgets: Sequence[int] | np.ndarray | int, n_layers: int) -> 
     return budgets
 
 
+def _text_config(model: torch.nn.Module):
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def _check_prefill_args(
+    cfg, ctx_ids, prompt_ids, block_size, level, scorer, window, scorer_prefix_ids
+) -> None:
+    """Rejects bad arguments of :func:`blockwise_prefill`, naming the argument (ours)."""
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int, got {window!r}")
+    if scorer not in SCORERS:
+        raise ValueError(f"scorer must be one of {SCORERS}, got {scorer!r}")
+    if level not in ("uniform", "headwise"):
+        raise ValueError(f"level must be 'uniform' or 'headwise', got {level!r}")
+    if ctx_ids.dim() != 2 or ctx_ids.shape[0] != 1:
+        raise ValueError(f"ctx_ids must be [1, N] (batch size 1), got {tuple(ctx_ids.shape)}")
+    if ctx_ids.shape[1] == 0:
+        raise ValueError("ctx_ids is empty: nothing to prefill")
+    hybrid = any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) and hybrid:
+        raise ValueError("models with sliding-window / hybrid layers are not supported")
+    if scorer == "patched" and (prompt_ids is None or prompt_ids.numel() == 0):
+        raise ValueError("scorer='patched' needs a non-empty prompt_ids")
+    if scorer == "infinipot" and (scorer_prefix_ids is None or scorer_prefix_ids.numel() == 0):
+        raise ValueError("scorer='infinipot' needs scorer_prefix_ids (see baseline_prefix_ids)")
+
+
+def _check_capacity(cfg, m_max: int, block_size: int, p_len: int, n_tot: int, cap) -> None:
+    """Rejects a declared memory cap below M_l + M_block + p, or a context past the RoPE range."""
+    if cap is not None and m_max + block_size + p_len > cap:
+        raise ValueError(
+            f"max(budgets) + block_size + p = {m_max + block_size + p_len} exceeds "
+            f"max_cache_tokens={cap}; lower block_size or the budget"
+        )
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+    if max_pos is not None and n_tot + p_len > max_pos:
+        raise ValueError(
+            f"context of {n_tot} tokens (+{p_len} prompt) exceeds max_position_embeddings={max_pos}"
+        )
+
+
+def _trace_step(cache: EpiCache, pos: int, peak_fwd: int, peak_score: int) -> None:
+    """Appends one block's slot counts to ``cache.trace`` (read by :func:`peak_tokens_per_head`)."""
+    cache.trace.append(
+        {
+            "block_start": pos,
+            "after_forward": peak_fwd,
+            "during_scoring": peak_score,
+            "after_evict": cache.max_tokens_per_head(),
+            "max_valid_per_head": int(cache.tokens_per_head().max()),
+        }
+    )
+
+
+def _scoring_len(scorer, prompt_ids, scorer_prefix_ids, block_size: int, window: int) -> int:
+    """p, the tokens fed after the cache to score one block (0 for scorers without a feed); the peak
+    bound M_l + M_block + p is our reading of the official ``prefill_memory_constrained`` control flow."""
+    n_pre = 0 if scorer_prefix_ids is None else int(scorer_prefix_ids.shape[1])
+    if scorer == "patched":
+        return int(prompt_ids.shape[1])
+    return {
+        "kvzip_repeat": block_size,
+        "kvzip": n_pre + block_size,
+        "infinipot": n_pre,
+        "snapkv": min(window, block_size),
+    }.get(scorer, 0)
+
+
+def _scorer_feed(scorer, blk, prompt_ids, scorer_prefix_ids, window) -> torch.Tensor | None:
+    """What a prompt-style scorer feeds after the cache (official ``token_scoring``), else None."""
+    if scorer == "patched":
+        return prompt_ids
+    if scorer == "kvzip_repeat" or (scorer == "kvzip" and scorer_prefix_ids is None):
+        return blk
+    if scorer == "kvzip":
+        return torch.cat([scorer_prefix_ids.to(blk.device), blk], dim=1)
+    if scorer == "infinipot":
+        return scorer_prefix_ids.to(blk.device)
+    if scorer == "snapkv":  # the block's last window fed again after the cache
+        return blk[:, -window:]
+    return None
+
+
+def _score_block(model, cache, scorer, feed, st, first_block: bool, n_sink: int):
+    """Per-layer scores of the committed slots after one block (see :mod:`.scoring`)."""
+    if feed is not None:
+        return patched_prompt_scores(model, cache, feed)
+    if scorer == "snapkv_lastwindow":
+        return [st.scores[layer] for layer in range(cache.num_layers)]
+    if scorer == "keydiff":
+        # official: per-head anchor on the first (4-D) block, one anchor per layer afterwards
+        return keydiff_scores(cache, per_head=first_block)
+    if scorer == "keydiff_cosine":
+        return keydiff_cosine_scores(cache)
+    return streaming_scores(cache, n_sink=n_sink)
+
+
+def _evict_to_budget(cache, scores, budgets, level, protect_prefix: bool, n_prefix: int) -> None:
+    """Block-wise prefill's eviction step (paper, Block-wise Prefill: evict back to M after every
+    block): keep the top-M_l slots of every layer (:func:`select_keep`); ``protect_prefix`` is ours."""
+    keep = []
+    for layer in range(cache.num_layers):
+        s = scores[layer]
+        if protect_prefix and n_prefix:
+            s = s.masked_fill(cache.kept_positions[layer] < n_prefix, float("inf"))
+        keep.append(select_keep(s, cache.valid_mask(layer), budgets[layer], level))
+    cache.evict_(keep)
+
+
 @torch.no_grad()
 def blockwise_prefill(
     model: torch.nn.Module,
@@ -106,7 +220,8 @@ def blockwise_prefill(
 ) -> EpiCache:
     """Prefills ``prefix ⊕ context`` block by block, evicting to the budget after every block.
 
-    Follows the official ``prefill_memory_constrained``. Peak slots per head: M_l + block_size during the block
+    Paper, Block-wise Prefill (the cache never exceeds M + M_block); loop as in the official
+    ``model/wrapper.py::prefill_memory_constrained``. Peak slots per head: M_l + block_size during the block
     forward, M_l + block_size + p while scoring with a prompt of length p.
 
     Args:
@@ -135,114 +250,39 @@ def blockwise_prefill(
         ValueError: on empty context, bad budgets/block size/level/scorer, batch > 1, or a context
             longer than ``max_position_embeddings``.
     """
-    cfg = (
-        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    )
+    cfg = _text_config(model)
     n_layers = int(cfg.num_hidden_layers)
     budgets = _check_budgets(budgets, n_layers)
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
-    if scorer not in SCORERS:
-        raise ValueError(f"scorer must be one of {SCORERS}, got {scorer!r}")
-    if level not in ("uniform", "headwise"):
-        raise ValueError(f"level must be 'uniform' or 'headwise', got {level!r}")
-    if ctx_ids.dim() != 2 or ctx_ids.shape[0] != 1:
-        raise ValueError(f"ctx_ids must be [1, N] (batch size 1), got {tuple(ctx_ids.shape)}")
-    if ctx_ids.shape[1] == 0:
-        raise ValueError("ctx_ids is empty: nothing to prefill")
-    hybrid = any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) and hybrid:
-        raise ValueError("models with sliding-window / hybrid layers are not supported")
-    if scorer == "patched" and (prompt_ids is None or prompt_ids.numel() == 0):
-        raise ValueError("scorer='patched' needs a non-empty prompt_ids")
-    if scorer == "infinipot" and (scorer_prefix_ids is None or scorer_prefix_ids.numel() == 0):
-        raise ValueError("scorer='infinipot' needs scorer_prefix_ids (see baseline_prefix_ids)")
-    n_pre = 0 if scorer_prefix_ids is None else int(scorer_prefix_ids.shape[1])
-    p_len = int(prompt_ids.shape[1]) if (prompt_ids is not None and scorer == "patched") else 0
-    if scorer == "kvzip_repeat":
-        p_len = block_size
-    elif scorer == "kvzip":
-        p_len = n_pre + block_size
-    elif scorer == "infinipot":
-        p_len = n_pre
-    elif scorer == "snapkv":
-        p_len = min(window, block_size)
-    if max_cache_tokens is not None and max(budgets) + block_size + p_len > max_cache_tokens:
-        raise ValueError(
-            f"max(budgets) + block_size + p = {max(budgets) + block_size + p_len} exceeds "
-            f"max_cache_tokens={max_cache_tokens}; lower block_size or the budget"
-        )
+    _check_prefill_args(
+        cfg, ctx_ids, prompt_ids, block_size, level, scorer, window, scorer_prefix_ids
+    )
+    p_len = _scoring_len(scorer, prompt_ids, scorer_prefix_ids, block_size, window)
     ids = ctx_ids if prefix_ids is None else torch.cat([prefix_ids, ctx_ids], dim=1)
     n_prefix = 0 if prefix_ids is None else int(prefix_ids.shape[1])
     n_tot = int(ids.shape[1])
-    max_pos = getattr(cfg, "max_position_embeddings", None)
-    if max_pos is not None and n_tot + p_len > max_pos:
-        raise ValueError(
-            f"context of {n_tot} tokens (+{p_len} prompt) exceeds max_position_embeddings={max_pos}"
-        )
-
-    cache = EpiCache(n_layers)
-    pos = 0
-    while pos < n_tot:
+    _check_capacity(cfg, max(budgets), block_size, p_len, n_tot, max_cache_tokens)
+    cache, pos = EpiCache(n_layers), 0
+    capture = "window_max" if scorer == "snapkv_lastwindow" else None
+    while pos < n_tot:  # paper, block-wise prefill: forward a block, score, evict back to M_l
         blk = ids[:, pos : pos + block_size]
         q = int(blk.shape[1])
         position_ids = torch.arange(pos, pos + q, device=ids.device)[None]
-        capture = "window_max" if scorer == "snapkv_lastwindow" else None
-        first_block = pos == 0
         with epicache_forward(model, cache, capture=capture, window=window) as st:
             model(input_ids=blk, position_ids=position_ids, cache=cache, use_cache=True)
         peak_fwd = cache.max_tokens_per_head()
         cache.commit_(q)
-        if scorer == "patched":
-            scores = patched_prompt_scores(model, cache, prompt_ids)
-            peak_score = cache.max_tokens_per_head() + p_len
-        elif scorer in ("kvzip_repeat", "kvzip", "infinipot", "snapkv"):
-            if scorer == "kvzip_repeat" or (scorer == "kvzip" and scorer_prefix_ids is None):
-                feed = blk
-            elif scorer == "kvzip":
-                feed = torch.cat([scorer_prefix_ids.to(blk.device), blk], dim=1)
-            elif scorer == "infinipot":
-                feed = scorer_prefix_ids.to(blk.device)
-            else:  # snapkv: the block's last window fed again after the cache
-                feed = blk[:, -window:]
-            scores = patched_prompt_scores(model, cache, feed)
-            peak_score = cache.max_tokens_per_head() + int(feed.shape[1])
-        elif scorer == "snapkv_lastwindow":
-            scores = [st.scores[layer] for layer in range(n_layers)]
-            peak_score = peak_fwd
-        elif scorer == "keydiff":
-            # official: per-head anchor on the first (4-D) block, one anchor per layer afterwards
-            scores = keydiff_scores(cache, per_head=first_block)
-            peak_score = peak_fwd
-        elif scorer == "keydiff_cosine":
-            scores = keydiff_cosine_scores(cache)
-            peak_score = peak_fwd
-        else:  # streaming
-            scores = streaming_scores(cache, n_sink=n_sink)
-            peak_score = peak_fwd
-        keep = []
-        for layer in range(n_layers):
-            s = scores[layer]
-            if protect_prefix and n_prefix:
-                s = s.masked_fill(cache.kept_positions[layer] < n_prefix, float("inf"))
-            keep.append(select_keep(s, cache.valid_mask(layer), budgets[layer], level))
-        cache.evict_(keep)
-        cache.trace.append(
-            {
-                "block_start": pos,
-                "after_forward": peak_fwd,
-                "during_scoring": peak_score,
-                "after_evict": cache.max_tokens_per_head(),
-                "max_valid_per_head": int(cache.tokens_per_head().max()),
-            }
-        )
+        feed = _scorer_feed(scorer, blk, prompt_ids, scorer_prefix_ids, window)
+        scores = _score_block(model, cache, scorer, feed, st, pos == 0, n_sink)
+        # slots while the feed is attached (only the feed's length for scorers without a feed: 0)
+        peak_score = peak_fwd if feed is None else cache.max_tokens_per_head() + int(feed.shape[1])
+        _evict_to_budget(cache, scores, budgets, level, protect_prefix, n_prefix)
+        _trace_step(cache, pos, peak_fwd, peak_score)
         pos += q
     logger.debug("prefilled %d tokens in %d blocks", n_tot, len(cache.trace))
     return cache
 
 
 def peak_tokens_per_head(cache: EpiCache) -> int:
-    """Largest number of slots any head held at any point of the prefill (from ``cache.trace``)."""
+    """Largest number of slots any head held at any point of the prefill (from ``cache.trace``; ours,
+    the quantity the paper's bound M + M_block is about)."""
     return max(max(step["after_forward"], step["during_scoring"]) for step in cache.trace)

@@ -40,8 +40,9 @@ INFINIPOT_INSTRUCTION = "Summarize the previous context highlighting the most im
 def patched_prompt_scores(
     model: torch.nn.Module, cache: EpiCache, prompt_ids: torch.Tensor
 ) -> list[torch.Tensor]:
-    """Scores cached tokens by the attention they receive from a patched prompt (official
-    ``attention/score.py::_get_score_flatten``).
+    """Scores cached tokens by the attention they receive from a patched prompt (paper, Episodic KV
+    Compression, step 2: s_i = max_{t∈[n+1, n+p]} Attn(x_t → x_i); softmax over the cached keys and
+    max over the query group as in the official ``attention/score.py::_get_score_flatten``).
 
     s_i^(l,h) = max_{t ∈ P, g ∈ group(h)} softmax_{j ∈ cache}(q_{t,g} · k_j / √d)[i]
 
@@ -70,7 +71,8 @@ def patched_prompt_scores(
 
 
 def streaming_scores(cache: EpiCache, n_sink: int = 4) -> list[torch.Tensor]:
-    """StreamingLLM: keep the first ``n_sink`` tokens and the most recent ones (score = position)."""
+    """StreamingLLM baseline (Xiao et al., 2024, attention sinks; a baseline row of the paper's tables):
+    keep the first ``n_sink`` tokens and the most recent ones (score = position; our scoring form)."""
     out = []
     for layer in range(cache.num_layers):
         pos = cache.kept_positions[layer].float()  # [B, Hk, T]
@@ -79,7 +81,8 @@ def streaming_scores(cache: EpiCache, n_sink: int = 4) -> list[torch.Tensor]:
 
 
 def keydiff_official(k: torch.Tensor, valid: torch.Tensor, per_head: bool) -> torch.Tensor:
-    """KeyDiff as the official code computes it: ``−k̂_i · ā`` with ``k̂ = k/‖k‖``.
+    """KeyDiff baseline (a row of the paper's tables) as the official EpiCache code computes it
+    (``model/wrapper.py::token_scoring``, keydiff branch): ``−k̂_i · ā`` with ``k̂ = k/‖k‖``.
 
     ā is the mean unit key of the head (``per_head=True``: the first block, a 4-D cache) or of the
     whole layer over every head's valid slots (``per_head=False``: the official flattened cache after
@@ -107,7 +110,7 @@ def keydiff_official(k: torch.Tensor, valid: torch.Tensor, per_head: bool) -> to
 
 
 def keydiff_scores(cache: EpiCache, per_head: bool = True) -> list[torch.Tensor]:
-    """Official KeyDiff scores of every layer (see :func:`keydiff_official`)."""
+    """Official KeyDiff scores of every layer (official ``token_scoring``; see :func:`keydiff_official`)."""
     out = []
     for layer in range(cache.num_layers):
         k, _ = cache.layer_kv(layer)  # [B, Hk, T, d]
@@ -116,7 +119,8 @@ def keydiff_scores(cache: EpiCache, per_head: bool = True) -> list[torch.Tensor]
 
 
 def keydiff_cosine_scores(cache: EpiCache) -> list[torch.Tensor]:
-    """KeyDiff, our form: keep keys least similar to the mean key of their head (score = −cosine)."""
+    """KeyDiff, our form (not the paper's nor the official code's; listed in the doc's deviations):
+    keep keys least similar to the mean key of their head (score = −cosine)."""
     out = []
     for layer in range(cache.num_layers):
         k, _ = cache.layer_kv(layer)  # [B, Hk, T, d]

@@ -46,12 +46,14 @@ class Segment:
 
 
 def render_said(u: Utterance) -> str:
-    """The official code's line format: ``<speaker> said, "<text>"``."""
+    """The official code's line format ``<speaker> said, "<text>"`` (official ``data/locomo/convert_locomo.py``;
+    not in the paper)."""
     return f'{u.speaker} said, "{u.text}"'
 
 
 def split_long_turns(utts: Sequence[Utterance], max_chars: int = 500) -> list[Utterance]:
-    """Splits assistant turns longer than ``max_chars`` into sentences; drops pieces <= 10 chars."""
+    """Splits assistant turns longer than ``max_chars`` into sentences; drops pieces <= 10 chars
+    (the official code's LongMemEval preprocessing; not in the paper, listed in the doc's deviations)."""
     out: list[Utterance] = []
     for u in utts:
         if u.speaker.lower() == "assistant" and len(u.text) > max_chars:
@@ -70,7 +72,8 @@ def segment_utterances(
     render: Callable[[Utterance], str] = render_said,
     embed_render: Callable[[Utterance], str] | None = None,
 ) -> list[Segment]:
-    """Groups utterances into consecutive windows of ``w_embed`` (paper; ``w_embed = 4`` in the official code).
+    """Groups utterances into consecutive windows of ``w_embed`` (paper, Episodic KV Compression,
+    step 1: S_k = {u_{(k-1)w+1}, .., u_{min(kw, N_u)}}; ``w_embed = 4`` in the official code).
 
     Args:
         utts: the flattened conversation.

@@ -88,7 +88,19 @@ def fact_english(u: Utterance) -> str:
 
 
 def question_english(q: str) -> str:
+    """Embedder rendering of a question ``? <key>``."""
     return f"what about the {q.split()[-1]}?"
+
+
+def render_toy_context(conv: Conversation) -> str:
+    """Model rendering of the history: ``|`` opens each session, then its facts (:func:`fact_text`)."""
+    parts, last = [], object()
+    for u in conv.utterances:
+        if u.session_id != last:
+            last = u.session_id
+            parts.append("|")
+        parts.append(fact_text(u))
+    return " ".join(parts)
 
 
 def make_conversation(
@@ -105,16 +117,13 @@ def make_conversation(
         pool = [t for t in topics for _ in range(2)]
         order = [pool[i] for i in rng.permutation(len(pool))[:n_sessions]]
     keys = {t: list(rng.permutation(TOPICS[t].split())) for t in topics}
-    utts, parts, value_pos, n_tok = [], [], [], 0
+    utts, value_pos, n_tok = [], [], 0
     for s, t in enumerate(order):
-        parts.append("|")
-        n_tok += 1
+        n_tok += 1  # the session marker "|"
         for _ in range(facts_per_session):
             k = keys[t].pop()
             v = VALUES[int(rng.integers(len(VALUES)))]
-            u = Utterance(t, f"{k} {v}", session_id=str(s))
-            utts.append(u)
-            parts.append(fact_text(u))
+            utts.append(Utterance(t, f"{k} {v}", session_id=str(s)))
             value_pos.append(n_tok + 2)  # <topic> <key> <value> ;
             n_tok += 4
     picks = rng.choice(len(utts), size=min(n_questions, len(utts)), replace=False)
@@ -123,7 +132,7 @@ def make_conversation(
     ]
     conv = Conversation(utts, qa, conv_id="")
     return ToyConversation(
-        conv, " ".join(parts), [q.category for q in qa], value_pos, [int(i) for i in picks]
+        conv, render_toy_context(conv), [q.category for q in qa], value_pos, [int(i) for i in picks]
     )
 
 
@@ -190,6 +199,53 @@ def _train_batch(
     return torch.tensor(rows), torch.tensor(labels), mask, torch.tensor([pos] * batch)
 
 
+def _lr_factor(total: int, warmup: int):
+    """Our toy schedule: linear warm-up over ``warmup`` steps, constant, then a cosine decay from 1.0
+    to 0.1 over the last quarter of ``total`` steps (ours, docs/methods/epicache.md "toy training")."""
+    decay_from = int(0.75 * total)
+
+    def lr_factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if step < decay_from:
+            return 1.0
+        frac = (step - decay_from) / max(1, total - decay_from)
+        return 0.1 + 0.45 * (1 + np.cos(np.pi * frac))
+
+    return lr_factor
+
+
+def _induction_logits(model, tok, rng, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 1 (ours): ``4 * batch`` rows of 40 random words, then queries; (logits, targets) of the queries."""
+    ids, targets = induction_batch(rng, 4 * batch, 40, len(SPECIALS), len(tok))
+    logits = model(input_ids=ids, use_cache=False).logits
+    return logits[:, 40:].reshape(-1, logits.shape[-1]), targets.reshape(-1)
+
+
+def _chat_logits(model, tok, rng, batch: int, n_q: int, n_sess: int):
+    """Stage 2 (ours): toy chats of ``n_sess`` sessions; (logits, targets) at the supervised key positions."""
+    ids, lab, mask, pos = _train_batch(
+        tok, rng, max(1, batch * 8 // n_sess), min(n_q, 5 * n_sess), n_sess
+    )
+    with epicache_forward(model, None, extra_mask=mask):
+        logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
+    sel = lab != -100
+    return logits[:, :-1][sel[:, 1:]], lab[:, 1:][sel[:, 1:]]
+
+
+def _optimizer_step(
+    model, opt, sched, pred: torch.Tensor, gold: torch.Tensor
+) -> tuple[float, float]:
+    """Cross-entropy on the answer tokens, clipped AdamW step; returns (loss, accuracy)."""
+    loss = torch.nn.functional.cross_entropy(pred, gold)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return float(loss.detach()), float((pred.argmax(-1) == gold).float().mean())
+
+
 def train_toy_model(
     steps: int = 2000,
     batch: int = 8,
@@ -202,21 +258,20 @@ def train_toy_model(
     warmup: int = 30,
     induction_steps: int = 500,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict[str, float]]:
-    """Trains the toy model on freshly sampled conversations (cross-entropy on answer tokens).
+    """Trains the toy model on freshly sampled conversations (cross-entropy on answer tokens; ours).
 
     Two stages share one AdamW optimiser (``lr`` after a linear warm-up, cosine decay over the last
-    quarter of all steps):
+    quarter of all steps, :func:`_lr_factor`):
 
-    1. ``induction_steps`` of generic lookup on random words (:func:`common.tiny.induction_batch`, ``4 * batch``
-       rows of 40 context words). Trained on the toy chats alone, the model sits on a "copy any value in the
-       context" plateau (loss ≈ ln(#facts)) for thousands of steps, even with 1-session chats, 3-4
-       layers, wider heads, attention biases or a larger init: the fixed fact grammar gives it a
-       class-level shortcut. On structure-free random words the same model forms the induction
-       circuit in a few hundred steps, which it then reuses for ``? <key>`` (our first plan trained on the
-       chats only; this stage is our addition, docs/methods/epicache.md).
-    2. ``steps`` on toy chats, split evenly over ``curriculum``, the number of sessions per
-       training conversation; the last stage matches the evaluation length (8 sessions). Each
-       conversation asks ``min(n_q, facts)`` questions; a batch holds ``batch * 8 / sessions``
+    1. ``induction_steps`` of generic lookup on random words (:func:`_induction_logits`). Trained on the
+       toy chats alone, the model sits on a "copy any value in the context" plateau (loss ≈ ln(#facts))
+       for thousands of steps, even with 1-session chats, 3-4 layers, wider heads, attention biases or
+       a larger init: the fixed fact grammar gives it a class-level shortcut. On structure-free random
+       words the same model forms the induction circuit in a few hundred steps, which it then reuses for
+       ``? <key>`` (this stage is our addition, docs/methods/epicache.md).
+    2. ``steps`` on toy chats (:func:`_chat_logits`), split evenly over ``curriculum``, the number of
+       sessions per training conversation; the last stage matches the evaluation length (8 sessions).
+       Each conversation asks ``min(n_q, facts)`` questions; a batch holds ``batch * 8 / sessions``
        conversations so every stage sees about the same number of tokens per step.
     """
     if steps < 1 or not curriculum or any(n < 1 for n in curriculum):
@@ -229,74 +284,29 @@ def train_toy_model(
     rng = np.random.default_rng(seed + 1000)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     total = induction_steps + steps
-    decay_from = int(0.75 * total)
-
-    def lr_factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if step < decay_from:
-            return 1.0
-        frac = (step - decay_from) / max(1, total - decay_from)
-        return 0.1 + 0.45 * (1 + np.cos(np.pi * frac))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-    words = len(SPECIALS)  # random words: every non-special token
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor(total, warmup))
     t0, loss_ema, acc_ema, done = time.perf_counter(), None, 0.0, 0
     stage1: dict[str, float] = {}
     for step in range(total):
         if step < induction_steps:
             n_sess = 0
-            ids, targets = induction_batch(rng, 4 * batch, 40, words, len(tok))
-            logits = model(input_ids=ids, use_cache=False).logits
-            pred = logits[:, 40:].reshape(-1, logits.shape[-1])
-            gold = targets.reshape(-1)
+            pred, gold = _induction_logits(model, tok, rng, batch)
         else:
             k = step - induction_steps
             n_sess = curriculum[min(len(curriculum) - 1, k * len(curriculum) // steps)]
-            ids, lab, mask, pos = _train_batch(
-                tok, rng, max(1, batch * 8 // n_sess), min(n_q, 5 * n_sess), n_sess
-            )
-            with epicache_forward(model, None, extra_mask=mask):
-                logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
-            sel = lab != -100
-            pred = logits[:, :-1][sel[:, 1:]]
-            gold = lab[:, 1:][sel[:, 1:]]
-        loss = torch.nn.functional.cross_entropy(pred, gold)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        acc = float((pred.argmax(-1) == gold).float().mean())
-        loss_ema = (
-            float(loss.detach())
-            if loss_ema is None
-            else 0.95 * loss_ema + 0.05 * float(loss.detach())
-        )
+            pred, gold = _chat_logits(model, tok, rng, batch, n_q, n_sess)
+        loss, acc = _optimizer_step(model, opt, sched, pred, gold)
+        loss_ema = loss if loss_ema is None else 0.95 * loss_ema + 0.05 * loss
         acc_ema = 0.95 * acc_ema + 0.05 * acc
         done = step + 1
         if step == induction_steps - 1:
             stage1 = {"induction_acc": acc_ema, "induction_loss": float(loss_ema)}
         if step % 50 == 0:
-            logger.info(
-                "toy train step %d (%s) loss %.3f acc %.3f",
-                step,
-                f"{n_sess} sessions" if n_sess else "induction warm-up",
-                loss_ema,
-                acc_ema,
-            )
+            stage = f"{n_sess} sessions" if n_sess else "induction warm-up"
+            logger.info("toy train step %d (%s) loss %.3f acc %.3f", step, stage, loss_ema, acc_ema)
         if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
             logger.warning("toy training stopped at step %d by the time limit", step)
             break
     model.eval()
-    return (
-        model,
-        tok,
-        {
-            "train_loss": float(loss_ema),
-            "train_acc": acc_ema,
-            "train_steps": float(done),
-            "train_s": time.perf_counter() - t0,
-            **stage1,
-        },
-    )
+    stats = {"train_loss": float(loss_ema), "train_acc": acc_ema, "train_steps": float(done)}
+    return model, tok, {**stats, "train_s": time.perf_counter() - t0, **stage1}

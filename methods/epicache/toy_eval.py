@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +25,17 @@ import torch
 from common.config import Run
 from common.tracking import progress, save_plot, write_results
 
-from .config import EpiCacheRunConfig
-from .episodes import build_patched_prompt, cluster_segments, match_episode
+from .config import EpiCacheConfig, EpiCacheRunConfig
+from .pipeline import EpiCacheSession
 from .prefill import blockwise_prefill, peak_tokens_per_head
-from .segmentation import segment_utterances
 from .toy import (
+    ToyConversation,
     answer_packed,
     fact_english,
     fact_text,
     make_conversation,
     question_english,
+    render_toy_context,
     toy_model,
     toy_tokenizer,
     train_toy_model,
@@ -96,6 +97,124 @@ def _toy_model(cfg: EpiCacheRunConfig, seed: int, run_dir: str | Path | None = N
     return model, tok, stats
 
 
+BASELINE_ARMS = (  # (arm, scorer): the block-prefill baselines, one cache for every question
+    ("snapkv_block", "snapkv"),  # official: last window re-fed after the cache
+    ("snapkv_lastwindow", "snapkv_lastwindow"),  # ours (the toy's earlier SnapKV arm)
+    ("kvzip_block", "kvzip"),  # official minus the instruction the toy cannot read
+    ("keydiff_block", "keydiff"),  # official normalised-key anchor
+    ("streaming", "streaming"),
+)
+
+
+def toy_session(model, tok, embedder, cfg: EpiCacheConfig) -> EpiCacheSession:
+    """The public :class:`EpiCacheSession` with the toy's renderers (ours).
+
+    The model reads ``<topic> <key> <value> ;`` facts and ``? <key>`` questions; MiniLM reads their
+    English renderings (:func:`fact_english`, :func:`question_english`). The toy model reads no
+    instruction and has no chat turns (``instruction: null``, ``chat_frame: false``), so the scoring
+    prompt is the episode's segments alone (their blank-line separators vanish in the word-level
+    vocabulary); long-turn splitting is off (the toy has no assistant turns).
+    """
+    lib = {f.name: getattr(cfg, f.name) for f in fields(EpiCacheConfig)}
+    return EpiCacheSession(
+        model,
+        tok,
+        embedder,
+        EpiCacheConfig(**{**lib, "split_long_assistant_chars": None}),
+        render_context=render_toy_context,
+        render_utterance=fact_text,
+        embed_utterance=fact_english,
+        render_question=lambda q: q,
+        embed_question=question_english,
+    )
+
+
+class _ArmStats:
+    """Per-arm accumulators of the toy's metrics over conversations."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.n_layers = model.config.num_hidden_layers
+        self.acc: dict[str, list[tuple[bool, bool]]] = {
+            a: [] for a in ARMS
+        }  # (correct, same topic)
+        self.keep: dict[str, list[float]] = {a: [] for a in ARMS}
+        self.peak: dict[str, list[float]] = {a: [] for a in ARMS}
+        self.match_ok: list[float] = []
+
+    def record(
+        self, arm: str, caches_for_q: list, caches: list, tc: ToyConversation, vocab
+    ) -> None:
+        """Answers every question from its cache (packed per cache) and records the metrics."""
+        conv = tc.conversation
+        q_ids = [[vocab[w] for w in q.question.split()] for q in conv.qa]
+        gold = [vocab[q.answer] for q in conv.qa]
+        same = [t == tc.topics_of_q[0] for t in tc.topics_of_q]
+        answers = [None] * len(q_ids)
+        for cache in {id(c): c for c in caches_for_q}.values():
+            idx = [i for i, c in enumerate(caches_for_q) if c is cache]
+            for i, a in zip(idx, answer_packed(self.model, cache, [q_ids[i] for i in idx])):
+                answers[i] = a
+        self.acc[arm] += [(a == g, s) for a, g, s in zip(answers, gold, same)]
+        for i, c in enumerate(caches_for_q):  # evidence retention of the cache that answered
+            vp = tc.value_pos[tc.q_utt[i]]
+            slots = torch.stack(
+                [(c.kept_positions[layer][0] == vp).any(-1) for layer in range(self.n_layers)]
+            )
+            self.keep[arm].append(float(slots.float().mean() >= 0.5))
+        self.peak[arm].append(max(peak_tokens_per_head(c) for c in caches))
+
+    def summary(self, bytes_per_slot: int) -> dict[str, dict[str, float]]:
+        out = {}
+        for arm in ARMS:
+            r = np.array(self.acc[arm], dtype=float)  # [n, 2]
+            same = r[:, 1] > 0
+            out[arm] = {
+                "accuracy": float(r[:, 0].mean()),
+                "acc_same_topic_as_q1": float(r[same, 0].mean()) if same.any() else float("nan"),
+                "acc_other_topics": float(r[~same, 0].mean()) if (~same).any() else float("nan"),
+                "evidence_retention": float(np.mean(self.keep[arm])),
+                "peak_tokens_per_head": float(np.max(self.peak[arm])),
+                "peak_kv_bytes": float(np.max(self.peak[arm]) * bytes_per_slot * self.n_layers),
+            }
+        out["epicache"]["episode_match_acc"] = float(np.mean(self.match_ok))
+        return out
+
+
+def _epicache_arm(sess: EpiCacheSession, tc: ToyConversation, stats: _ArmStats, vocab) -> None:
+    """EpiCache through the public session: build (segment, embed, cluster, one prefill per episode),
+    route every question, answer from the routed episode's cache."""
+    conv = tc.conversation
+    sess.build(conv)
+    routed = [e for e, _ in sess.route([q.question for q in conv.qa])]
+    seg_of_utt = {u: s.index for s in sess.segments for u in range(*s.utterance_span)}
+    stats.match_ok += [
+        float(sess.episodes.labels[seg_of_utt[tc.q_utt[i]]] == e) for i, e in enumerate(routed)
+    ]
+    stats.record("epicache", [sess.caches[e] for e in routed], sess.caches, tc, vocab)
+
+
+def _baseline_arms(model, cfg, tc: ToyConversation, stats: _ArmStats, vocab) -> None:
+    """The block-prefill baselines, Q1-only post-prefill eviction and full KV on the same history."""
+    ctx = torch.tensor([[vocab[w] for w in tc.context.split()]])
+    n_ctx, n_q = ctx.shape[1], len(tc.conversation.qa)
+
+    def prefill(prompt, scorer, budget=cfg.budget, block=cfg.block_size):
+        p = None if prompt is None else torch.tensor([[vocab[w] for w in prompt.split()]])
+        return blockwise_prefill(
+            model, None, ctx, p, budget, block, level=cfg.level, scorer=scorer,
+            window=cfg.window, n_sink=cfg.n_sink,
+        )  # fmt: skip
+
+    for arm, scorer in BASELINE_ARMS:
+        c = prefill(None, scorer)
+        stats.record(arm, [c] * n_q, [c], tc, vocab)
+    c = prefill(tc.conversation.qa[0].question, "patched", block=n_ctx)  # post-prefill, tuned to Q1
+    stats.record("q1_only", [c] * n_q, [c], tc, vocab)
+    c = prefill(None, "streaming", budget=n_ctx, block=n_ctx)  # nothing evicted
+    stats.record("full_kv", [c] * n_q, [c], tc, vocab)
+
+
 def evaluate_toy(
     model, tok, cfg: EpiCacheRunConfig, seed: int, embedder=None
 ) -> dict[str, dict[str, float]]:
@@ -106,104 +225,15 @@ def evaluate_toy(
         embedder = Embedder(cfg.embedder)
     vocab = tok.get_vocab()
     rng = np.random.default_rng(seed + 7)
-    n_layers, hk = model.config.num_hidden_layers, model.config.num_key_value_heads
+    hk = model.config.num_key_value_heads
     head_dim = model.config.hidden_size // model.config.num_attention_heads
-    bytes_per_slot = 2 * hk * head_dim * 4  # K and V, fp32, per layer
-    acc: dict[str, list[tuple[bool, bool]]] = {a: [] for a in ARMS}  # (correct, same topic as Q1)
-    keep: dict[str, list[float]] = {a: [] for a in ARMS}
-    peak: dict[str, list[float]] = {a: [] for a in ARMS}
-    match_ok: list[float] = []
+    stats = _ArmStats(model)
+    sess = toy_session(model, tok, embedder, cfg)
     for _ in progress(range(cfg.n_eval), desc="epicache toy eval", unit="conv"):
         tc = make_conversation(rng, n_questions=cfg.n_questions)
-        conv = tc.conversation
-        ctx = torch.tensor([[vocab[w] for w in tc.context.split()]])
-        n_ctx = ctx.shape[1]
-        q_ids = [[vocab[w] for w in q.question.split()] for q in conv.qa]
-        gold = [vocab[q.answer] for q in conv.qa]
-        same = [t == tc.topics_of_q[0] for t in tc.topics_of_q]
-
-        def prefill(prompt, scorer, budget=cfg.budget, block=cfg.block_size, ctx=ctx):
-            p = None if prompt is None else torch.tensor([[vocab[w] for w in prompt.split()]])
-            return blockwise_prefill(
-                model,
-                None,
-                ctx,
-                p,
-                budget,
-                block,
-                level=cfg.level,
-                scorer=scorer,
-                window=cfg.window,
-                n_sink=cfg.n_sink,
-            )
-
-        def record(arm, caches_for_q, caches, q_ids=q_ids, gold=gold, same=same, tc=tc):
-            answers = [None] * len(q_ids)
-            for cache in {id(c): c for c in caches_for_q}.values():
-                idx = [i for i, c in enumerate(caches_for_q) if c is cache]
-                for i, a in zip(idx, answer_packed(model, cache, [q_ids[i] for i in idx])):
-                    answers[i] = a
-            acc[arm] += [(a == g, s) for a, g, s in zip(answers, gold, same)]
-            for i, c in enumerate(caches_for_q):  # evidence retention of the cache that answered
-                vp = tc.value_pos[tc.q_utt[i]]
-                slots = torch.stack(
-                    [(c.kept_positions[layer][0] == vp).any(-1) for layer in range(n_layers)]
-                )
-                keep[arm].append(float(slots.float().mean() >= 0.5))
-            peak[arm].append(max(peak_tokens_per_head(c) for c in caches))
-
-        # EpiCache: segments -> MiniLM -> k-means -> one patched-prompt prefill per episode.
-        segs = segment_utterances(
-            conv.utterances, cfg.w_embed, None, render=fact_text, embed_render=fact_english
-        )
-        ep = cluster_segments(
-            embedder.encode([s.embed_text for s in segs]), cfg.n_episodes, cfg.seed, cfg.n_init
-        )
-        # the toy model reads no instruction and has no chat turns: the scoring prompt is the
-        # episode's segments alone (their blank-line separators vanish in the word-level vocabulary)
-        caches = [
-            prefill(build_patched_prompt(ep, e, segs, cfg.n_medoid), "patched")
-            for e in range(ep.n_episodes)
-        ]
-        q_emb = embedder.encode([question_english(q.question) for q in conv.qa])
-        routed = [match_episode(q_emb[i], ep, cfg.match_metric)[0] for i in range(len(q_ids))]
-        seg_of_utt = {u: s.index for s in segs for u in range(*s.utterance_span)}
-        match_ok += [
-            float(ep.labels[seg_of_utt[tc.q_utt[i]]] == routed[i]) for i in range(len(q_ids))
-        ]
-        record("epicache", [caches[e] for e in routed], caches)
-        for arm, scorer in (
-            ("snapkv_block", "snapkv"),  # official: last window re-fed after the cache
-            ("snapkv_lastwindow", "snapkv_lastwindow"),  # ours (the toy's earlier SnapKV arm)
-            ("kvzip_block", "kvzip"),  # official minus the instruction the toy cannot read
-            ("keydiff_block", "keydiff"),  # official normalised-key anchor
-            ("streaming", "streaming"),
-        ):
-            c = prefill(None, scorer)
-            record(arm, [c] * len(q_ids), [c])
-        c = prefill(conv.qa[0].question, "patched", block=n_ctx)  # post-prefill, tuned to Q1
-        record("q1_only", [c] * len(q_ids), [c])
-        c = prefill(None, "streaming", budget=n_ctx, block=n_ctx)  # nothing evicted
-        record("full_kv", [c] * len(q_ids), [c])
-
-    out = {}
-    for arm in ARMS:
-        r = np.array(acc[arm], dtype=float)  # [n, 2]
-        same_mask = r[:, 1] > 0
-        out[arm] = {
-            "accuracy": float(r[:, 0].mean()),
-            "acc_same_topic_as_q1": float(r[same_mask, 0].mean())
-            if same_mask.any()
-            else float("nan"),
-            "acc_other_topics": float(r[~same_mask, 0].mean())
-            if (~same_mask).any()
-            else float("nan"),
-            "evidence_retention": float(np.mean(keep[arm])),
-            "peak_tokens_per_head": float(np.max(peak[arm])),
-            "peak_kv_bytes": float(np.max(peak[arm]) * bytes_per_slot * n_layers),
-        }
-    out["epicache"]["episode_match_acc"] = float(np.mean(match_ok))
-    return out
+        _epicache_arm(sess, tc, stats, vocab)
+        _baseline_arms(model, cfg, tc, stats, vocab)
+    return stats.summary(bytes_per_slot=2 * hk * head_dim * 4)  # K and V, fp32, per layer
 
 
 def plot_accuracy_vs_memory(
