@@ -19,6 +19,7 @@ from typing import Literal
 
 import torch
 
+from common.advantages import group_advantages as _grpo_advantages
 from common.tasks import extract_boxed
 
 logger = logging.getLogger(__name__)
@@ -132,10 +133,7 @@ def group_advantages(
         )
     if norm not in ("mean", "std"):
         raise ValueError(f"norm must be 'mean' or 'std', got {norm!r}")
-    centred = rewards - rewards.mean(dim=1, keepdim=True)  # [G, k]
-    adv = centred
-    if norm == "std":
-        adv = centred / (rewards.std(dim=1, unbiased=True, keepdim=True) + eps)  # [G, k]
+    adv = _grpo_advantages(rewards, eps=eps, scale=norm == "std")  # [G, k], Bessel std
     if zero_threshold is not None:
         thr = float(zero_threshold)
         flat = (rewards >= thr).all(dim=1, keepdim=True) | (rewards <= thr).all(dim=1, keepdim=True)
