@@ -1,4 +1,5 @@
-"""The three arms every LLMInertia experiment compares (paper §4, Table 2 columns): the plain
+"""The three arms every LLMInertia experiment compares (official code
+``scripts/vllm_infer_evidence_*.py`` and the paper abstract's baselines): the plain
 answer, the answer with the generic note, and the LLMInertia pipeline (probe, match, remind).
 
 Shared by the toys (:mod:`.toy`) and the paper stage (:mod:`.paper`).
@@ -27,7 +28,7 @@ def baseline_arms(
     llm: ChatLLM, texts: list[str], prompts: PromptSet, rc: LLMInertiaRunConfig
 ) -> dict[str, list[str]]:
     """``{"plain": ..., "generic": ...}``: answers without a note and with the generic reminder
-    (the paper's "generic prompt" baseline, §4)."""
+    (official code ``scripts/vllm_infer_evidence_*.py``: the generic reminder)."""
     return {
         "plain": answer_plain(llm, texts, prompts, **plain_kw(rc)),
         "generic": answer_plain(

@@ -60,6 +60,10 @@ def extract_entities(
 ) -> list[list[str]]:
     """Step 1: asks the model for the entities in each input (one batched call).
 
+    Paper abstract (the framework "probes input-related cognitive inertia": first the input's
+    entities); official code ``scripts/vllm_infer_evidence_medical.py`` (``vllm_chain_multi_steps``,
+    first step).
+
     Args:
         llm: any ``common.llm.ChatLLM``.
         texts: inputs x (evidence + question).
@@ -89,6 +93,9 @@ def probe_associations(
     **gen_kw: Any,
 ) -> list[list[tuple[str, str]]]:
     """Step 2: asks the model which ``k`` entities it associates with each extracted entity.
+
+    Paper abstract (probing the model itself for its co-occurrence associations); official code
+    ``scripts/vllm_infer_evidence_medical.py`` (``vllm_chain_multi_steps``, second step).
 
     Inputs whose entity list is empty are not sent (their result is ``[]``); all others go in one
     batched call.
@@ -157,6 +164,9 @@ def match_pairs(
 ) -> list[tuple[str, str]]:
     """Step 3: keeps the probed pairs whose two entities both occur in ``text``.
 
+    Official code ``scripts/vllm_infer_evidence_medical.py`` (``find_entity_pairs_in_input``); the
+    ``word_boundary`` / ``fuzzy`` matchers and the pair filters are our inference (docs deviations).
+
     ``substring`` (official default) is a case-insensitive substring test, so "Cough" matches
     "Coughing"; ``word_boundary`` requires the entity as a whole word sequence; ``fuzzy`` uses
     ``rapidfuzz.fuzz.partial_ratio >= fuzzy_threshold``. The defaults reproduce the official
@@ -209,6 +219,9 @@ def build_note(
     dedup: bool = False,
 ) -> str:
     """Step 4: one pair reminder per matched pair, or the generic reminder if there is none.
+
+    Paper abstract ("adaptive counter-inertial reminders ... injected into the prompt"); official
+    code ``scripts/vllm_infer_evidence_medical.py`` (``build_entity_pair_prompt``).
 
     Official ``build_entity_pair_prompt`` joins one sentence per matched pair (repeats included);
     ``dedup=True`` writes each distinct sentence once.
@@ -364,6 +377,9 @@ class LLMInertiaPipeline:
     def run(self, texts: Sequence[str]) -> list[InertiaRecord]:
         """Runs the pipeline on ``texts`` in step-synchronous batches of ``batch_size``.
 
+        Official code ``scripts/vllm_infer_evidence_medical.py`` (``vllm_chain_multi_steps``: extract,
+        probe, match + remind, answer, each step batched over the inputs).
+
         Raises:
             ValueError: if ``texts`` is empty or contains an empty string.
         """
@@ -383,6 +399,9 @@ def answer_plain(
     **kw: Any,
 ) -> list[YesNo]:
     """Baselines: one batched answer call per input.
+
+    Official code ``evaluation/batch_vllm_infer_origin.sh`` (plain: the bare input); the generic-note
+    arm uses the same answer template as step 4 (official ``scripts/vllm_infer_evidence_*.py``).
 
     ``note=None`` is the official plain baseline: the bare input is the whole user message
     (``batch_vllm_infer_origin.sh`` on ``explicit_test_1000_input.jsonl``, whose instruction is

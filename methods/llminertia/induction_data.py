@@ -108,7 +108,9 @@ def make_cooccurrence_corpus(
     filler: Sequence[str] = FILLER,
     seed: int = 0,
 ) -> datasets.Dataset:
-    """A fixed-size corpus where a share ``ratio`` of lines are co-occurrence sentences.
+    """A fixed-size corpus where a share ``ratio`` of lines are co-occurrence sentences (paper
+    abstract: co-occurrence induction at rising data frequency; the fixed-size reading of the official
+    ``data/faithful/train`` files is our inference).
 
     Per pair, ``round(ratio * len(templates))`` templates are filled (a random subset); the corpus
     always has ``len(pairs) * len(templates)`` lines, the rest being filler sampled with
@@ -151,7 +153,8 @@ def make_negative_evidence_tests(
     templates: Sequence[str] = NEGATIVE_TEMPLATES,
     seed: int = 0,
 ) -> datasets.Dataset:
-    """Test items where A is present and B is explicitly absent; gold answer ``"No."``.
+    """Test items where A is present and B is explicitly absent; gold answer ``"No."`` (official
+    code ``data/faithful/test`` files' layout).
 
     One item per (template, pair), shuffled with ``seed``; columns ``id``, ``input``, ``output``,
     ``a``, ``b``.

@@ -51,7 +51,9 @@ def continued_pretrain(
     cfg: InductionConfig,
     callbacks: list[Any] | None = None,
 ) -> Any:
-    """Trains ``model`` with the causal-LM loss on ``dataset["text"]`` and returns it.
+    """Trains ``model`` with the causal-LM loss on ``dataset["text"]`` and returns it (continued
+    pre-training of the paper's induction study; official code
+    ``examples/train_full/llama3_full_pt.yaml`` settings as :class:`InductionConfig` defaults).
 
     Args:
         model: a ``PreTrainedModel`` (or a hub id / local path, loaded with ``common.models``).

@@ -37,7 +37,8 @@ def _as_pred(p: Pred | Mapping, name: str) -> Pred:
 def induction_metrics(
     pre: Sequence[Pred | Mapping], post: Sequence[Pred | Mapping]
 ) -> dict[str, float]:
-    """Accuracy before/after induction and the three induction measures.
+    """Accuracy before/after induction and the three induction measures (official code
+    ``evaluation/eval_overthink.py``; the paper abstract reports the induction rate and accuracy).
 
     With ``Acc`` the accuracy on aligned items, ``err = 1 - Acc`` and ``Y`` the number of "yes"
     predictions among the ``N`` aligned items:

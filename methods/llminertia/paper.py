@@ -1,11 +1,12 @@
 """LLMInertia's paper stages: ``icml26 experiment=llminertia_paper`` (``stage=paper``) and
 ``experiment=llminertia_induce`` (``stage=induce``).
 
-Paper (``stage=paper``, paper §4): the induction test sets (repo JSONL) and HaluEval's four sets,
+Paper (``stage=paper``; the paper abstract's four QA/summarisation sets): the induction test sets (repo JSONL) and HaluEval's four sets,
 answered by one backbone per run through vLLM (``engine=vllm``), an OpenAI-compatible server
 (``engine=openai``, e.g. ``vllm serve``) or transformers (``engine=hf``, CPU tests), with the three
 arms; with ``pre_model`` the induction metrics (IR, REI, ND) against the base model's plain answers
-are added. Induce (``stage=induce``, paper §3): continued pre-training on a co-occurrence corpus with
+are added. Induce (``stage=induce``; official code
+``examples/train_full/llama3_full_pt.yaml``): continued pre-training on a co-occurrence corpus with
 the official recipe.
 """
 

@@ -45,7 +45,8 @@ def _check_str(text: object, name: str = "text") -> str:
 
 
 def parse_entity_list(text: str) -> list[str]:
-    """Splits a comma-separated entity list (step 1 output) into unique entities.
+    """Splits a comma-separated entity list (step 1 output) into unique entities (official code
+    ``scripts/vllm_infer_evidence_medical.py``, the step-1 reply split on commas).
 
     Splits on commas (and newlines), strips whitespace and trailing full stops, drops empty items
     and case-insensitive duplicates, keeping the first spelling and the original order.
@@ -72,7 +73,8 @@ def parse_entity_list(text: str) -> list[str]:
 
 
 def parse_pairs(text: str, dedup: bool = False) -> list[tuple[str, str]]:
-    """Extracts ``(entity, associated entity)`` tuples from a probe reply (step 2 output).
+    """Extracts ``(entity, associated entity)`` tuples from a probe reply (step 2 output; official
+    code ``scripts/vllm_infer_evidence_medical.py`` regex).
 
     ``dedup=False`` (official ``find_entity_pairs_in_input``): every ``(left, right)`` match of the
     non-greedy regex, both sides stripped, in reply order, repeats included. ``dedup=True`` (this
@@ -119,7 +121,8 @@ def _verdict(word: str) -> YesNo:
 
 
 def parse_yes_no(text: str, rule: str = "official") -> YesNo:
-    """Maps a final answer to ``"yes"``, ``"no"`` or ``"error"`` (official ``map_result``).
+    """Maps a final answer to ``"yes"``, ``"no"`` or ``"error"`` (official code
+    ``evaluation/eval_overthink.py``, ``map_result``; ``rule="lenient"`` is our inference).
 
     Both rules try, in order: 1. a "conclusion" field in any bracket style (【】, [], ()) with an
     optional colon; 2. an "answer"/"答案" field; 3. the whole reply as a bare verdict; 4. ``"error"``

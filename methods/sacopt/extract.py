@@ -146,7 +146,8 @@ def _ctx(state: ProblemState) -> str:
 
 
 def extract_objective(llm: ChatLLM, state: ProblemState, retries: int = 3) -> Anchor:
-    """The objective anchor ``o``: one sentence in an ``OBJECTIVE: ===== ... =====`` block."""
+    """The objective anchor ``o``: one sentence in an ``OBJECTIVE: ===== ... =====`` block (official
+    code objective.py)."""
     prompt = (
         f"{_ctx(state)}\n\nState the optimisation objective of this problem in one sentence. "
         "Think step by step, then end with\nOBJECTIVE:\n=====\n<sentence>\n====="
@@ -173,7 +174,8 @@ def extract_constraints(llm: ChatLLM, state: ProblemState, retries: int = 3) -> 
 
 
 def redundancy_pass(llm: ChatLLM, state: ProblemState, constraints: list[str]) -> list[str]:
-    """Ask the model to remove or merge redundant constraints; keep the input if unparsable."""
+    """Ask the model to remove or merge redundant constraints; keep the input if unparsable
+    (official code constraint.py)."""
     prompt = (
         f"{_ctx(state)}\n\nConstraints: {json.dumps(constraints)}\n\nRemove duplicates and merge "
         "redundant items; do not invent new constraints. End with the updated Python list."

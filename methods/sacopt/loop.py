@@ -75,7 +75,12 @@ class SACOptLoop:
         self.freeze_verified = freeze_verified
 
     def run(self, state: ProblemState) -> tuple[ProblemState, LoopTrace]:
-        """Fill in ``code``/``recon``/``verified``/``history`` of every anchor, in place."""
+        """Fill in ``code``/``recon``/``verified``/``history`` of every anchor, in place.
+
+        The paper abstract's loop ("aligns the original semantic anchors with those reconstructed
+        from the generated code and selectively corrects only the mismatched components"); the
+        details (frozen verified set, cap ``t_max``, last regenerated code kept at the cap) follow
+        the official code model2data.py / run.py."""
         trace = LoopTrace()
         anchors = {f"c{i}": a for i, a in enumerate(state.constraints)}
         if state.objective is not None:

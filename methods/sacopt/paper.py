@@ -1,5 +1,5 @@
-"""SAC-Opt's paper stage: the benchmark runner over the cleaned benchmarks and seeds (paper §4,
-mean over 5 runs; official run.py).
+"""SAC-Opt's paper stage: the benchmark runner over the cleaned benchmarks and seeds (mean over 5
+runs as the paper reports; official code run.py).
 
 ``icml26 experiment=sacopt_paper``: :func:`paper_stage` runs :func:`run_benchmark` on every set of the
 ``benchmark`` group; :func:`format_paper_table` writes the paper-style table.
@@ -140,7 +140,8 @@ def _load_sets(sets: dict[str, tuple[str, int | None]], cfg: SACOptConfig) -> di
 def _run_seed(
     cfg: SACOptConfig, llm: ChatLLM | None, loaded: dict[str, tuple], seed: int
 ) -> list[dict[str, Any]]:
-    """One run (paper §4: one of the 5 runs averaged) over every set's problems, scored records."""
+    """One run (one of the paper's 5 averaged runs; official code run.py) over every set's problems,
+    scored records."""
     from concurrent.futures import ThreadPoolExecutor
 
     from common.llm import OpenAIChat
@@ -169,7 +170,8 @@ def _run_seed(
 def _summarise(
     per_seed: dict[str, list[list[dict[str, Any]]]], loaded: dict[str, tuple], n_seeds: int
 ) -> dict[str, dict[str, float]]:
-    """Mean and population std over the seeds per set, and the macro-average row (paper §4)."""
+    """Mean and population std over the seeds per set, and the macro-average row (our inference:
+    the paper reports mean over 5 runs, not which std)."""
     table: dict[str, dict[str, float]] = {}
     macro = np.zeros(n_seeds)  # (n_seeds,) macro-average accuracy of each seed
     macro2 = np.zeros(n_seeds)

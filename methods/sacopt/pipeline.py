@@ -1,7 +1,7 @@
 """The end-to-end SAC-Opt pipeline on one problem and the answer check (official run.py).
 
-:func:`solve_problem` chains the paper's stages (Fig. 1 of arXiv 2510.05115; the order of the
-official ``run.py``): structured extraction, the semantic-anchor correction loop
+:func:`solve_problem` chains the paper's stages (paper abstract, arXiv 2510.05115; the order of
+the official code ``run.py``): structured extraction, the semantic-anchor correction loop
 (:class:`~methods.sacopt.loop.SACOptLoop`), assembly ``M = M_simp + M_sem``, execution and the
 final solver-error debugging (:func:`~methods.sacopt.debug.debug_loop`).
 """
@@ -48,8 +48,8 @@ def is_correct(pred: Any, gt: Any, rtol: float = 1e-4, atol: float = 1e-6) -> bo
 def _extract(
     llm: ChatLLM, description: str, cfg: SACOptConfig, input_data: dict | None, rec: dict
 ) -> ProblemState | None:
-    """Stage 1 (paper §3, structured extraction: parameters, variables, objective and constraint
-    anchors; official run.py): the state, or ``None`` with ``rec['stage'/'error']`` set."""
+    """Structured extraction (parameters, variables, objective and constraint anchors; official
+    code run.py / parameters.py / variables.py / objective.py / constraint.py): the state, or ``None`` with ``rec['stage'/'error']`` set."""
     from methods.sacopt.extract import ExtractionError, extract_state
 
     try:
@@ -90,7 +90,7 @@ def _choose_backend(state: ProblemState, cfg: SACOptConfig, run) -> tuple[str, s
 def solve_problem(
     llm: ChatLLM, description: str, cfg: SACOptConfig, input_data: dict | None = None
 ) -> dict[str, Any]:
-    """The full SAC-Opt pipeline on one description (paper Fig. 1; official run.py); never raises
+    """The full SAC-Opt pipeline on one description (paper abstract; official code run.py); never raises
     on model output.
 
     Returns a ``result.json`` record: ``status``, ``objective``, ``n_iters``, ``n_debug``,

@@ -99,7 +99,7 @@ class EmbeddingVerifier:
         return np.stack([self._cache[t] for t in texts])
 
     def similarity(self, anchors: Sequence[str], recons: Sequence[str]) -> np.ndarray:
-        """Cosine similarity of each pair. (n,)"""
+        """Cosine similarity of each pair, ``(n,)`` (official code model2data.py, MiniLM embeddings)."""
         if len(anchors) != len(recons):
             raise ValueError("anchors and recons must have the same length")
         if not anchors:
@@ -109,7 +109,7 @@ class EmbeddingVerifier:
         return (a * b).sum(axis=1)
 
     def batch(self, anchors: Sequence[str], recons: Sequence[str]) -> list[bool]:
-        """Vectorised δ_sim over pairs."""
+        """Vectorised δ_sim over pairs (official code model2data.py: ``cos >= tau``)."""
         return [bool(s >= self.tau - 1e-9) for s in self.similarity(anchors, recons)]
 
     def __call__(self, anchor: str, reconstruction: str, kind: str = "constraint") -> bool:

@@ -80,7 +80,7 @@ def _allowed(tokenizer, allowed_token_ids, vocab: int, device) -> tuple[torch.Te
 
 def _objective(model, t0: int, tgt_ids: torch.Tensor, detector, window, detector_weight: float):
     """GCG's loss (Zou et al. 2023, Alg. 1: target cross-entropy), plus the adaptive detector term
-    ``detector_weight * detector(volume)`` (SALO paper's adaptive attack)."""
+    ``detector_weight * detector(volume)`` (the paper's adaptive attack; docs/methods/salo.md deviations)."""
 
     def objective(embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[C, S, D]`` input embeddings -> (objective [C], target loss [C])."""
