@@ -155,6 +155,7 @@ def word_tokenizer(
     whitespace_split: bool = True,
     special_tokens: Sequence[str] = (),
     fuse_decoder: bool = False,
+    decoder: Any = None,
     **hf_kwargs: Any,
 ) -> PreTrainedTokenizerFast:
     """A word-level tokenizer over a toy vocabulary: one id per whitespace-separated word.
@@ -169,6 +170,7 @@ def word_tokenizer(
             splits by the regex alone, so whitespace can be a token (character-level vocabularies).
         special_tokens: words never split and skipped by ``decode(skip_special_tokens=True)``.
         fuse_decoder: decode without spaces between tokens (for glued symbols).
+        decoder: any other ``tokenizers.decoders`` object (e.g. ``decoders.WordPiece()``).
         **hf_kwargs: passed to ``PreTrainedTokenizerFast`` (``pad_token``, ``eos_token``,
             ``padding_side``, ``chat_template``, ...).
 
@@ -191,8 +193,12 @@ def word_tokenizer(
     if split_regex is not None:
         steps.append(pre_tokenizers.Split(Regex(split_regex), behavior="isolated"))
     backend.pre_tokenizer = steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
+    if fuse_decoder and decoder is not None:
+        raise ValueError("give fuse_decoder or decoder, not both")
     if fuse_decoder:
         backend.decoder = decoders.Fuse()
+    elif decoder is not None:
+        backend.decoder = decoder
     if special_tokens:
         backend.add_special_tokens(list(special_tokens))
     return PreTrainedTokenizerFast(tokenizer_object=backend, **hf_kwargs)

@@ -19,8 +19,9 @@ _TOKEN_RE = r"\w+|[^\w\s]"
 
 def build_word_tokenizer(texts: Sequence[str]) -> Any:
     """Word-level tokenizer (words and single punctuation marks) built from the corpus."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import decoders
+
+    from common.tiny import word_tokenizer
 
     vocab = ["<pad>", "<eos>", "<unk>"]
     seen = set(vocab)
@@ -33,15 +34,13 @@ def build_word_tokenizer(texts: Sequence[str]) -> Any:
         if str(b) not in seen:
             seen.add(str(b))
             vocab.append(str(b))
-    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
     # Whitespace is split off first, so no pre-token is a bare space (a lone ``Split(..., "isolated")``
     # keeps the gaps between matches as pre-tokens, and they are all <unk>).
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_TOKEN_RE), "isolated")]
-    )
-    tok.decoder = decoders.WordPiece()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+    return word_tokenizer(
+        {t: i for i, t in enumerate(vocab)},
+        "<unk>",
+        split_regex=_TOKEN_RE,
+        decoder=decoders.WordPiece(),
         pad_token="<pad>",
         eos_token="<eos>",
         unk_token="<unk>",

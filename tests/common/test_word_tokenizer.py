@@ -29,6 +29,15 @@ def test_regex_alone_keeps_whitespace_as_tokens():
         word_tokenizer(vocab, "<unk>", whitespace_split=False)
 
 
+def test_a_given_decoder_is_used():
+    from tokenizers import decoders
+
+    tok = word_tokenizer(["<unk>", "a", "##b"], "<unk>", decoder=decoders.WordPiece())
+    assert tok.decode([1, 2]) == "ab"  # WordPiece glues the ## continuation
+    with pytest.raises(ValueError, match="not both"):
+        word_tokenizer(["<unk>"], "<unk>", fuse_decoder=True, decoder=decoders.WordPiece())
+
+
 def test_special_tokens_are_kept_and_skippable():
     tok = word_tokenizer(
         ["<pad>", "<eos>", "x"], "<pad>", special_tokens=["<pad>", "<eos>"], eos_token="<eos>"
