@@ -85,7 +85,7 @@ def policy_logps_at(
 @torch.no_grad()
 def policy_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Entropy [B, T] of ``softmax(logits / temperature)``, one sequence at a time (no [B, T, V]
-    fp32 copy; a diagnostic, no gradient)."""
+    fp32 copy; a logged diagnostic of ours, no gradient)."""
     check_tensor("logits", logits, (3,))
     out = []
     for row in logits:  # [T, V]

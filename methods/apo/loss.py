@@ -266,8 +266,9 @@ def _loss_stats(
     eps_high: float,
     z_floor: float,
 ) -> dict[str, float]:
-    """The diagnostics of :func:`apo_per_token_loss` (means over unmasked tokens); warns on
-    Z_ref underflow (r_anchor > 1e3 on a negative token)."""
+    """The diagnostics of :func:`apo_per_token_loss` (means over unmasked tokens; our choice of
+    logged quantities, the safe-manifold mass is the paper's support objective); warns on Z_ref
+    underflow (r_anchor > 1e3 on a negative token, a numerical guard of ours)."""
     n_valid = valid.sum().clamp_min(1).float()
     neg_valid = neg & valid
     n_neg = neg_valid.sum()

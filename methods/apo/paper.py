@@ -160,7 +160,11 @@ def train_stage(run: Run) -> dict[str, float]:
 
 
 def eval_stage(run: Run) -> dict[str, float]:
-    """``stage=eval``: Pass@k (k = 1, 2, 4, ..., n) of ``model`` on every set of ``benchmark``."""
+    """``stage=eval``: Pass@k (k = 1, 2, 4, ..., n) of ``model`` on every set of ``benchmark``.
+
+    The paper reports Avg Pass@1 and Pass@K over five math benchmarks (abstract); the unbiased
+    estimator 1 − C(n−c, k)/C(n, k) (Chen et al. 2021, :func:`common.metrics.mean_pass_at_k`) and
+    the benchmark list are our inference (docs/methods/apo.md, Deviations)."""
     from common.models import load_model, load_tokenizer
 
     start = time.perf_counter()

@@ -242,7 +242,8 @@ class APOTrainer(GroupAdvantageGRPOTrainer):
     def apo_reference(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """π_ref Top-K ids/log-probs [b, T, K] and π_ref log-probs of the completion [b, T]."""
+        """π_ref Top-K ids/log-probs [b, T, K] (the paper's safe manifold, restated second-hand) and
+        π_ref log-probs of the completion [b, T] (for the KL baselines)."""
         ref, ctx = self._reference_context()
         with torch.no_grad(), ctx:
             return reference_topk(

@@ -28,7 +28,10 @@ _SENTENCE_RE = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split ``text`` into non-empty sentences at ``. ! ?`` / ``;`` boundaries and newlines."""
+    """Split ``text`` into non-empty sentences at ``. ! ?`` / ``;`` boundaries and newlines.
+
+    For the sentence-chunked embedding and grounding (our inference, docs/methods/georl.md,
+    Deviations: "Semantic space")."""
     return [s.strip() for s in _SENTENCE_RE.split(text) if s and s.strip()]
 
 

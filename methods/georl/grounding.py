@@ -26,7 +26,9 @@ __all__ = ["ClipSentenceGrounding", "FactPrecision", "KeywordGrounding", "repeti
 
 
 def repetition_rate(text: str, n: int = 3) -> float:
-    """Share of word n-grams in ``text`` that repeat an earlier n-gram (0 for short texts)."""
+    """Share of word n-grams in ``text`` that repeat an earlier n-gram (0 for short texts).
+
+    The repetition guard of ours (docs/methods/georl.md, Deviations: "Empty text, repetitive text")."""
     words = text.lower().split()
     grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     if not grams:
