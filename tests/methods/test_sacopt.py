@@ -489,6 +489,22 @@ def test_embedding_verifier_threshold_is_inclusive_and_batch_agrees():
         EmbeddingVerifier(tau=0.0, embedder=_FakeEmbedder())
 
 
+class _ScaledEmbedder:
+    """Unnormalised vectors: each text's direction times an arbitrary length."""
+
+    def encode(self, texts):
+        vecs = {"a": [3.0, 4.0], "b": [0.5, 0.0], "c": [-6.0, -8.0], "d": [0.0, 7.0]}
+        return np.array([vecs[t] for t in texts])
+
+
+def test_similarity_is_the_cosine_whatever_the_embedding_norms():
+    """delta_sim compares directions (official model2data.py: cosine of the embeddings): scaling an
+    embedding changes nothing; the closed forms are cos(a, b) = 3/5, cos(a, c) = -1, cos(a, d) = 4/5."""
+    v = EmbeddingVerifier(tau=0.75, embedder=_ScaledEmbedder())
+    np.testing.assert_allclose(v.similarity(["a", "a", "a"], ["b", "c", "d"]), [0.6, -1.0, 0.8])
+    assert v.batch(["a", "a", "a"], ["b", "c", "d"]) == [False, False, True]
+
+
 def test_offline_minilm_reproduces_reference_similarities():
     """The verifier's similarity is the cosine of the offline MiniLM's sentence embeddings.
 
