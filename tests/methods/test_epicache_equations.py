@@ -39,6 +39,7 @@ def test_routing_is_cosine_not_dot_product_with_the_centroid():
     assert e == 1 and sim == pytest.approx(0.7 / np.sqrt(0.5), abs=1e-9)
     assert match_episode(q, ep, metric="dot") == (0, pytest.approx(1.2))
     assert match_episode(-q, ep)[0] == 0  # cos = −0.6 vs −0.99: the larger cosine, not the smaller
+    assert match_episode(3.0 * q, ep)[1] == pytest.approx(sim)  # cosine: the query's norm cancels
 
 
 # ------------------------------------------------------------ importance s_i = max_{t,g} softmax_cache
