@@ -21,6 +21,9 @@ def distance_quantiles(
 ) -> list[list[int]]:
     """Splits an ordering into ``n_quantiles`` contiguous chunks and keeps each chunk's head.
 
+    The distance-quantile protocol behind the paper's Figs. 2–3 (official
+    ``quantile/convert_to_dist_quant.py``).
+
     Chunks have ``len(order) // n_quantiles`` entries; the last one absorbs the remainder.
 
     Returns:
@@ -45,7 +48,10 @@ def distance_quantiles(
 
 
 def spearman_table(results: Mapping[str, Sequence[float]]) -> dict[str, float]:
-    """Spearman ρ between chunk index ``0..n−1`` and each named per-chunk metric (scipy)."""
+    """Spearman ρ between chunk index ``0..n−1`` and each named per-chunk metric (scipy).
+
+    The correlations reported with the paper's Figs. 2–3.
+    """
     out = {}
     for name, values in results.items():
         values = np.asarray(values, dtype=np.float64)

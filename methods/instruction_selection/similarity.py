@@ -30,6 +30,9 @@ def cosine_matrix(
 ) -> np.ndarray:
     """Cosine similarity between queries and candidates, computed in row chunks.
 
+    The paper's query–candidate similarity of L2-normalised features (official
+    ``representation/``).
+
     Args:
         Q: query features ``[M, D]``.
         X: candidate features ``[N, D]``.

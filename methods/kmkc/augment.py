@@ -125,6 +125,8 @@ def augment_boundary_expansion(
 ) -> list[dict] | None:
     """Mastered → harder neighbouring questions with answers (self-consistency filtered).
 
+    Paper Fig. 2 ("Boundary Expansion"); the procedure and prompt are our inference.
+
     Returns None when the generator never produced a parsable reply (the caller counts a drop).
     """
     cfg = cfg or AugmentConfig()
@@ -154,7 +156,10 @@ def augment_boundary_expansion(
 def augment_structural_disambiguation(
     llm: Any, p: BehaviorProfile, n: int, cfg: AugmentConfig | None = None
 ) -> list[dict] | None:
-    """Confused → explanations that separate the gold answer from the model's own wrong answers."""
+    """Confused → explanations that separate the gold answer from the model's own wrong answers.
+
+    Paper Fig. 2 ("Structural Disambiguation"); the procedure and prompt are our inference.
+    """
     cfg = cfg or AugmentConfig()
     if n == 0:
         return []
@@ -183,7 +188,10 @@ def augment_structural_disambiguation(
 def augment_epistemic_foundation(
     llm: Any, p: BehaviorProfile, n: int, cfg: AugmentConfig | None = None
 ) -> list[dict] | None:
-    """Missing → a background statement establishing the fact, then a QA item that restates it."""
+    """Missing → a background statement establishing the fact, then a QA item that restates it.
+
+    Paper Fig. 2 ("Epistemic Foundation"); the procedure and prompt are our inference.
+    """
     cfg = cfg or AugmentConfig()
     if n == 0:
         return []

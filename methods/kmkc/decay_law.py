@@ -21,7 +21,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DecayFit:
-    """Fitted a·exp(−b·U) + c with goodness of fit on the bin centroids."""
+    """Fitted a·exp(−b·U) + c with goodness of fit on the bin centroids.
+
+    The law of paper §2 / App. C.1.
+    """
 
     a: float
     b: float

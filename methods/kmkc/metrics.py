@@ -35,7 +35,10 @@ def check_golds(golds: object) -> list[str]:
 
 
 def qa_correct(pred: str, golds: list[str], mode: Literal["cover", "em"] = "cover") -> bool:
-    """Cover match (a normalised gold alias occurs, word-aligned, in the normalised prediction) or EM."""
+    """Cover match (a normalised gold alias occurs, word-aligned, in the normalised prediction) or EM.
+
+    The paper's accuracy (App. B); the cover matcher is our inference (doc deviations).
+    """
     golds = check_golds(golds)
     p = normalize_answer(pred)
     if not p:

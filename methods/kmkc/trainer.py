@@ -112,7 +112,10 @@ class CDKCConfig(GRPOConfig):
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the unmasked positions of each row: ``[b, T] -> [b]`` (empty rows give 0)."""
+    """Mean over the unmasked positions of each row: ``[b, T] -> [b]`` (empty rows give 0).
+
+    H̄_i of (E7), the per-rollout mean of the token signal (our restatement, doc deviations).
+    """
     mask = mask.to(values.dtype)
     return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 

@@ -179,7 +179,7 @@ def web_turing(
 ) -> JudgeResult:
     """Pairwise Web Turing score: 1 if the judge takes the prediction for the real page, else 0.
 
-    The A/B order is drawn from ``rng`` (uniform). ``extra`` records ``pred_slot`` and ``choice``.
+    §4 / App. N.3. A/B order drawn from ``rng`` (uniform); ``extra``: ``pred_slot``, ``choice``.
     """
     if not isinstance(rng, random.Random):
         raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
@@ -208,7 +208,7 @@ def web_turing(
 def aggregate(
     fact: Sequence[JudgeResult], turing: Sequence[JudgeResult], truncated: Sequence[bool] = ()
 ) -> dict[str, float]:
-    """Means of Factuality, Web Turing and ``total = (fact + turing) / 2``, plus error rates."""
+    """Means of Factuality, Web Turing and ``total = (fact + turing) / 2`` (§4), plus error rates."""
     if len(fact) != len(turing):
         raise ValueError(f"fact and turing must have equal length, got {len(fact)}, {len(turing)}")
     if not fact:

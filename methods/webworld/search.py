@@ -83,6 +83,8 @@ _SCORE = re.compile(r"Score:\s*([-+]?\d*\.?\d+)", re.I)
 def parse_value_reply(text: str) -> tuple[str, float]:
     """Parses a value-model reply into ``(status, score)``; no ``Status:`` -> ``("ONGOING", 0.0)``.
 
+    The value model's reply format of §5.2 (Table 6); the lenient fallback is ours.
+
     SUCCESS without a score counts as 1.0; scores are clamped to ``[0, 1]``.
     """
     m = _STATUS.search(text or "")

@@ -46,7 +46,10 @@ _TERMINAL = ("send_msg_to_user", "infeasible", "report_infeasible")  # + the dem
 
 
 def instantiate_goal(llm: Any, s0: str, actions: Sequence[str], s_final: str) -> str | None:
-    """Asks ``llm`` for the goal a rollout achieved; ``NONE`` (any case/whitespace) -> None."""
+    """Asks ``llm`` for the goal a rollout achieved; ``NONE`` (any case/whitespace) -> None.
+
+    Goal instantiation of the trajectory synthesis, §5.1.
+    """
     reply = llm.chat(
         [
             {
@@ -122,7 +125,10 @@ def synthesize(
 
 
 def agent_sft_dataset(trajs: Iterable[Trajectory], prompt: str = AGENT_PROMPT) -> Dataset:
-    """One prompt-completion chat per step: user = goal + observation ``s_t``, assistant = ``a_t``."""
+    """One prompt-completion chat per step: user = goal + observation ``s_t``, assistant = ``a_t``.
+
+    The agent SFT data of §5.1.
+    """
     rows = []
     for t in trajs:
         for s, a in zip(t.states, t.actions, strict=False):

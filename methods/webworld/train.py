@@ -119,6 +119,8 @@ def chat_dataset(trajs: Iterable[Trajectory], **templates: str) -> Dataset:
 def last_turn_dataset(chats: Iterable[dict]) -> Dataset:
     """Stage-2 form: ``{"prompt": turns before the last assistant turn, "completion": [last]}``.
 
+    Stage-2 training of §3.5 (Table 9): loss on the last turn only.
+
     Raises:
         ValueError: if a chat does not end with an assistant turn.
     """
