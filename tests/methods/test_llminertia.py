@@ -147,6 +147,10 @@ def test_match_pairs_matchers():
     assert match_pairs("cough only", [("cough", "flu")]) == []
     assert match_pairs("an ox and flu", [("ox", "flu")], min_len=3) == []
     assert match_pairs("an ox and flu", [("ox", "flu")]) == [("ox", "flu")]
+    # min_len is the shortest length allowed (inclusive): "flu" (3) matches at 3, not at 4
+    assert match_pairs("flu and cold", [("flu", "cold")], min_len=3) == [("flu", "cold")]
+    assert match_pairs("flu and cold", [("flu", "cold")], min_len=4) == []
+    assert match_pairs("  flu and cold", [(" flu ", "cold")], min_len=3) == [("flu", "cold")]
     assert match_pairs("it is the flu", [("the", "flu")], stopwords=True) == []
     with pytest.raises(ValueError, match="matcher"):
         match_pairs(text, pairs, "regex")
