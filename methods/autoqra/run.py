@@ -9,18 +9,18 @@ from .paper import paper_stage
 
 STAGES = {"toy": toy_stage, "paper": paper_stage}
 DEMO_OVERRIDES: list[str] = [
-    "method.toy.num_layers=3",
-    "method.toy.pretrain_steps=10",
-    "method.toy.n_train=128",
-    "method.toy.n_heldout=64",
-    "method.toy.lf_steps=2",
-    "method.toy.hf_steps=3",
-    "method.toy.final_steps=2",
+    "method.toy.num_layers=4",
+    "method.toy.pretrain_steps=200",  # the blocks must hold knowledge to lose
+    "method.toy.n_train=256",
+    "method.toy.n_heldout=128",
+    "method.toy.lf_steps=3",
+    "method.toy.hf_steps=8",
+    "method.toy.final_steps=20",
     "method.toy.random_search=false",
     "method.toy.arms=[uniform4,autoqra]",
     "method.toy.final_seeds=[0]",
     "method.toy.outlier_blocks=[1]",
-    "method.pop=2",
+    "method.pop=4",
     "method.gens=1",
     "method.promote_k=1",
     "method.k_neighbors=1",

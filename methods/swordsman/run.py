@@ -8,7 +8,7 @@ from . import paper, toy_run
 
 STAGES = {"toy": toy_run.run_toy, "paper": paper.paper_stage}
 DEMO_OVERRIDES: list[str] = [
-    "method.toy.train_steps=40",
+    "method.toy.train_steps=150",  # enough for the tiny MDM to show boundary alignment
     "method.toy.n_eval=4",
     "method.toy.hidden_size=32",
     "method.toy.n_oracle=2",

@@ -43,14 +43,14 @@ STAGES = {
     "eval": paper.eval_stage,
 }
 DEMO_OVERRIDES: list[str] = [
-    "method.toy.chain_len=6",
-    "method.toy.n_symbols=4",
-    "method.toy.k_values=[2,3]",
-    "method.toy.n_train=32",
+    "method.toy.chain_len=10",
+    "method.toy.n_symbols=8",
+    "method.toy.k_values=[5]",  # parallel threads must outweigh the outline overhead
+    "method.toy.n_train=100",
     "method.toy.n_eval=4",
-    "method.toy.sft_steps=3",
+    "method.toy.sft_steps=100",
     "method.toy.sft_batch_size=8",
-    "method.toy.budget_total=32",
+    "method.toy.budget_total=400",  # room for the whole trace
     "method.toy.hybrid_eval=false",
     "method.toy.hidden_size=32",
     "method.toy.arms=[seq,tw]",
