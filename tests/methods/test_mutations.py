@@ -187,3 +187,23 @@ def test_georl_training_moves_the_policy_toward_high_advantage_completions(tmp_p
     torch.testing.assert_close(adv, seen["adv"], atol=1e-5, rtol=1e-5)  # rows line up
     assert adv.abs().max() > 0 and delta.abs().max() > 0
     assert float((adv * delta).sum()) > 0
+
+
+def test_slicefine_spectral_balance_per_row_energy_normalised_profiles_and_axis():
+    """§3 spectral balance: e_g = ‖W_g‖²_F / rows_g and eigen-profiles divided by the largest
+    (mutations: the sum without / rows_g, unnormalised profiles, the axis argument ignored)."""
+    from methods.slicefine.diagnostics import spectral_balance
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(10, 6, generator=g)
+    w = w / w.norm(dim=1, keepdim=True)  # unit rows; k = 3 splits 10 rows as 4, 3, 3
+    assert spectral_balance(w, k=3)["cv_energy"] == pytest.approx(0.0, abs=1e-6)  # mutant: 0.14
+    a = torch.randn(3, 8, generator=g)
+    scaled = torch.cat([a, 10.0 * a])  # two groups, same profile up to scale
+    out = spectral_balance(scaled, k=2)
+    assert out["max_profile_gap"] == pytest.approx(0.0, abs=1e-9)
+    assert out["cv_energy"] == pytest.approx((100 - 1) / (100 + 1), rel=1e-9)  # e = (c, 100c)
+    m = torch.randn(6, 9, generator=g)
+    col, row_t = spectral_balance(m, k=3, axis="column"), spectral_balance(m.T, k=3)
+    assert col == pytest.approx(row_t)
+    assert col != pytest.approx(spectral_balance(m, k=3))
