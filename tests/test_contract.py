@@ -7,9 +7,11 @@ both ``HEADLINE`` keys and writes ``results.json`` and ``results.md``. This is a
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +74,26 @@ def test_no_reference_to_the_working_notes():
                     hits.append(f"{path.relative_to(root)}:{n}: {line.strip()[:100]}")
     hint = "cite the paper, the official code or 'our inference' instead:\n"
     assert not hits, hint + "\n".join(hits)
+
+
+@pytest.mark.parametrize("slug", discover_methods())
+def test_file_roles(slug):
+    """docs/adding_a_method.md: every stage function lives in ``toy.py`` or ``paper.py`` /
+    ``paper_<part>.py``; ``run.py`` defines none and imports no other module of the method."""
+    run = importlib.import_module(f"methods.{slug}.run")
+    for stage, fn in run.STAGES.items():
+        module = fn.__module__.rsplit(".", 1)[-1]
+        assert fn.__module__.startswith(f"methods.{slug}."), (stage, fn.__module__)
+        assert module in ("toy", "paper") or module.startswith("paper_"), (
+            f"methods/{slug}: stage {stage!r} is defined in {module}.py (toy.py or paper*.py)"
+        )
+    src = Path(importlib.import_module(f"methods.{slug}").__path__[0]) / "run.py"
+    for node in ast.walk(ast.parse(src.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        mod = node.module or ""
+        if node.level == 1 or mod.startswith(f"methods.{slug}"):
+            rel = mod.removeprefix(f"methods.{slug}").lstrip(".")
+            names = [a.name for a in node.names] if not rel else [rel.split(".")[0]]
+            for name in names:
+                assert name in ("toy", "paper") or name.startswith("paper_"), (slug, name)

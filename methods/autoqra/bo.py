@@ -10,6 +10,7 @@ the GP fits on the cached results: nothing is evaluated twice.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -72,11 +73,22 @@ def _utility(pareto: list[Record], alpha: float) -> Callable[[float, float], flo
 
 def _fit_gp(X: np.ndarray, y: np.ndarray, seed: int):
     """``C(1, [1e-2, 1e2]) × Matérn(ℓ=1, ν=2.5) + White(1e-3)``, ``normalize_y`` (official phase3_bo.py)."""
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
     kern = ConstantKernel(1.0, (1e-2, 1e2)) * Matern(length_scale=1.0, nu=2.5) + WhiteKernel(1e-3)
-    return GaussianProcessRegressor(kern, normalize_y=True, random_state=seed).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        # A hyper-parameter at its bound is expected with a handful of Pareto points (the official
+        # bounds are kept); it is logged once per fit instead of printed as a warning.
+        warnings.simplefilter("always", ConvergenceWarning)
+        gp = GaussianProcessRegressor(kern, normalize_y=True, random_state=seed).fit(X, y)
+    for w in caught:
+        if issubclass(w.category, ConvergenceWarning):
+            logger.debug("GP fit on %d points: %s", len(y), w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return gp
 
 
 def trust_region(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from .experiment import toy_stage
 from .paper import paper_stage
+from .toy import toy_stage
 
 STAGES = {"toy": toy_stage, "paper": paper_stage}
 DEMO_OVERRIDES: list[str] = [

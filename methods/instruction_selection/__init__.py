@@ -17,13 +17,6 @@ from .less import (
     less_warmup,
     rademacher_projection,
 )
-from .paper import (
-    finetune_subset,
-    less_warmup_trainer,
-    load_trainer_checkpoint,
-    query_loss,
-    train_tulu,
-)
 from .paper_data import TARGET_TASKS, TASK_CONVERTERS, load_pool, load_queries, load_target_task
 from .representations import RDSPlus, SentenceEmbed, tulu_format
 from .selectors import (
@@ -40,6 +33,13 @@ from .selectors import (
     uot_plan,
 )
 from .similarity import cosine_matrix
+from .training import (
+    finetune_subset,
+    less_warmup_trainer,
+    load_trainer_checkpoint,
+    query_loss,
+    train_tulu,
+)
 
 __all__ = [
     "TARGET_TASKS",

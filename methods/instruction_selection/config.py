@@ -51,8 +51,8 @@ class InstructionSelectionConfig(MethodConfig):
     }
     PAPER_STAGES: ClassVar[tuple[str, ...]] = ("select", "finetune")
     TRAINERS: ClassVar[dict[str, str]] = {
-        "warmup": "methods.instruction_selection.paper:TuluTrainingArguments",
-        "finetune": "methods.instruction_selection.paper:TuluTrainingArguments",
+        "warmup": "methods.instruction_selection.training:TuluTrainingArguments",
+        "finetune": "methods.instruction_selection.training:TuluTrainingArguments",
     }
     MODEL_KINDS: ClassVar[tuple[str, ...]] = ("causal_lm",)
     BENCHMARK_FORMATS: ClassVar[tuple[str, ...]] = ()

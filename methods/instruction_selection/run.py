@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from . import pipeline, toy
+from . import paper, toy
 
-STAGES = {"toy": toy.run_toy, "select": pipeline.select_stage, "finetune": pipeline.finetune_stage}
+STAGES = {"toy": toy.run_toy, "select": paper.select_stage, "finetune": paper.finetune_stage}
 DEMO_OVERRIDES: list[str] = [
     "method.pool_size=200",
     "method.n_queries=4",

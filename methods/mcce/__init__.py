@@ -24,7 +24,13 @@ from .problems import (
 )
 from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
 from .selection import non_dominated_fronts, nsga2_select, nsga2_so_select, official_fronts
-from .toy import SelfiesExplorer, TinyLMChat, build_selfies_tokenizer, pretrain_tiny_lm, tiny_gpt
+from .toy_world import (
+    SelfiesExplorer,
+    TinyLMChat,
+    build_selfies_tokenizer,
+    pretrain_tiny_lm,
+    tiny_gpt,
+)
 
 _TRAIN = (
     "MCCEDPOConfig",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from .experiments import run_paper, run_toy
+from .paper import run_paper
+from .toy import run_toy
 
 STAGES = {"toy": run_toy, "paper": run_paper}
 DEMO_OVERRIDES: list[str] = [

@@ -15,9 +15,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trl import DPOConfig, GRPOConfig, SFTConfig
+
+if TYPE_CHECKING:
+    from .config import MCCERunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -337,3 +340,13 @@ def dpo_loss_closed_form(
         return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
 
     return -(1 - eps) * log_sigmoid(beta * h) - eps * log_sigmoid(-beta * h)
+
+
+TRAINER_NODE = {"coevolve_dpo": "dpo", "coevolve_sft": "sft", "coevolve_rl": "grpo"}
+
+
+def trainer_args_for(rc: MCCERunConfig, mode: str, out_dir: str | None = None) -> Any:
+    """The training round's TRL config of ``mode`` from its trainer node (None if it trains not)."""
+    if mode not in ROUND_CONFIGS:
+        return None
+    return round_args(ROUND_CONFIGS[mode], getattr(rc, TRAINER_NODE[mode]), out_dir)

@@ -23,7 +23,7 @@ from methods.swordsman.decoder import (
 )
 from methods.swordsman.partition import next_block_length
 from methods.swordsman.threshold import SCHEDULES, dynamic_threshold
-from methods.swordsman.toy import GrammarPosteriorLM, PhraseGrammar, tiny_mdm, train_mdm
+from methods.swordsman.toy_world import GrammarPosteriorLM, PhraseGrammar, tiny_mdm, train_mdm
 from methods.swordsman.uncertainty import token_entropy, uncertainty
 from methods.swordsman.unmask import select_transfer
 

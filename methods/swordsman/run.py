@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from . import paper, toy_run
+from . import paper, toy
 
-STAGES = {"toy": toy_run.run_toy, "paper": paper.paper_stage}
+STAGES = {"toy": toy.run_toy, "paper": paper.paper_stage}
 DEMO_OVERRIDES: list[str] = [
     "method.toy.train_steps=150",  # enough for the tiny MDM to show boundary alignment
     "method.toy.n_eval=4",

@@ -8,31 +8,10 @@ arm, plus the closed-form latency of a perfect model. The paper stages are in :m
 
 from __future__ import annotations
 
-import time
-
-from common.config import Run
 from common.demo import ToyResult
-from common.tracking import write_results
 
 from . import paper, paper_data
-from .toy import run_toy
-
-_TOY_NOTES = (
-    "Arms: seq = sequential traces (baseline); tw = parallel traces, trie packing + "
-    "parent-gather loss; flat = parallel traces, plain causal loss; tw_ar = tw model without "
-    "the orchestrator (hybrid AR mode); closed_form = the serializer's own traces (a perfect "
-    "model). token_latency = mean critical path (tokens); speedup_correct = mean over problems "
-    "both arms solve of seq latency / arm latency. Evaluation: greedy, through the orchestrator."
-)
-
-
-def toy_stage(run: Run) -> dict[str, float]:
-    """``stage=toy``: the codebook-spelling toy; writes ``results.json`` / ``results.md``."""
-    t0 = time.time()
-    metrics, extra = run_toy(run.method.toy, seed=run.seed)
-    return write_results(run.run_dir, "threadweaver", metrics, cfg=run.cfg, extra=extra,
-                         wall_time_s=time.time() - t0, notes=_TOY_NOTES)  # fmt: skip
-
+from .toy import toy_stage
 
 STAGES = {
     "toy": toy_stage,

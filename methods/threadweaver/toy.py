@@ -27,7 +27,8 @@ from collections import defaultdict
 
 import torch
 
-from common.tracking import progress
+from common.config import Run
+from common.tracking import progress, write_results
 
 from .config import ThreadWeaverConfig
 from .format import ParallelBlock, Trajectory, parse, serialize, validate
@@ -342,3 +343,20 @@ def run_toy(cfg: ThreadWeaverConfig, seed: int = 0) -> tuple[dict[str, dict[str,
     extra["samples"] = {arm: r["samples"] for arm, r in results.items()}
     extra["wall_time_s"] = round(time.time() - t0, 1)
     return metrics, extra
+
+
+_TOY_NOTES = (
+    "Arms: seq = sequential traces (baseline); tw = parallel traces, trie packing + "
+    "parent-gather loss; flat = parallel traces, plain causal loss; tw_ar = tw model without "
+    "the orchestrator (hybrid AR mode); closed_form = the serializer's own traces (a perfect "
+    "model). token_latency = mean critical path (tokens); speedup_correct = mean over problems "
+    "both arms solve of seq latency / arm latency. Evaluation: greedy, through the orchestrator."
+)
+
+
+def toy_stage(run: Run) -> dict[str, float]:
+    """``stage=toy``: the codebook-spelling toy; writes ``results.json`` / ``results.md``."""
+    t0 = time.time()
+    metrics, extra = run_toy(run.method.toy, seed=run.seed)
+    return write_results(run.run_dir, "threadweaver", metrics, cfg=run.cfg, extra=extra,
+                         wall_time_s=time.time() - t0, notes=_TOY_NOTES)  # fmt: skip

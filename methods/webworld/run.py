@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 from methods.webworld import paper
-from methods.webworld.experiment import toy_stage
+from methods.webworld.toy import toy_stage
 
 STAGES = {
     "toy": toy_stage,

@@ -1,134 +1,330 @@
-"""Generated A11y pages and crawl trajectories for the CPU toy and tests (our toy design, data layer only).
+"""WebWorld's CPU toy "MiniWorld", the ``toy`` stage: ``icml26 experiment=webworld_toy``.
 
-The generator produces small sites of tab-indented A11y pages with bids, and random "Level-1" crawls
-over them. Some actions (clicking static text, ``noop``, scrolling a short page) leave the page
-unchanged, so the no-op filter of §3.3 has something to remove.
+A tiny causal LM (``common.tiny`` Llama, 2 layers, hidden 64, random init; a WordLevel tokenizer of
+the site grammar) is warmed up on a random-word lookup task (``common.tiny.induction_warmup``), then
+trained with TRL ``SFTTrainer`` (Stage-1 recipe: loss on every assistant turn) as
+a world model of generated A11y websites (:mod:`methods.webworld.toy_sites`), in the chat format of
+paper App. N.1. On held-out sites:
+
+1. **data scale**: models trained on a small vs a large crawl set (equal epochs); metric
+   ``effect_acc`` = share of transitions whose predicted state shows the main effect of the action
+   (the new title after a link / Search / ``go_back``; the changed line after fill / checkbox);
+2. **history**: the large model with the full multi-turn context vs a single-step context
+   (``WebWorldSimulator(history="single")``), on the ``go_back`` split and the other splits;
+3. **lookahead**: "reach page X" episodes with a noisy agent (correct link with probability
+   ``agent_p``, else a random action); greedy vs best-of-k through a copy model (predicts no change),
+   the learned model, and the ground-truth browser (oracle). Value = 1 if the predicted title is the
+   target.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 import random
+import statistics
+import tempfile
+import time
 
-from methods.webworld.a11y import A11yNode, to_a11y
+from common.config import Run
+from common.generation import HFGenerator
+from common.metrics import ci_halfwidth
+from common.threads import torch_threads
+from common.tiny import induction_warmup, tiny_causal_lm
+from common.tracking import write_results
+from methods.webworld.config import WebWorldRunConfig
 from methods.webworld.data import Trajectory
+from methods.webworld.search import lookahead_search
+from methods.webworld.simulator import WebWorldSimulator
+from methods.webworld.toy_sites import (
+    BODY_WORDS,
+    QUERY_WORDS,
+    TITLE_WORDS,
+    ToyBrowser,
+    crawl,
+    make_sites,
+    page_title,
+    shortest_path_actions,
+)
+from methods.webworld.train import chat_dataset, site_tokenizer, stage1_config, train_world_model
 
-__all__ = ["naive_flat_xml_round_trip", "parent_map", "random_crawl", "random_page", "random_tree"]
-
-_WORDS = ["home", "shop", "news", "about", "help", "sale", "cart", "blog", "team", "jobs", "docs"]
-_LEAF_ROLES = ["link", "button", "StaticText", "checkbox", "textbox", "img", "heading"]
-_BOX_ROLES = ["navigation", "list", "listitem", "group", "paragraph", "table", "row", "cell"]
-
-
-def random_tree(rng: random.Random, n_nodes: int = 12, max_depth: int = 4) -> A11yNode:
-    """A random A11y tree with ``n_nodes`` nodes under a ``RootWebArea``; bids are unique."""
-    if n_nodes < 1:
-        raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
-    root = A11yNode("RootWebArea", rng.choice(_WORDS).title(), None, {"focused": ""})
-    boxes: list[tuple[A11yNode, int]] = [(root, 0)]
-    for i in range(n_nodes - 1):
-        parent, d = rng.choice(boxes)
-        boxy = d + 1 < max_depth and rng.random() < 0.35
-        role = rng.choice(_BOX_ROLES if boxy else _LEAF_ROLES)
-        name = " ".join(rng.sample(_WORDS, rng.randint(0, 2)))
-        props: dict[str, str] = {}
-        if role in ("link", "button", "checkbox", "textbox"):
-            props["clickable"] = ""
-        if role == "checkbox":
-            props["checked"] = rng.choice(["'true'", "'false'"])
-        if role == "textbox":
-            props["value"] = "'" + rng.choice(["", "a, b", "x"]) + "'"
-        bid = None if role == "StaticText" else str(10 + i)
-        node = A11yNode(role, name, bid, props)
-        parent.children.append(node)
-        if boxy:
-            boxes.append((node, d + 1))
-    return root
+logger = logging.getLogger(__name__)
 
 
-def random_page(rng: random.Random, title: str, links: list[str]) -> str:
-    """One A11y page: a title root, a navigation with links, a checkbox, a search box, some text."""
-    root = A11yNode("RootWebArea", title, None, {"focused": ""})
-    nav = A11yNode("navigation", "", "1")
-    nav.children = [A11yNode("link", t, str(2 + i), {"clickable": ""}) for i, t in enumerate(links)]
-    root.children = [
-        nav,
-        A11yNode("StaticText", f"welcome to {title.lower()} {rng.randint(0, 99)}"),
-        A11yNode("checkbox", "remember", "40", {"clickable": "", "checked": "'false'"}),
-        A11yNode("textbox", "search", "41", {"clickable": "", "value": "''"}),
-    ]
-    return to_a11y(root)
+# ------------------------------------------------------------------------------------ effect metric
+def _lines(s: str) -> set[str]:
+    return {ln.strip() for ln in s.strip().split("\n") if ln.strip()}
 
 
-def random_crawl(rng: random.Random, n_pages: int = 5, min_steps: int = 3, max_steps: int = 8):
-    """A random crawl over a generated site: returns ``(trajectory, n_noop)``.
+def effect_present(prev: str, pred: str, gt: str) -> bool:
+    """The toy's programmatic Factuality: does ``pred`` show the main effect of ``prev -> gt``?
 
-    Actions: click a link (go to that page), click the checkbox (flip it), fill the search box,
-    click static text or ``noop()`` / ``scroll(0, 100)`` (no visible change: a no-op transition).
+    If the title changes, the predicted title must equal the true one; otherwise every line that
+    changed (present in ``gt``, absent in ``prev``) must appear in ``pred``.
     """
-    titles = [w.title() for w in rng.sample(_WORDS, n_pages)]
-    pages = {t: random_page(rng, t, [x for x in titles if x != t]) for t in titles}
-    cur = rng.choice(titles)
-    state = pages[cur]
-    states, actions, n_noop = [state], [], 0
-    for _ in range(rng.randint(min_steps, max_steps)):
-        kind = rng.choice(["link", "link", "check", "fill", "noop"])
-        if kind == "link":
-            links = [x for x in titles if x != cur]
-            j = rng.randrange(len(links))
-            actions.append(f"click('{2 + j}')")
-            cur = links[j]
-            state = pages[cur]
-        elif kind == "check":
-            actions.append("click('40')")
-            flip = "'true'" if "checked='false'" in state else "'false'"
-            state = state.replace("checked='false'", "X").replace("checked='true'", "X")
-            state = state.replace("X", f"checked={flip}")
-        elif kind == "fill":
-            q = rng.choice(_WORDS)
-            actions.append(f"fill('41', '{q}')")
-            lines = state.split("\n")
-            lines = [
-                ln.split(", value=")[0] + f", value='{q}'" if "[41]" in ln else ln for ln in lines
-            ]
-            state = "\n".join(lines)
-        else:
-            actions.append(rng.choice(["noop()", "scroll(0, 100)", "hover('1')"]))
-        if state == states[-1]:
-            n_noop += 1
-        states.append(state)
-    return Trajectory("", states, actions, source="level1"), n_noop
+    t_prev, t_gt = page_title(prev), page_title(gt)
+    if t_gt != t_prev:
+        return page_title(pred) == t_gt
+    changed = _lines(gt) - _lines(prev)
+    return bool(changed) and changed <= _lines(pred) and page_title(pred) == t_gt
 
 
-def naive_flat_xml_round_trip(text: str) -> A11yNode:
-    """Baseline converter: each A11y line becomes a top-level XML element (indentation ignored).
+def line_f1(pred: str, gt: str) -> float:
+    """F1 between the sets of stripped lines."""
+    p, g = _lines(pred), _lines(gt)
+    if not p or not g:
+        return 0.0
+    tp = len(p & g)
+    return 0.0 if tp == 0 else 2 * tp / (len(p) + len(g))
 
-    This is what a line-by-line regex rewrite does without App. G's depth stack; it keeps ids and
-    names but loses every parent/child link below the top level.
+
+def _kind(action: str, prev: str, gt: str) -> str:
+    if action.startswith("go_back"):
+        return "go_back"
+    if action.startswith("fill"):
+        return "fill"
+    if page_title(prev) != page_title(gt):
+        return "search" if (page_title(gt) or "").startswith("Results for") else "click"
+    return "check"
+
+
+def evaluate_effects(gen, trajs: list[Trajectory], history: str, tc: WebWorldRunConfig) -> dict:
+    """Predicts every transition of ``trajs`` (true history in the context) and scores it.
+
+    Transitions that change the title (click, Search, ``go_back``) are scored on the title alone, so
+    their prediction stops after the first line (``tc.title_tokens`` new tokens, our toy design); fill and
+    checkbox transitions get a full page (``tc.max_new_tokens``), which ``line_f1`` also scores.
     """
-    from methods.webworld.a11y import _ROOT, from_xml, parse_a11y, to_xml
-
-    flat = "\n".join(ln.strip() for ln in text.split("\n") if ln.strip())
-    t = parse_a11y(flat)
-    return from_xml(to_xml(t)) if t.role == _ROOT else A11yNode(_ROOT, children=[t])
-
-
-def parent_map(t: A11yNode) -> dict[int, str]:
-    """Pre-order index -> parent signature (role/bid/name of the parent, '' for top level)."""
-    from methods.webworld.a11y import _ROOT
-
-    out: dict[int, str] = {}
-    idx = 0
-
-    def rec(n: A11yNode, parent: str) -> None:
-        nonlocal idx
-        if n.role != _ROOT:
-            out[idx] = parent
-            idx += 1
-            parent = f"{n.role}|{n.bid}|{n.name}"
-        else:
-            parent = ""
-        for c in n.children:
-            rec(c, parent)
-
-    rec(t, "")
+    items = []
+    for tr in trajs:
+        sim = WebWorldSimulator(
+            gen,
+            window=None,
+            history=history,
+            temperature=0.0,
+            max_tokens=tc.max_new_tokens,
+            prompts=tc.prompts or None,
+        )
+        sim.reset(tr.states[0])
+        for t, a in enumerate(tr.actions):
+            prev, gt = tr.states[t], tr.states[t + 1]
+            items.append((sim.prompt(a), prev, a, gt, page_title(prev) != page_title(gt)))
+            sim.commit(a, gt)
+    preds: list[str] = [""] * len(items)
+    for title_only, n_tok in ((True, tc.title_tokens), (False, tc.max_new_tokens)):
+        idx = [i for i, it in enumerate(items) if it[4] == title_only]
+        if not idx:
+            continue
+        outs = gen.generate([items[i][0] for i in idx], n=1, params=_greedy(n_tok))
+        for i, o in zip(idx, outs, strict=True):
+            text = o[0].text
+            preds[i] = text.split("\n", 1)[0] if title_only else text
+    for i in range(min(2, len(items))):
+        logger.info("example (%s): %r -> %r", history, items[i][2], preds[i][:160])
+    per: dict[str, list[float]] = {}
+    f1s = []
+    for (_, prev, a, gt, title_only), pred in zip(items, preds, strict=True):
+        ok = float(effect_present(prev, pred, gt))
+        per.setdefault(_kind(a, prev, gt), []).append(ok)
+        per.setdefault("all", []).append(ok)
+        if not title_only:
+            f1s.append(line_f1(pred, gt))
+    out = {f"{k}_acc": statistics.mean(v) for k, v in per.items()}
+    out.update({f"n_{k}": float(len(v)) for k, v in per.items() if k != "all"})
+    out["effect_acc"] = out.pop("all_acc")
+    out["line_f1"] = statistics.mean(f1s) if f1s else float("nan")
     return out
+
+
+def _greedy(n):
+    from common.generation import SamplingParams
+
+    return SamplingParams(max_new_tokens=n, temperature=0.0)
+
+
+# ------------------------------------------------------------------------------------- lookahead
+class OracleSim:
+    """The ground-truth browser behind the ``peek`` interface."""
+
+    def __init__(self, browser: ToyBrowser) -> None:
+        self.b = browser
+
+    def peek(self, actions):
+        return [(copy.deepcopy(self.b).step(a), {}) for a in actions]
+
+
+class CopySim:
+    """A world model that predicts no change (the "copy" baseline)."""
+
+    def __init__(self, browser: ToyBrowser) -> None:
+        self.b = browser
+
+    def peek(self, actions):
+        return [(self.b.state(), {}) for _ in actions]
+
+
+def _episode(site, rng: random.Random, arm: str, tc: WebWorldRunConfig, gen) -> float:
+    b = ToyBrowser(site)
+    pages = sorted(site.pages)
+    start = rng.choice(pages)
+    dist = {p: len(shortest_path_actions(site, start, p) or []) for p in pages}
+    far = [p for p in pages if dist[p] >= 2] or [p for p in pages if p != start]
+    target = rng.choice(far)
+    b.reset(start)
+    sim = None
+    if arm == "bon_learned":
+        sim = WebWorldSimulator(
+            gen,
+            window=10,
+            temperature=0.0,
+            max_tokens=tc.title_tokens,
+            stop_at_first_line=True,
+            prompts=tc.prompts or None,
+        )
+        sim.reset(b.state())
+
+    def agent() -> str:
+        acts = b.actions(rng)
+        cur = b.view.page
+        if cur in site.pages and rng.random() < tc.agent_p:
+            nxt = shortest_path_actions(site, cur, target)[0]
+            return next(f"click('{bid}')" for bid, t in site.pages[cur].links if t == nxt)
+        return rng.choice(acts)
+
+    def value(state: str) -> float:
+        return float(page_title(state) == target)
+
+    for _ in range(dist[target] + tc.extra_steps):
+        if arm == "greedy":  # the first of the same k samples (common random numbers)
+            a = [agent() for _ in range(tc.k)][0]
+        else:
+            peeker = {"bon_copy": CopySim(b), "bon_oracle": OracleSim(b), "bon_learned": sim}[arm]
+            a, _ = lookahead_search(agent, peeker, value, k=tc.k)
+        s = b.step(a)
+        if sim is not None:
+            sim.commit(a, s)
+        if b.title == target:
+            return 1.0
+    return 0.0
+
+
+# ------------------------------------------------------------------------------------------- run
+def _grammar_texts() -> list[str]:
+    """Every word and bid of the site grammar in each position it can take (tokenizer corpus)."""
+    words = [*TITLE_WORDS, *QUERY_WORDS, *BODY_WORDS, *map(str, range(100))]
+    return [f"'{w}' [{w}] {w}" for w in words]
+
+
+def _crawls(sites: list, n: int, rng: random.Random, tc) -> list:
+    """``n`` random crawls with at least one transition (our toy: ``toy_sites.crawl`` stands in for
+    the paper's trajectory collection)."""
+    out = []
+    while len(out) < n:
+        t = crawl(rng.choice(sites), rng, tc.min_steps, tc.max_steps)
+        if t.n_transitions:
+            out.append(t)
+    return out
+
+
+def _train_arm(tc, tok, data, evals: list, seed: int, tmp: str) -> tuple[HFGenerator, dict]:
+    """One world model: a tiny LM, the induction warm-up, TRL SFT on ``data`` (the paper's
+    world-model SFT, §3.5, at toy scale), then the next-state effect metrics on ``evals``."""
+    mk = dict(tc.model)
+    arch = mk.pop("arch", "qwen2")
+    model, _ = tiny_causal_lm(arch, seed=seed, tokenizer=tok, **mk)
+    t1 = time.time()
+    # Lookup warm-up on random words (common.tiny.induction_warmup): without it the model
+    # never leaves the context-free-page plateau within this CPU budget (docs, "Toy").
+    n_special = max([*tok.all_special_ids, tok.unk_token_id or 0]) + 1
+    warm = induction_warmup(model, n_special, len(tok), tc.induction_steps, seed=seed)
+    sft = stage1_config(
+        "tiny",
+        output_dir=tmp,
+        learning_rate=tc.lr,
+        lr_scheduler_type=tc.lr_scheduler,
+        num_train_epochs=tc.epochs,
+        per_device_train_batch_size=tc.batch_size,
+        gradient_accumulation_steps=1,
+        packing=False,
+        seed=seed,
+        disable_tqdm=True,
+        logging_steps=tc.log_steps,
+    )
+    model, loss = train_world_model(model, tok, data, sft)
+    gen = HFGenerator(model, tok, batch_size=32)
+    m = evaluate_effects(gen, evals, "full", tc)
+    m.update(train_loss=loss, train_s=time.time() - t1, n_traj=float(len(data)), **warm)
+    return gen, m
+
+
+def _lookahead(tc, test_sites: list, big: HFGenerator, seed: int) -> dict[str, dict[str, float]]:
+    """Greedy vs best-of-N with world-model lookahead (§5.2, Table 6) on held-out sites, per seed
+    and the CI over seeds."""
+    metrics: dict[str, dict[str, float]] = {}
+    for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
+        per_seed = []
+        for s in tc.seeds:
+            succ = [
+                _episode(
+                    test_sites[e % len(test_sites)],
+                    random.Random(1_000_003 * (seed + s) + e),
+                    arm,
+                    tc,
+                    big,
+                )
+                for e in range(tc.episodes)
+            ]
+            per_seed.append(statistics.mean(succ))
+        metrics[arm] = {
+            "success": statistics.mean(per_seed),
+            "success_ci95": ci_halfwidth(per_seed),
+        }
+        for i, v in enumerate(per_seed):
+            metrics[arm][f"success_seed{tc.seeds[i]}"] = v
+    return metrics
+
+
+def toy_stage(run: Run) -> dict[str, float]:
+    """Trains the toy world models, runs the three experiments and writes results.{json,md}."""
+    tc = run.method
+    with torch_threads(tc.threads):
+        t0 = time.time()
+        seed = int(run.seed)
+        rng = random.Random(seed)
+        sites = make_sites(tc.n_sites, rng, n_pages=tc.n_pages)
+        train_sites, test_sites = sites[: tc.n_train_sites], sites[tc.n_train_sites :]
+        pool = _crawls(train_sites, tc.data_sizes[1], rng, tc)
+        evals = _crawls(test_sites, tc.eval_trajectories, rng, tc)
+        templates = {k: v for k, v in (tc.prompts or {}).items()}
+        full = chat_dataset(pool, **templates)
+        corpus = [m["content"] for r in full for m in r["messages"]] + _grammar_texts()
+        tok = site_tokenizer(corpus, tc.vocab_size, kind=tc.tokenizer)
+        metrics: dict[str, dict[str, float]] = {}
+        gens = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for arm, n in (("data_small", tc.data_sizes[0]), ("data_large", tc.data_sizes[1])):
+                gens[arm], metrics[arm] = _train_arm(
+                    tc, tok, full.select(range(n)), evals, seed, tmp
+                )
+                logger.info("%s: %s", arm, metrics[arm])
+        big = gens["data_large"]
+        metrics["ctx_full"] = {
+            k: v for k, v in metrics["data_large"].items() if k.endswith("_acc") or k == "line_f1"
+        }
+        metrics["ctx_single"] = evaluate_effects(big, evals, "single", tc)
+        metrics.update(_lookahead(tc, test_sites, big, seed))
+        return write_results(
+            run.run_dir,
+            "webworld",
+            metrics,
+            cfg=run.cfg,
+            wall_time_s=time.time() - t0,
+            notes=(
+                f"{tc.n_sites} generated sites ({tc.n_train_sites} train / "
+                f"{tc.n_sites - tc.n_train_sites} held out), {tc.n_pages} pages each; tiny "
+                f"{tc.model.get('arch', 'qwen2')} world model (hidden {tc.model['hidden_size']}) trained "
+                f"with TRL SFT, {tc.epochs} epochs on {tc.data_sizes} crawls; {len(evals)} held-out "
+                f"crawls for effect_acc; lookahead: {tc.episodes} episodes x seeds {tc.seeds}, agent_p "
+                f"{tc.agent_p}, BoN({tc.k}); success_ci95 is over seeds."
+            ),
+        )

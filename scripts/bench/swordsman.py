@@ -34,7 +34,7 @@ from methods.swordsman import (
     fixed_block_generate,
     swordsman_generate,
 )
-from methods.swordsman.toy import EOS, MASK, GrammarPosteriorLM
+from methods.swordsman.toy_world import EOS, MASK, GrammarPosteriorLM
 from scripts.bench._harness import row, time_pair
 
 GEN, BLOCK = 32, 8

@@ -414,7 +414,7 @@ def test_checkpoint_resume_is_exact_in_both_stages(tmp_path):
 def test_outlier_injection_preserves_function_and_hurts_low_bit_quantisation(tiny_llama):
     import copy
 
-    from methods.autoqra.toy import MarkovSource, inject_outliers
+    from methods.autoqra.toy_world import MarkovSource, inject_outliers
 
     ids = MarkovSource(128, seed=0).sample(8, 16, seed=1)
     m2 = inject_outliers(copy.deepcopy(tiny_llama), blocks=(1,), channels=4, factor=16.0)
@@ -434,7 +434,7 @@ def test_outlier_injection_preserves_function_and_hurts_low_bit_quantisation(tin
 
 
 def test_sequential_allocation_feasible_and_prefers_sensitive_blocks():
-    from methods.autoqra.experiment import sequential_allocation
+    from methods.autoqra.toy import sequential_allocation
 
     space, mem, _ = _setup(L=4, seed=3)
     mem = MemoryModel(np.full(4, 128 * 100), np.full(4, 10), group_size=128)
@@ -445,7 +445,7 @@ def test_sequential_allocation_feasible_and_prefers_sensitive_blocks():
 
 
 def test_fake_quant_evaluator_trains_only_lora(tiny_llama):
-    from methods.autoqra.toy import FakeQuantEvaluator, MarkovSource
+    from methods.autoqra.toy_world import FakeQuantEvaluator, MarkovSource
 
     ids = MarkovSource(128, seed=0).sample(32, 12, seed=1)
     mem = MemoryModel.from_hf_config(tiny_llama.config, group_size=32)
@@ -679,7 +679,7 @@ def test_input_channel_outliers_preserve_function_and_break_4bit_blocks(tiny_lla
     4-bit quantisation of that block then loses much more than 8-bit, and more than without outliers."""
     import copy
 
-    from methods.autoqra.toy import MarkovSource, inject_outliers
+    from methods.autoqra.toy_world import MarkovSource, inject_outliers
 
     ids = MarkovSource(128, seed=0).sample(8, 16, seed=1)
     m2 = inject_outliers(copy.deepcopy(tiny_llama), (1,), channels=2, factor=32.0, mode="input")

@@ -330,7 +330,9 @@ def test_less_features_equal_hand_projected_gradient(char_gpt):
 
     model = get_peft_model(
         copy.deepcopy(base),
-        LoraConfig(r=2, lora_alpha=4, target_modules=["c_attn"], lora_dropout=0.0),
+        LoraConfig(
+            r=2, lora_alpha=4, target_modules=["c_attn"], lora_dropout=0.0, fan_in_fan_out=True
+        ),
     )
     torch.manual_seed(0)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -574,8 +576,8 @@ def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
     ckpts = sorted((tmp_path / "run" / "warmup").glob("checkpoint-*"))
     assert len(ckpts) == 2 and all((c / "optimizer.pt").exists() for c in ckpts)
     # step 2 of the reproduce script: full fine-tuning on a subset file, then the query loss
-    from methods.instruction_selection.paper import finetune_subset, query_loss
     from methods.instruction_selection.paper_data import load_queries
+    from methods.instruction_selection.training import finetune_subset, query_loss
 
     queries = load_queries(qpath, "gsm8k")
     res = finetune_subset(
@@ -609,7 +611,7 @@ def test_trainer_warmup_checkpoints_match_optimizer_state(tmp_path, tiny_tok):
     from peft import LoraConfig, get_peft_model
 
     from common.tiny import tiny_causal_lm
-    from methods.instruction_selection.paper import less_warmup_trainer
+    from methods.instruction_selection.training import less_warmup_trainer
 
     model, tok = tiny_causal_lm("llama", seed=0, tokenizer=tiny_tok)
     model = get_peft_model(
@@ -722,7 +724,9 @@ def test_less_train_mode_dropout_bos_and_dtype(char_gpt):
 
     model = get_peft_model(
         copy.deepcopy(base),
-        LoraConfig(r=2, lora_alpha=4, target_modules=["c_attn"], lora_dropout=0.5),
+        LoraConfig(
+            r=2, lora_alpha=4, target_modules=["c_attn"], lora_dropout=0.5, fan_in_fan_out=True
+        ),
     )
     for mod in model.modules():  # only the LoRA dropout stays stochastic
         if isinstance(mod, torch.nn.Dropout) and mod.p != 0.5:

@@ -279,7 +279,7 @@ def tiny_selfies_lm():
 
     seeds = load_seed_smiles()
     vocab_src = [sf.encoder(s) for s in seeds]
-    from methods.mcce.toy import selfies_vocab
+    from methods.mcce.toy_world import selfies_vocab
 
     tok = build_selfies_tokenizer(selfies_vocab(vocab_src))
     return tok, seeds
@@ -497,8 +497,8 @@ def test_paper_config_and_chat_template_path(tiny_qwen2):
     from common.config import validate
     from common.llm import ScriptedChat
     from common.registry import compose
-    from methods.mcce.experiments import trainer_args_for
     from methods.mcce.local import TrainableChat
+    from methods.mcce.train import trainer_args_for
 
     run = validate(compose(["experiment=mcce_paper"]))
     rc = run.method
@@ -663,8 +663,8 @@ def test_build_paper_wires_gpt4o_local_model_and_reload(tmp_path, monkeypatch):
     from common.config import validate
     from common.llm import OpenAIChat
     from common.registry import compose
-    from methods.mcce.experiments import build_paper
     from methods.mcce.local import TrainableChat
+    from methods.mcce.paper import build_paper
 
     init = tmp_path / "zinc_random1.smi"
     init.write_text("\n".join(load_seed_smiles()[:5]) + "\n")

@@ -157,7 +157,7 @@ def _tiny_local(seed: int, counter: _Counter):
     fake.run_dpo_round = fake.run_sft_round = run_dpo_round
     sys.modules["methods.mcce.train"] = fake
     from methods.mcce import TinyLMChat, build_selfies_tokenizer, load_seed_smiles, tiny_gpt
-    from methods.mcce.toy import selfies_vocab
+    from methods.mcce.toy_world import selfies_vocab
 
     tok = build_selfies_tokenizer(selfies_vocab([sf.encoder(s) for s in load_seed_smiles()]))
     model = tiny_gpt(len(tok), tok.pad_token_id, tok.eos_token_id, n_positions=128, seed=0)

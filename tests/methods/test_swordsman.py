@@ -36,7 +36,7 @@ from methods.swordsman import (
     uncertainty,
     vanilla_generate,
 )
-from methods.swordsman.toy import BOS, EOS, MASK, GrammarPosteriorLM
+from methods.swordsman.toy_world import BOS, EOS, MASK, GrammarPosteriorLM
 
 V = 23
 

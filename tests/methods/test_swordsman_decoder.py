@@ -28,7 +28,7 @@ from methods.swordsman import (
     fixed_block_generate,
     swordsman_generate,
 )
-from methods.swordsman.toy import EOS, MASK, GrammarPosteriorLM
+from methods.swordsman.toy_world import EOS, MASK, GrammarPosteriorLM
 
 FIXTURE = Path(__file__).parents[2] / "methods/swordsman/fixtures/decoder_regression.json"
 GRAMMAR = PhraseGrammar(gen_length=32, max_phrases=6)

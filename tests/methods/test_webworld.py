@@ -27,7 +27,7 @@ from methods.webworld import (
     to_playwright,
     to_xml,
 )
-from methods.webworld.toy import random_crawl, random_tree
+from methods.webworld.toy_world import random_crawl, random_tree
 
 # One example call per primitive (paper Tables 12-13).
 EXAMPLES = {
@@ -846,7 +846,7 @@ def test_word_tokenizer_single_token_names_and_bids_lossless():
 
 
 def test_toy_effect_metric_hand_cases():
-    from methods.webworld.experiment import effect_present, line_f1
+    from methods.webworld.toy import effect_present, line_f1
 
     prev = "RootWebArea 'a', focused\n\t[1] textbox 'search', value=''"
     gt = "RootWebArea 'a', focused\n\t[1] textbox 'search', value='x'"
