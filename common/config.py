@@ -325,6 +325,22 @@ def trainer_config(config_cls: type, node: dict[str, Any] | None = None, **defau
     return config_cls(**checkpointing_kwargs(config_cls, {**defaults, **node}))
 
 
+class CheckpointingNames:
+    """Mixin for this project's TRL / HF config subclasses (listed first among the bases).
+
+    TRL's configs default ``gradient_checkpointing=True`` and the paper scripts use that name, which
+    transformers 5 deprecates in favour of ``activation_checkpointing``: an unset new name takes the
+    old one's value before the base ``__post_init__`` runs, so the config means the same and builds
+    without a deprecation warning. An explicitly set ``activation_checkpointing`` wins, as upstream.
+    """
+
+    def __post_init__(self):
+        for old, new in _RENAMED:
+            if getattr(self, new, False) is None and getattr(self, old, None) is not None:
+                setattr(self, new, getattr(self, old))
+        super().__post_init__()
+
+
 _RENAMED = (
     ("gradient_checkpointing", "activation_checkpointing"),
     ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),

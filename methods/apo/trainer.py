@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from trl import GRPOConfig
 
+from common.config import CheckpointingNames
 from common.rl import GroupAdvantageGRPOTrainer
 from methods.apo.loss import (
     ANCHOR_FORMS,
@@ -46,7 +47,7 @@ __all__ = ["APOConfig", "APOTrainer"]
 
 
 @dataclass
-class APOConfig(GRPOConfig):
+class APOConfig(CheckpointingNames, GRPOConfig):
     """``GRPOConfig`` plus APO's loss settings (prefix ``apo_``; TRL's ``beta`` becomes ``apo_kl_coef``).
 
     Parameters:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from common.demo import ToyResult
 
-from . import paper, toy_eval
+from . import paper, toy
 
 STAGES = {
-    "toy": toy_eval.run_toy,
+    "toy": toy.run_toy,
     "profile": paper.profile_stage,
     "eval": paper.eval_stage,
 }
@@ -28,4 +28,4 @@ TOY_RESULT = ToyResult(
     verdict="effect",
     command="icml26 experiment=epicache_toy seed=0",
 )
-ARMS = toy_eval.ARMS
+ARMS = toy.ARMS

@@ -24,6 +24,7 @@ import torch
 import trl
 from torch import Tensor
 
+from common.config import CheckpointingNames
 from common.rl import GroupAdvantageGRPOTrainer
 from methods.georl.config import GeoRLConfig
 from methods.georl.embed import TextEmbedder
@@ -36,7 +37,7 @@ __all__ = ["GeoRLGRPOConfig", "GeoRLTrainer", "completion_text"]
 
 
 @dataclass
-class GeoRLGRPOConfig(trl.GRPOConfig):
+class GeoRLGRPOConfig(CheckpointingNames, trl.GRPOConfig):
     """``GRPOConfig`` plus the Geo-RL reward knobs (all reconstructed: no paper value is known).
 
     The DPP group (N descriptions of one image) is TRL's ``num_generations``.

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.config import CheckpointingNames
+
 from .less import LESSCheckpoint, _supervised_ids
 from .paper_data import load_pool
 from .representations import _segments
@@ -81,7 +83,7 @@ def _training_arguments_cls():
 
 
 @dataclass
-class TuluTrainingArguments(_training_arguments_cls()):
+class TuluTrainingArguments(CheckpointingNames, _training_arguments_cls()):
     """``transformers.TrainingArguments`` for the paper's two Tulu trainings (the ``warmup`` and
     ``finetune`` trainer nodes).
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from trl import GRPOConfig
 
+from common.config import CheckpointingNames
 from common.rl import ALL, LOSS_TYPES, GroupAdvantageGRPOTrainer, reduce_token_loss
 
 from .cdkc import CalibrationWeights, cdkc_rollout_weights
@@ -22,7 +23,7 @@ SIGNALS = ("nll", "entropy")
 
 
 @dataclass
-class CDKCConfig(GRPOConfig):
+class CDKCConfig(CheckpointingNames, GRPOConfig):
     """``trl.GRPOConfig`` plus the calibration knobs of CDKC (all inferred: the paper's objective
     is not public).
 

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from common.config import CheckpointingNames
+
 
 @dataclass
-class KoreTrainingConfig(TrainingArguments):
+class KoreTrainingConfig(CheckpointingNames, TrainingArguments):
     """HF ``TrainingArguments`` for KORE; ``learning_rate`` is the rate of ``lora_B``."""
 
     projector_lr: float = field(

@@ -12,11 +12,13 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from common.config import CheckpointingNames
+
 __all__ = ["InductionConfig", "continued_pretrain"]
 
 
 @dataclass
-class InductionConfig(TrainingArguments):
+class InductionConfig(CheckpointingNames, TrainingArguments):
     """HF ``TrainingArguments`` of the induction run plus the tokenisation cutoff.
 
     The official values (``examples/train_full/llama3_full_pt.yaml``: lr 1e-5, 61 epochs, batch 8 x 8,

@@ -26,6 +26,7 @@ import torch
 import trl
 from torch import Tensor
 
+from common.config import CheckpointingNames
 from common.rl import GroupAdvantageGRPOTrainer
 
 from .advantages import ADVANTAGE_ESTIMATORS, check_binary_rewards
@@ -67,7 +68,7 @@ def truncated_at_max_length(
 
 
 @dataclass
-class MaxRLConfig(trl.GRPOConfig):
+class MaxRLConfig(CheckpointingNames, trl.GRPOConfig):
     """``GRPOConfig`` plus the MaxRL fields; defaults follow the paper (App. E-F, Tables 5-6).
 
     Parameters:

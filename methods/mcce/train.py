@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from trl import DPOConfig, GRPOConfig, SFTConfig
 
+from common.config import CheckpointingNames
+
 if TYPE_CHECKING:
     from .config import MCCERunConfig
 
@@ -30,7 +32,7 @@ def _help(text: str) -> dict[str, str]:
 
 
 @dataclass
-class MCCEDPOConfig(DPOConfig):
+class MCCEDPOConfig(CheckpointingNames, DPOConfig):
     """``trl.DPOConfig`` with the official round's defaults (``training/train_dpo.py``).
 
     The paper's preference round is TRL's DPO with β = 0.1 and conservative label smoothing
@@ -57,7 +59,7 @@ class MCCEDPOConfig(DPOConfig):
 
 
 @dataclass
-class MCCESFTConfig(SFTConfig):
+class MCCESFTConfig(CheckpointingNames, SFTConfig):
     """``trl.SFTConfig`` of the SFT co-evolution baseline (our baseline; not in the official code): the DPO round's optimiser
     settings, trained on the chosen responses only (prompt masked). Added field: ``min_pairs``."""
 
@@ -77,7 +79,7 @@ class MCCESFTConfig(SFTConfig):
 
 
 @dataclass
-class MCCEGRPOConfig(GRPOConfig):
+class MCCEGRPOConfig(CheckpointingNames, GRPOConfig):
     """``trl.GRPOConfig`` of the RL co-evolution baseline (our baseline; not in the official code).
 
     Each past prompt is sampled ``num_generations`` = 4 times at the local model's sampling

@@ -34,6 +34,7 @@ import torch
 import trl
 from torch import Tensor
 
+from common.config import CheckpointingNames
 from common.rl import GroupAdvantageGRPOTrainer
 
 from .config import check_mask_impl, knob
@@ -55,7 +56,7 @@ _ADV_NORMS = ("mean", "std")
 
 
 @dataclass
-class PGRPOConfig(trl.GRPOConfig):
+class PGRPOConfig(CheckpointingNames, trl.GRPOConfig):
     """``GRPOConfig`` plus every P-GRPO knob (§5, Alg. 1, App. B), so each is saved with the run.
 
     Defaults follow the paper: no KL (``beta=0``), one optimisation step per rollout batch

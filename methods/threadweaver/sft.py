@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import trl
 
+from common.config import CheckpointingNames, checkpointing_kwargs
+
 from .config import check_mask_impl, knob
 from .trie import Packed, TrieCollator, packed_forward, parent_gather_loss
 
@@ -25,7 +27,7 @@ SFT_MODES = ("trie", "ar")
 
 
 @dataclass
-class TrieSFTConfig(trl.SFTConfig):
+class TrieSFTConfig(CheckpointingNames, trl.SFTConfig):
     """``SFTConfig`` with the ThreadWeaver SFT knobs (App. B defaults; saved with the run).
 
     ``max_length`` is the packed (trie) length: a trace whose full trajectory is longer is dropped,
@@ -74,7 +76,7 @@ def trie_sft_config(**kwargs) -> trl.SFTConfig:
     kwargs.setdefault("dataset_kwargs", {"skip_prepare_dataset": True})
     kwargs.setdefault("report_to", "none")
     kwargs.setdefault("save_strategy", "no")
-    return trl.SFTConfig(**kwargs)
+    return trl.SFTConfig(**checkpointing_kwargs(trl.SFTConfig, kwargs))
 
 
 class TrieSFTTrainer(trl.SFTTrainer):

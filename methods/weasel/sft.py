@@ -17,6 +17,8 @@ from typing import Any
 
 from trl import SFTConfig
 
+from common.config import CheckpointingNames
+
 __all__ = [
     "SFT_RECIPES",
     "SFTRecipe",
@@ -89,7 +91,7 @@ def to_prompt_completion(records: list[dict]) -> list[dict[str, list[dict]]]:
 
 
 @dataclass
-class WeaselSFTConfig(SFTConfig):
+class WeaselSFTConfig(CheckpointingNames, SFTConfig):
     """``trl.SFTConfig`` plus the paper's LoRA settings (the adapter is built from these fields)."""
 
     # Re-declared with a float default: a ratio such as 0.1 (transformers 5 reads a float < 1 as a

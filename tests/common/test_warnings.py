@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +92,40 @@ def test_salo_same_conv_matches_torch_same_padding_without_warning():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.testing.assert_close(y, ref(x), rtol=0, atol=0)
+
+
+def _all_subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_subclasses(sub)
+
+
+def test_every_method_training_config_takes_the_old_checkpointing_name_silently():
+    """Each TRL/HF config subclass of methods/ lists CheckpointingNames first, so TRL's default
+    ``gradient_checkpointing=True`` and the paper scripts' name build without the deprecation."""
+    import importlib
+
+    from transformers import TrainingArguments
+
+    from common.config import CheckpointingNames
+    from common.registry import discover_methods
+
+    files = [
+        p
+        for p in Path("methods").glob("*/*.py")
+        if "Config(" in p.read_text() or "Arguments(" in p.read_text()
+    ]
+    for p in files:
+        importlib.import_module(".".join(p.with_suffix("").parts))
+    ours = [c for c in _all_subclasses(TrainingArguments) if c.__module__.startswith("methods.")]
+    assert len(ours) >= 10 and {c.__module__.split(".")[1] for c in ours} <= set(discover_methods())
+    for cls in ours:
+        assert cls.__mro__[1] is CheckpointingNames, cls
+    from methods.threadweaver import TrieSFTConfig
+
+    cfg, ws = _caught(lambda: TrieSFTConfig(output_dir="/tmp/x", **_CPU))
+    assert not ws and cfg.activation_checkpointing is True  # TRL's default, now under the new name
+    cfg, ws = _caught(
+        lambda: TrieSFTConfig(output_dir="/tmp/x", gradient_checkpointing=False, **_CPU)
+    )
+    assert not ws and cfg.activation_checkpointing is False

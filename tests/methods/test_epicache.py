@@ -832,7 +832,7 @@ def test_profile_stage_writes_a_profile_that_eval_checks(tmp_path):
 
 def test_toy_training_batch_supervises_the_value_from_the_key_position():
     """Each answer label is predicted at its question's key token and equals that key's value."""
-    from methods.epicache.toy import _train_batch, make_conversation, toy_tokenizer
+    from methods.epicache.toy_world import _train_batch, make_conversation, toy_tokenizer
 
     tok = toy_tokenizer()
     inv = {i: w for w, i in tok.get_vocab().items()}
@@ -853,7 +853,7 @@ def test_toy_training_batch_supervises_the_value_from_the_key_position():
 
 
 def test_train_toy_model_runs_both_stages_and_rejects_bad_settings():
-    from methods.epicache.toy import train_toy_model
+    from methods.epicache.toy_world import train_toy_model
 
     _, _, stats = train_toy_model(steps=2, induction_steps=2, batch=1, n_q=2, curriculum=(1,))
     assert stats["train_steps"] == 4.0 and 0.0 <= stats["induction_acc"] <= 1.0

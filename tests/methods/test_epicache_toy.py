@@ -12,7 +12,8 @@ import torch
 
 from methods.epicache import blockwise_prefill, build_patched_prompt, match_episode
 from methods.epicache.config import EpiCacheRunConfig
-from methods.epicache.toy import (
+from methods.epicache.toy import toy_session
+from methods.epicache.toy_world import (
     answer_packed,
     fact_english,
     make_conversation,
@@ -21,7 +22,6 @@ from methods.epicache.toy import (
     toy_model,
     toy_tokenizer,
 )
-from methods.epicache.toy_eval import toy_session
 
 TOY = dict(
     w_embed=2,
@@ -123,10 +123,10 @@ def test_packed_toy_answers_equal_session_answer(toy):
 
 def test_evaluate_toy_goes_through_the_session(monkeypatch):
     """``evaluate_toy`` builds one session per conversation and answers from its routed caches."""
-    from methods.epicache import toy_eval
+    from methods.epicache import toy as toy_stage
 
     built, routed = [], []
-    real_build, real_route = toy_eval.EpiCacheSession.build, toy_eval.EpiCacheSession.route
+    real_build, real_route = toy_stage.EpiCacheSession.build, toy_stage.EpiCacheSession.route
 
     def build(self, conv):
         built.append(conv)
@@ -137,12 +137,12 @@ def test_evaluate_toy_goes_through_the_session(monkeypatch):
         routed.append(out)
         return out
 
-    monkeypatch.setattr(toy_eval.EpiCacheSession, "build", build)
-    monkeypatch.setattr(toy_eval.EpiCacheSession, "route", route)
+    monkeypatch.setattr(toy_stage.EpiCacheSession, "build", build)
+    monkeypatch.setattr(toy_stage.EpiCacheSession, "route", route)
     tok = toy_tokenizer()
     model = toy_model(tok, hidden_size=32, seed=0)
     cfg = EpiCacheRunConfig(**TOY, n_eval=1, n_questions=4)
-    out = toy_eval.evaluate_toy(model, tok, cfg, seed=0, embedder=_HashEmbedder())
+    out = toy_stage.evaluate_toy(model, tok, cfg, seed=0, embedder=_HashEmbedder())
     assert len(built) == 1 and len(routed) == 1 and len(routed[0]) == 4
     assert out["epicache"]["peak_tokens_per_head"] <= 48 + 32 + 3 * 2 * 4  # M + block + p
     assert out["full_kv"]["evidence_retention"] == 1.0
