@@ -148,6 +148,8 @@ def run_benches(names: list[str], quick: bool, out: Path | None, argv: list[str]
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"[bench] wrote {out}", file=sys.stderr)
+    else:  # --no-write: the tables on stdout
+        print("\n".join(sections))
     return results
 
 
