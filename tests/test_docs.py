@@ -17,22 +17,23 @@ ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.M | re.S)
 
 # "<file>#<index of the block in the section>": why it cannot run as written yet.
-NOT_YET_RUNNABLE = {
-    "docs/methods/agentxray.md#0": "downloads a hub dataset",
-    "docs/methods/autoqra.md#0": "uses an undefined `model`",
-    "docs/methods/slicefine.md#0": "uses an undefined `model`",
-    "docs/methods/sv_features.md#1": "loads a hub model id",
-    "docs/methods/threadweaver.md#0": "uses undefined `prompt_ids`",
-    "docs/methods/weasel.md#0": "uses undefined `records`",
-}
+NOT_YET_RUNNABLE = {}
 
 
 # "<file>#<index>": code run before the block, in its namespace, building what the block says the
 # user brings (their problem file, a served model); see tests/docs_given.py. The block runs as written.
 GIVEN = {
+    "docs/methods/agentxray.md#0": "from tests import docs_given; docs_given.agentxray()",
+    "docs/methods/autoqra.md#0": "from tests import docs_given; globals().update(docs_given.autoqra())",
     "docs/methods/sacopt.md#0": "from tests import docs_given; docs_given.sacopt()",
     "docs/methods/salo.md#0": "from tests import docs_given; globals().update(docs_given.salo())",
+    "docs/methods/slicefine.md#0": (
+        "from tests import docs_given; globals().update(docs_given.slicefine())"
+    ),
+    "docs/methods/sv_features.md#1": "from tests import docs_given; docs_given.sv_features_real()",
     "docs/methods/webworld.md#0": "from tests import docs_given; globals().update(docs_given.webworld())",
+    "docs/methods/threadweaver.md#0": "from tests import docs_given; globals().update(docs_given.threadweaver())",
+    "docs/methods/weasel.md#0": "from tests import docs_given; globals().update(docs_given.weasel())",
 }
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import logging
 import re
-import string
-from collections import Counter
+
+from common.metrics import normalize_answer as _normalize_answer
+from common.metrics import token_f1 as _token_f1
 
 logger = logging.getLogger(__name__)
 
-_NUMBERS = {
-    w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine".split())
-}
 _JUDGE_PROMPT = (
     "You grade a short answer to a question about a long conversation.\n"
     "Question: {q}\nReference answer: {gold}\nModel answer: {pred}\n"
@@ -22,26 +20,15 @@ _SCORE_RE = re.compile(r"\"?score\"?\s*:\s*([-+]?\d*\.?\d+)")
 
 
 def normalize_answer(s: str) -> str:
-    """Lower-case, drop punctuation and the articles a/an/the, map zero..nine to digits, squeeze spaces
-    (the official evaluation code's normalisation; the paper reports F1)."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
-    words = [_NUMBERS.get(w, w) for w in s.split() if w not in ("a", "an", "the")]
-    return " ".join(words)
+    """SQuAD normalisation plus zero..nine -> digits (the official evaluation code's; the paper
+    reports F1): :func:`common.metrics.normalize_answer` with ``number_words=True``."""
+    return _normalize_answer(s, number_words=True)
 
 
 def token_f1(pred: str, gold: str) -> float:
     """Token-level F1 between normalised prediction and gold (SQuAD style; the paper's F1 metric,
-    official evaluation code)."""
-    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
-    if not p or not g:
-        return float(p == g)
-    common = Counter(p) & Counter(g)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    prec, rec = same / len(p), same / len(g)
-    return 2 * prec * rec / (prec + rec)
+    official evaluation code): :func:`common.metrics.token_f1` under :func:`normalize_answer`."""
+    return _token_f1(pred, gold, normalize_answer)
 
 
 def parse_judge_score(reply: str) -> float | None:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from common.config import Run
+from common.threads import torch_threads
 from common.tracking import progress, save_plot, write_results
 
 from .config import EpiCacheConfig, EpiCacheRunConfig
@@ -269,13 +270,9 @@ def run_toy(run: Run) -> dict[str, float]:
     t0 = time.perf_counter()
     mcfg: EpiCacheRunConfig = run.method
     seed, run_dir = run.seed, run.run_dir
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: extra threads only add contention on a shared CPU
-    try:
+    with torch_threads(1):  # tiny matmuls: extra threads only add contention on a shared CPU
         model, tok, stats = _toy_model(mcfg, seed, run_dir)
         metrics = evaluate_toy(model, tok, mcfg, seed)
-    finally:
-        torch.set_num_threads(n_threads)
     conclusive = metrics["full_kv"]["accuracy"] >= mcfg.gate
     notes = ""
     if not conclusive:
