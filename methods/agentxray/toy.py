@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common.config import Run
 from common.metrics import ci_halfwidth
-from common.tracking import progress, save_plot, write_results
+from common.tracking import progress, pyplot, save_plot, write_results
 
 from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
 from .executor import WorkflowExecutor
@@ -212,10 +212,7 @@ def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str,
 
 def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
     """Test SFE against simulated tokens, one point per (arm, N) on the clean black box."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for arm in ARMS:

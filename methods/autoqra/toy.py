@@ -24,7 +24,7 @@ import numpy as np
 from common.config import Run
 from common.metrics import spearman
 from common.threads import torch_threads
-from common.tracking import save_plot, write_results
+from common.tracking import pyplot, save_plot, write_results
 
 from .importance import Importance, compute_adapt_sensitivity, compute_quant_sensitivity
 from .memory import MemoryModel
@@ -75,10 +75,7 @@ def _spearman(a, b) -> float:
 
 
 def _plot(arms: dict[str, QRConfig], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
     width = 0.8 / len(arms)

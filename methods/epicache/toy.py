@@ -24,7 +24,7 @@ import torch
 
 from common.config import Run
 from common.threads import torch_threads
-from common.tracking import progress, save_plot, write_results
+from common.tracking import progress, pyplot, save_plot, write_results
 
 from .config import EpiCacheConfig, EpiCacheRunConfig
 from .pipeline import EpiCacheSession
@@ -241,10 +241,7 @@ def plot_accuracy_vs_memory(
     metrics: dict[str, dict[str, float]], path: str | Path, conclusive: bool = True
 ) -> Path:
     """One point per toy arm: peak KV bytes during prefill (x) against answer accuracy (y)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for arm in ARMS:

@@ -231,12 +231,9 @@ def _run_toy(
 def _plot(
     curves: dict[str, list[list[tuple[float, float]]]], path: Path, rc: MCCERunConfig
 ) -> None:
-    import matplotlib
+    from common.tracking import pyplot, save_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from common.tracking import save_plot
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, runs in curves.items():

@@ -236,12 +236,9 @@ def run_diagnostics(encoder, tok, seed: int = 0) -> dict[str, float]:
 
 
 def _plot(per_arm: dict[str, list[dict]], path) -> None:
-    import matplotlib
+    from common.tracking import pyplot, save_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from common.tracking import save_plot
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, runs in per_arm.items():

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from common.threads import torch_threads
-from common.tracking import progress, save_plot, write_results
+from common.tracking import progress, pyplot, save_plot, write_results
 from methods.swordsman.adapters import HFMaskedLMAdapter
 from methods.swordsman.alignment import boundary_alignment
 from methods.swordsman.config import SwordsmanConfig, SwordsmanRunConfig
@@ -122,10 +122,7 @@ def _erh(grammar: PhraseGrammar, model, prompts) -> dict[str, float]:
 
 
 def _plot(metrics: dict[str, dict[str, float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm, row in metrics.items():
