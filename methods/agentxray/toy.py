@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from common.config import Run
-from common.metrics import ci_halfwidth
+from common.metrics import ci_halfwidth, mean_over_seeds
 from common.tracking import progress, pyplot, save_plot, write_results
 
 from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
@@ -57,7 +57,7 @@ def summarize_seeds(rows: list[dict[str, float]]) -> dict[str, float]:
     def ci(xs: list[float]) -> float:
         return ci_halfwidth(xs) if len(xs) > 1 else 0.0
 
-    agg = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
+    agg = mean_over_seeds([{"arm": r} for r in rows])["arm"]
     agg["test_sfe_ci95"] = ci([r["test_sfe"] for r in rows])
     agg["tokens_ci95"] = ci([r["tokens"] for r in rows])
     return agg

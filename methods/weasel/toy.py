@@ -149,17 +149,16 @@ def _train_and_score(
 
 
 def _aggregate(per_arm: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Mean over seeds per arm, the std of the headline keys, and the token ratio against Full."""
-    import statistics
+    """Mean over seeds per arm (:func:`common.metrics.mean_over_seeds`), the std of the headline
+    keys, and the token ratio against Full."""
+    from common.metrics import mean_over_seeds
 
-    metrics: dict[str, dict[str, float]] = {}
-    for arm, rows in per_arm.items():
-        metrics[arm] = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
-        if len(rows) > 1:
-            for split in ("ood", "id"):
-                for key in _STD_KEYS:
-                    k = f"{split}_{key}"
-                    metrics[arm][f"{k}_std"] = statistics.stdev(r[k] for r in rows)
+    n_seeds = {len(rows) for rows in per_arm.values()}
+    if len(n_seeds) != 1:
+        raise ValueError(f"per_arm must hold the same number of seeds for every arm, got {n_seeds}")
+    per_seed = [{arm: rows[i] for arm, rows in per_arm.items()} for i in range(n_seeds.pop())]
+    std_keys = [f"{split}_{key}" for split in ("ood", "id") for key in _STD_KEYS]
+    metrics = mean_over_seeds(per_seed, std_keys=std_keys)
     if "full" in metrics:
         for arm in metrics:
             metrics[arm]["token_ratio_vs_full"] = (
