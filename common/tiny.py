@@ -2,7 +2,7 @@
 
 Tests, toy reproductions and the demo tour never download weights. This module builds, in well under a
 second, a byte-level BPE tokenizer trained on a small built-in corpus (with a chat template, pad and eos,
-left padding), word-level tokenizers over a toy's own vocabulary (``word_tokenizer``) and random-init causal LMs (Qwen2, Llama, Qwen3) or a LLaVA-style vision-language model
+left padding), word-level tokenizers over a toy's own vocabulary (``word_tokenizer``) and random-init causal LMs (Qwen2, Llama, Qwen3, GPT-2, GPT-NeoX) or a LLaVA-style vision-language model
 from tiny ``transformers`` configs. ``save_tiny`` writes a model and its tokenizer so that the
 ``Auto*.from_pretrained`` classes reload them identically, which is how the loading code of
 ``common/models.py`` is tested on local paths.
@@ -20,6 +20,10 @@ import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
@@ -68,11 +72,13 @@ VL_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-Arch = Literal["qwen2", "llama", "qwen3"]
+Arch = Literal["qwen2", "llama", "qwen3", "gpt2", "gpt_neox"]
 _ARCHS: dict[str, tuple[type, type]] = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "llama": (LlamaConfig, LlamaForCausalLM),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "gpt2": (GPT2Config, GPT2LMHeadModel),
+    "gpt_neox": (GPTNeoXConfig, GPTNeoXForCausalLM),
 }
 
 
@@ -209,64 +215,107 @@ def tiny_causal_lm(
     hidden_size: int = 64,
     num_hidden_layers: int = 2,
     num_attention_heads: int = 4,
-    num_key_value_heads: int = 2,
-    intermediate_size: int = 128,
+    num_key_value_heads: int | None = None,
+    intermediate_size: int | None = None,
     max_position_embeddings: int = 1024,
     seed: int = 0,
     tokenizer: PreTrainedTokenizerFast | None = None,
-    **config_kwargs,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Builds a random-init causal LM of the given architecture and its tiny tokenizer.
+    *,
+    vocab_size: int | None = None,
+    fork_rng: bool = True,
+    record: bool = True,
+    train: bool = False,
+    **overrides: Any,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast | None]:
+    """Builds a random-init causal LM of the given architecture (and its tiny tokenizer).
+
+    The one builder of every toy's decoder-only model: the options reproduce each toy's former
+    hand-built config bit for bit (same config, same weights, same global RNG state afterwards).
 
     Args:
-        arch: ``"qwen2"``, ``"llama"`` or ``"qwen3"``.
-        hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
-        intermediate_size, max_position_embeddings: the transformers config sizes.
+        arch: ``"qwen2"``, ``"llama"``, ``"qwen3"``, ``"gpt2"`` or ``"gpt_neox"``.
+        hidden_size, num_hidden_layers, num_attention_heads, max_position_embeddings: the config
+            sizes (GPT-2's ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``).
+        num_key_value_heads: grouped-query KV heads of the Llama / Qwen family (None: 2); the
+            GPT architectures have none, so giving it for them raises.
+        intermediate_size: the MLP width (None: 128 for the Llama / Qwen family, the former
+            default; GPT-2's own default of ``4 * hidden_size``; ``4 * hidden_size`` for GPT-NeoX).
         seed: seeds the weight initialisation (same seed, same weights).
-        tokenizer: reuse a tokenizer (default: ``tiny_tokenizer()``).
-        **config_kwargs: passed to the config (e.g. ``rope_theta``, ``tie_word_embeddings``).
+        tokenizer: gives the vocabulary size and the pad / eos / bos ids (default:
+            ``tiny_tokenizer()`` unless ``vocab_size`` is given).
+        vocab_size: the vocabulary size; without a tokenizer the token ids keep the config's
+            defaults (set them in ``overrides``) and no tokenizer is built or returned; with one it
+            must be at least ``len(tokenizer)`` (spare ids).
+        fork_rng: True restores the global torch RNG after the initialisation (the caller's stream
+            does not move); False leaves it where the seeded initialisation ends, as a toy that
+            calls ``torch.manual_seed(seed)`` and then builds its model does.
+        record: note the build in ``results.json``'s ``models_loaded``
+            (:func:`common.tracking.record_model_load`).
+        train: return the model in train mode (a freshly built ``nn.Module``'s mode) instead of
+            eval mode.
+        **overrides: passed to the config last, so they win (e.g. ``rope_theta``,
+            ``tie_word_embeddings``, ``bos_token_id``, GPT-2's ``resid_pdrop``).
 
     Returns:
-        ``(model, tokenizer)``, the model in eval mode, float32, on CPU.
+        ``(model, tokenizer)``, the model float32 on CPU; the tokenizer is None when only
+        ``vocab_size`` was given.
 
     Raises:
-        ValueError: on an unknown ``arch`` or heads that do not divide the hidden size.
+        ValueError: on an unknown ``arch``, heads that do not divide the hidden size, KV heads for
+            a GPT architecture, or a ``vocab_size`` smaller than the tokenizer.
     """
     if arch not in _ARCHS:
         raise ValueError(f"arch must be one of {sorted(_ARCHS)}, got {arch!r}")
-    if hidden_size % num_attention_heads or num_attention_heads % num_key_value_heads:
+    gpt = arch in ("gpt2", "gpt_neox")
+    if gpt and num_key_value_heads is not None:
+        raise ValueError(f"num_key_value_heads: {arch} has no grouped-query attention")
+    kv_heads = num_attention_heads if gpt else (num_key_value_heads or 2)
+    if hidden_size % num_attention_heads or num_attention_heads % kv_heads:
         raise ValueError(
             "num_attention_heads must divide hidden_size and num_key_value_heads must divide "
-            f"num_attention_heads, got {hidden_size=}, {num_attention_heads=}, {num_key_value_heads=}"
+            f"num_attention_heads, got {hidden_size=}, {num_attention_heads=}, {kv_heads=}"
         )
-    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    tok = tokenizer if tokenizer is not None or vocab_size is not None else tiny_tokenizer()
+    if tok is not None and vocab_size is not None and vocab_size < len(tok):
+        raise ValueError(f"vocab_size ({vocab_size}) must be >= len(tokenizer) ({len(tok)})")
+    kwargs: dict[str, Any] = {"vocab_size": vocab_size if vocab_size is not None else len(tok)}
+    if arch == "gpt2":
+        kwargs.update(n_embd=hidden_size, n_layer=num_hidden_layers, n_head=num_attention_heads)
+        kwargs["n_positions"] = max_position_embeddings
+        if intermediate_size is not None:
+            kwargs["n_inner"] = intermediate_size
+    else:
+        kwargs.update(
+            hidden_size=hidden_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            max_position_embeddings=max_position_embeddings,
+            intermediate_size=intermediate_size or (4 * hidden_size if gpt else 128),
+        )
+    if not gpt:
+        kwargs["num_key_value_heads"] = kv_heads
+        kwargs["tie_word_embeddings"] = True
+    if arch == "qwen3":
+        kwargs["head_dim"] = hidden_size // num_attention_heads
+    if tok is not None:
+        kwargs.update(
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            bos_token_id=tok.bos_token_id,
+        )
     config_cls, model_cls = _ARCHS[arch]
-    extra = {"head_dim": hidden_size // num_attention_heads} if arch == "qwen3" else {}
-    config = config_cls(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.bos_token_id,
-        tie_word_embeddings=config_kwargs.pop("tie_word_embeddings", True),
-        **extra,
-        **config_kwargs,
-    )
-    with torch.random.fork_rng(devices=[]):
+    config = config_cls(**{**kwargs, **overrides})
+    with torch.random.fork_rng(devices=[], enabled=fork_rng):
         torch.manual_seed(seed)
         model = model_cls(config)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.bos_token_id = tok.bos_token_id
-    record_model_load(
-        f"tiny-{arch} (in-process)", hidden=hidden_size, layers=num_hidden_layers, seed=seed
-    )
-    return model.eval(), tok
+    if tok is not None:
+        for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+            setattr(model.generation_config, name, getattr(config, name))
+    if record:
+        record_model_load(
+            f"tiny-{arch} (in-process)", hidden=hidden_size, layers=num_hidden_layers, seed=seed
+        )
+    return model.train(train), tok
 
 
 def induction_batch(

@@ -145,3 +145,67 @@ def test_induction_warmup_updates_the_model_and_checks_its_range():
         induction_warmup(model, 0, len(tok) + 1, steps=1)
     with pytest.raises(ValueError, match="steps"):
         induction_warmup(model, 0, 10, steps=-1)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_fork_rng_restores_or_continues_from_the_seeded_init(arch):
+    """fork_rng=True leaves the caller's stream untouched; False leaves it where
+    ``torch.manual_seed(seed)`` + building the model by hand leaves it (the toys' old way)."""
+    kw = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, vocab_size=24, seed=7)
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    forked, _ = tiny_causal_lm(arch, **kw, record=False)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(99)
+    cont, _ = tiny_causal_lm(arch, **kw, fork_rng=False, record=False)
+    after = torch.get_rng_state()
+    assert not torch.equal(after, before)
+    torch.manual_seed(7)
+    by_hand = type(cont)(cont.config)
+    assert torch.equal(torch.get_rng_state(), after)
+    for (name, p), q, r in zip(
+        by_hand.named_parameters(), cont.parameters(), forked.parameters(), strict=True
+    ):
+        assert torch.equal(p, q) and torch.equal(p, r), name
+
+
+def test_vocab_size_without_or_beyond_the_tokenizer(tiny_tok):
+    model, tok = tiny_causal_lm("llama", vocab_size=37, record=False)
+    assert tok is None and model.get_input_embeddings().num_embeddings == 37
+    assert model.config.pad_token_id is None  # no tokenizer: the config's own default ids
+    wide, tok = tiny_causal_lm("qwen2", vocab_size=len(tiny_tok) + 5, tokenizer=tiny_tok)
+    assert tok is tiny_tok and wide.get_output_embeddings().out_features == len(tiny_tok) + 5
+    assert wide.config.pad_token_id == tiny_tok.pad_token_id
+    with pytest.raises(ValueError, match="vocab_size"):
+        tiny_causal_lm(vocab_size=len(tiny_tok) - 1, tokenizer=tiny_tok)
+
+
+def test_mode_and_record_options(tiny_tok):
+    from common.tracking import models_loaded, reset_models_loaded
+
+    reset_models_loaded()
+    model, _ = tiny_causal_lm("qwen3", tokenizer=tiny_tok, train=True, record=False)
+    assert model.training and all(m.training for m in model.modules())
+    assert models_loaded() == []
+    model, _ = tiny_causal_lm("qwen3", tokenizer=tiny_tok, seed=4)
+    assert not any(m.training for m in model.modules())
+    assert models_loaded() == [
+        {"spec": "tiny-qwen3 (in-process)", "hidden": "64", "layers": "2", "seed": "4"}
+    ]
+    reset_models_loaded()
+
+
+def test_gpt_architectures_sizes_overrides_and_errors(tiny_tok):
+    gpt2, _ = tiny_causal_lm(
+        "gpt2", hidden_size=32, num_attention_heads=2, tokenizer=tiny_tok, resid_pdrop=0.0,
+        bos_token_id=tiny_tok.eos_token_id, record=False,
+    )  # fmt: skip
+    c = gpt2.config
+    assert (c.n_embd, c.n_head, c.n_layer, c.n_positions, c.resid_pdrop) == (32, 2, 2, 1024, 0.0)
+    assert gpt2.transformer.h[0].mlp.c_fc.nf == 4 * 32  # GPT-2's own MLP width
+    assert c.bos_token_id == tiny_tok.eos_token_id == gpt2.generation_config.bos_token_id
+    assert gpt2.get_input_embeddings().num_embeddings == len(tiny_tok)
+    neox, _ = tiny_causal_lm("gpt_neox", hidden_size=32, vocab_size=50, record=False)
+    assert type(neox).__name__ == "GPTNeoXForCausalLM" and neox.config.intermediate_size == 128
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        tiny_causal_lm("gpt2", num_key_value_heads=2, vocab_size=50)
