@@ -23,6 +23,7 @@ from torch import nn
 from common.activations import capture
 from common.metrics import mean_over_seeds
 from common.threads import torch_threads
+from common.tiny import tiny_causal_lm
 from common.tracking import progress
 from methods.kore.config import ToyConfig
 from methods.kore.covariance import collect_input_covariances
@@ -180,23 +181,25 @@ def drift(W0, Wstar, X) -> dict[str, float]:
 
 
 def build_base(cfg: ToyConfig, vb: Vocab, seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    mc = LlamaConfig(
-        vocab_size=vb.size,
+    """The toy's random-init Llama (eval mode); the global RNG continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "llama",
         hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
         max_position_embeddings=16,
+        seed=seed,
+        vocab_size=vb.size,
+        fork_rng=False,
+        record=False,
         pad_token_id=vb.PAD,
         bos_token_id=vb.BOS,
         eos_token_id=vb.PAD,
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(mc).eval()
+    return model
 
 
 def matched_kore_rank(model, lora_rank: int) -> int:
