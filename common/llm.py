@@ -4,7 +4,7 @@ One protocol, :class:`ChatLLM` (``chat(messages) -> str`` and ``chat_batch``), f
 implementations:
 
 * :class:`OpenAIChat` — any OpenAI-compatible ``/chat/completions`` endpoint (OpenAI itself,
-  ``vllm serve``, llama.cpp server ...), over plain ``urllib``: API key read from an environment
+  ``vllm serve``, llama.cpp server ...), through the ``openai`` package: API key read from an environment
   variable at request time (never stored in reprs, logs or errors), a timeout, and retries with
   exponential backoff on HTTP 429 / 5xx and connection errors.
 * :class:`HFChat` — a local ``transformers`` model through its chat template
