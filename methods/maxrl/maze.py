@@ -21,9 +21,9 @@ from collections import deque
 
 import torch
 from datasets import Dataset
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from common.tiny import word_tokenizer
+from common.tiny import tiny_causal_lm, word_tokenizer
 
 from .config import MazeToyConfig
 from .eval import pass_at_k
@@ -161,24 +161,20 @@ def maze_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _model(cfg: MazeToyConfig, tok, seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=32,
+    """The toy's Qwen2 (vocabulary 32, train mode); the global RNG continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "qwen2",
         hidden_size=cfg.hidden_size,
         intermediate_size=4 * cfg.hidden_size,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=128,
-        tie_word_embeddings=True,
+        seed=seed,
+        tokenizer=tok,
+        vocab_size=32,
+        fork_rng=False,
+        record=False,
+        train=True,
         rope_theta=1e6,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
     )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.generation_config.eos_token_id = tok.eos_token_id
     return model
 
 
