@@ -9,6 +9,7 @@ forward pass, so the random draws and the arithmetic stay those of the method.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -57,7 +58,7 @@ def train_steps(
         ValueError: on a negative ``steps``, on giving both or neither of ``lr`` and
             ``optimizer``, on a non-positive ``lr`` or ``grad_clip``, or on a non-scalar loss.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     if (lr is None) == (optimizer is None):
         raise ValueError("give exactly one of lr and optimizer")
@@ -70,7 +71,7 @@ def train_steps(
         optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     model.train()
     losses: list[float] = []
-    for step in progress(range(steps), desc=desc, unit="step"):
+    for step in progress(range(int(steps)), desc=desc, unit="step"):
         loss = loss_fn(step)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")

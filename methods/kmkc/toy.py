@@ -26,6 +26,7 @@ from common.llm import ScriptedChat
 from common.metrics import mean_over_seeds
 from common.threads import torch_threads
 from common.tracking import progress, pyplot
+from common.train_loop import train_steps
 
 from .augment import AugmentConfig, build_cgke_dataset
 from .config import ToyConfig
@@ -99,17 +100,14 @@ def make_model(world: FactWorld, cfg: ToyConfig, seed: int):
 def train(model, world: FactWorld, pairs, steps: int, lr: float, batch: int, seed: int) -> float:
     """AdamW on answer tokens; returns the last loss."""
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    loss = torch.tensor(float("nan"))
-    for _ in progress(range(steps), desc="kmkc train", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         ids, labels = _batch(world, [pairs[rng.randrange(len(pairs))] for _ in range(batch)])
-        loss = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        return model(input_ids=ids, attention_mask=(ids != 0).long(), labels=labels).loss
+
+    losses = train_steps(model, loss_fn, steps, lr=lr, desc="kmkc train")
     model.eval()
-    return float(loss.detach())
+    return losses[-1] if losses else float("nan")
 
 
 @torch.no_grad()
