@@ -25,6 +25,7 @@ from common.metrics import mean_over_seeds
 from common.threads import torch_threads
 from common.tiny import tiny_causal_lm
 from common.tracking import progress
+from common.train_loop import train_steps
 from methods.kore.config import ToyConfig
 from methods.kore.covariance import collect_input_covariances
 from methods.kore.metrics import hars
@@ -118,21 +119,16 @@ def collate(examples, pad):
 
 def train(model, examples, steps, lr, batch_size, pad, seed):
     """AdamW (no weight decay) on the trainable parameters; returns the final loss."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     full = collate(examples, pad)  # padded once; batches are index draws
     g = torch.Generator().manual_seed(seed)
-    model.train()
-    loss = torch.tensor(math.nan)
-    for _ in progress(range(steps), desc="kore train", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         idx = torch.randint(len(examples), (batch_size,), generator=g)
-        batch = {k: v[idx] for k, v in full.items()}
-        loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        return model(**{k: v[idx] for k, v in full.items()}).loss
+
+    losses = train_steps(model, loss_fn, steps, lr=lr, desc="kore train")
     model.eval()
-    return loss.item()
+    return losses[-1] if losses else math.nan
 
 
 @torch.no_grad()
