@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from common.metrics import spearman
+from common.train_loop import train_steps as _train_loop
 
 from .less import _supervised_ids
 from .representations import _query_parts, _segments
@@ -166,15 +167,14 @@ def train_steps(
 ) -> nn.Module:
     """``steps`` AdamW steps on batches drawn with replacement from ``items`` (assistant-only loss)."""
     rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-    model.train()
-    for _ in range(steps):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         idx = rng.integers(0, len(items), size=batch_size)
         ids, att, lab = _batch([items[i] for i in idx], pad)
-        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        return model(input_ids=ids, attention_mask=att, labels=lab).loss
+
+    # AdamW's default weight decay (0.01), as the hand-written loop had.
+    _train_loop(model, loss_fn, steps, lr=lr, weight_decay=0.01, desc="instruction_selection sft")
     return model.eval()
 
 
