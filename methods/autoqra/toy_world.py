@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common.tiny import tiny_causal_lm
 from common.tracking import progress
 
 from .apply import block_modules, build_quantized_lora_model
@@ -70,20 +71,22 @@ class MarkovSource:
 def tiny_llama(
     num_layers: int = 6, hidden: int = 64, inter: int = 176, vocab: int = 128, seed: int = 0
 ):
-    """Random-init ``LlamaForCausalLM`` of the our toy design shape."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=vocab,
+    """Random-init ``LlamaForCausalLM`` of our toy design shape (train mode); the global RNG
+    continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "llama",
         hidden_size=hidden,
-        intermediate_size=inter,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        intermediate_size=inter,
         max_position_embeddings=128,
+        seed=seed,
+        vocab_size=vocab,
+        fork_rng=False,
+        record=False,
+        train=True,
+        tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
+    return model
 
 
 def train_lm(model, data: torch.Tensor, steps: int, batch: int, lr: float, seed: int) -> float:
