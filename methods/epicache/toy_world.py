@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from common.tiny import induction_batch
+from common.tiny import induction_batch, tiny_causal_lm
 
 from .cache import epicache_forward
 from .data import QA, Conversation
@@ -50,21 +50,21 @@ def toy_tokenizer() -> PreTrainedTokenizerFast:
 def toy_model(
     tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed: int = 0
 ) -> LlamaForCausalLM:
-    """Our toy's tiny Llama (2 layers, 4 query heads, 2 KV heads), random init."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=len(tokenizer),
+    """Our toy's tiny Llama (2 layers, 4 query heads, 2 KV heads), random init, eval mode; the
+    global RNG continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "llama",
         hidden_size=hidden_size,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         intermediate_size=2 * hidden_size,
         max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        seed=seed,
+        tokenizer=tokenizer,
+        fork_rng=False,
+        record=False,
+        bos_token_id=1,  # LlamaConfig's default, as the toy's config always had (no bos token)
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(cfg).eval()
+    return model
 
 
 @dataclass
