@@ -28,6 +28,7 @@ from collections import defaultdict
 import torch
 
 from common.config import Run
+from common.tiny import tiny_causal_lm
 from common.tracking import progress, write_results
 
 from .config import ThreadWeaverConfig
@@ -140,22 +141,23 @@ def _prompt_ids(tok, symbols: list[int], numbered: bool = False) -> list[int]:
 
 
 def _toy_model(cfg: ThreadWeaverConfig, vocab_size: int, seed: int):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    mcfg = Qwen3Config(
-        vocab_size=vocab_size,
+    """The toy's Qwen3 (train mode, SDPA attention); the global RNG continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "qwen3",
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_hidden_layers,
         num_attention_heads=cfg.num_attention_heads,
         num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.hidden_size // cfg.num_attention_heads,
         intermediate_size=cfg.intermediate_size,
         max_position_embeddings=1024,
-        tie_word_embeddings=True,
+        seed=seed,
+        vocab_size=vocab_size,
+        fork_rng=False,
+        record=False,
+        train=True,
         attn_implementation="sdpa",
     )
-    return Qwen3ForCausalLM(mcfg)
+    return model
 
 
 def _train(model, packs, cfg: ThreadWeaverConfig, pad_id: int, seed: int, desc: str) -> list[float]:
