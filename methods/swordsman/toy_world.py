@@ -22,6 +22,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from common.train_loop import train_steps
+
 logger = logging.getLogger(__name__)
 
 PAD, MASK, BOS, EOS = 0, 1, 2, 3
@@ -200,9 +202,8 @@ def train_mdm(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / 50) * (1 - i / steps)
     )
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         ids, plen = _batch(grammar, rng, batch_size)  # [B, W]
         resp = torch.zeros_like(ids, dtype=torch.bool)
         resp[:, plen:] = True  # [B, W], the response region
@@ -212,14 +213,12 @@ def train_mdm(
         logits = model(input_ids=inp).logits  # [B, W, V]
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none")
         if weighting == "elbo":
-            loss = ((ce * masked) / t).sum() / (batch_size * grammar.gen_length)
-        else:
-            loss = (ce * masked).sum() / masked.sum().clamp_min(1)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
+            return ((ce * masked) / t).sum() / (batch_size * grammar.gen_length)
+        return (ce * masked).sum() / masked.sum().clamp_min(1)
+
+    losses = train_steps(
+        model, loss_fn, steps, optimizer=opt, scheduler=sched, desc="swordsman MDM"
+    )
     model.eval()
     return losses
 
