@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from common.tiny import tiny_causal_lm
-from common.tracking import progress
+from common.train_loop import train_steps
 
 from .apply import block_modules, build_quantized_lora_model
 from .evaluators import EvalResult
@@ -91,18 +91,15 @@ def tiny_llama(
 
 def train_lm(model, data: torch.Tensor, steps: int, batch: int, lr: float, seed: int) -> float:
     """AdamW on the trainable parameters with random batches of ``data``; returns the last loss."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    model.train()
-    loss = torch.tensor(float("nan"))
-    for _ in progress(range(steps), desc="autoqra train", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         ids = data[torch.randint(0, len(data), (batch,), generator=gen)]
-        loss = model(input_ids=ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return float(loss.detach())
+        return model(input_ids=ids, labels=ids).loss
+
+    # AdamW's default weight decay (0.01), as the hand-written loop had; the model stays in train mode.
+    losses = train_steps(model, loss_fn, steps, lr=lr, weight_decay=0.01, desc="autoqra train")
+    return losses[-1] if losses else float("nan")
 
 
 @torch.no_grad()
