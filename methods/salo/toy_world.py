@@ -15,7 +15,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from common.tiny import word_tokenizer
-from common.tracking import progress
+from common.train_loop import train_steps
 
 HARMFUL = ["bomb", "poison", "weapon", "virus", "malware", "explosive", "drug", "ransom"]
 SYNONYMS = [
@@ -154,15 +154,14 @@ def train_refusal_lm(
     world = ToyWorld(seed + 1000)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1), eta_min=lr / 10)
-    model.train()
-    for _ in progress(range(steps), desc="salo LM train", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         ids, lab = lm_batch(world, tok, batch_size)
-        loss = model(
+        return model(
             input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=lab
         ).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+
+    train_steps(
+        model, loss_fn, steps, optimizer=opt, scheduler=sched, grad_clip=1.0, desc="salo LM train"
+    )
     return model.eval(), tok
