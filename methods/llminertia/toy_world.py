@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from common.tracking import progress
+from common.train_loop import train_steps
 
 from .config import TrainedToyConfig
 from .prompts import PromptSet
@@ -216,21 +216,24 @@ def make_toy_tokenizer(world: ToyWorld) -> Any:
 
 
 def make_toy_model(tok: Any, cfg: TrainedToyConfig, n_positions: int = 48) -> Any:
-    """Random-init ``GPT2LMHeadModel`` sized by ``cfg``."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """Random-init ``GPT2LMHeadModel`` sized by ``cfg`` (train mode); the global RNG continues from
+    the seeded init."""
+    from common.tiny import tiny_causal_lm
 
-    torch.manual_seed(cfg.seed)
-    conf = GPT2Config(
-        vocab_size=len(tok),
-        n_positions=n_positions,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_embd=cfg.n_embd,
+    model, _ = tiny_causal_lm(
+        "gpt2",
+        hidden_size=cfg.n_embd,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        max_position_embeddings=n_positions,
+        seed=cfg.seed,
+        tokenizer=tok,
+        fork_rng=False,
+        record=False,
+        train=True,
         bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
     )
-    return GPT2LMHeadModel(conf)
+    return model
 
 
 def _encode(
@@ -271,9 +274,8 @@ def train_base(
     ids, mask = enc["input_ids"], enc["attention_mask"]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    model.train()
-    losses = []
-    for _ in progress(range(steps), desc="llminertia train", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         idx = torch.randint(len(texts), (batch,), generator=g)
         b_ids, b_mask = ids[idx], mask[idx]
         logits = model(input_ids=b_ids, attention_mask=b_mask).logits[:, :-1]  # [B, T-1, V]
@@ -283,17 +285,24 @@ def train_base(
         w = b_mask[:, 1:].float()
         last = b_mask.sum(1) - 2  # right padding: target index of each line's last token
         w[torch.arange(len(idx)), last] *= answer_weight
-        loss = (nll * w).sum() / w.sum()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if eval_fn is not None and eval_every and (len(losses) % eval_every == 0):
+        return (nll * w).sum() / w.sum()
+
+    def evaluate(step: int, _loss: float) -> None:
+        if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
             model.eval()
-            eval_fn(len(losses))
+            eval_fn(step + 1)
             model.train()
+
+    losses = train_steps(
+        model,
+        loss_fn,
+        steps,
+        optimizer=opt,
+        scheduler=sched,
+        grad_clip=1.0,
+        desc="llminertia train",
+        callback=evaluate,
+    )
     model.eval()
     return losses
 
