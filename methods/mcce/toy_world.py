@@ -81,17 +81,20 @@ def build_selfies_tokenizer(vocab: Sequence[str]) -> Any:
 def tiny_gpt(
     vocab_size: int, pad_id: int, eos_id: int, n_positions: int = 384, seed: int = 0
 ) -> Any:
-    """A 2-layer, 64-wide GPT-2 with random weights (our CPU toy)."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """A 2-layer, 64-wide GPT-2 with random weights (our CPU toy), in train mode; the global RNG
+    continues from the seeded init."""
+    from common.tiny import tiny_causal_lm
 
-    torch.manual_seed(seed)
-    cfg = GPT2Config(
+    model, _ = tiny_causal_lm(
+        "gpt2",
+        hidden_size=64,
+        num_attention_heads=2,
+        max_position_embeddings=n_positions,
+        seed=seed,
         vocab_size=vocab_size,
-        n_positions=n_positions,
-        n_embd=64,
-        n_layer=2,
-        n_head=2,
+        fork_rng=False,
+        record=False,
+        train=True,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
@@ -99,7 +102,7 @@ def tiny_gpt(
         eos_token_id=eos_id,
         pad_token_id=pad_id,
     )
-    return GPT2LMHeadModel(cfg)
+    return model
 
 
 class SelfiesExplorer:
@@ -241,12 +244,13 @@ def pretrain_tiny_lm(
     """Warm-up SFT (our CPU toy): next-token loss on the response only (prompt masked). Returns losses."""
     import torch
 
+    from common.train_loop import train_steps
+
     g = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     eos = tokenizer.eos_token
-    model.train()
-    losses = []
-    for step in range(steps):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         batch = g.sample(list(pairs), min(batch_size, len(pairs)))
         ids, labels = [], []
         for p, r in batch:
@@ -260,14 +264,11 @@ def pretrain_tiny_lm(
         inp = torch.tensor([x + [pad] * (width - len(x)) for x in ids])  # [B, L]
         lab = torch.tensor([y + [-100] * (width - len(y)) for y in labels])  # [B, L]
         att = (torch.arange(width)[None, :] < torch.tensor([len(x) for x in ids])[:, None]).long()
-        loss = model(input_ids=inp, attention_mask=att, labels=lab).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-        if progress is not None:
-            progress(step, losses[-1])
+        return model(input_ids=inp, attention_mask=att, labels=lab).loss
+
+    losses = train_steps(
+        model, loss_fn, steps, optimizer=opt, grad_clip=1.0, desc="mcce warm-up", callback=progress
+    )
     model.eval()
     return losses
 
