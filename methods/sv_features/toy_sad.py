@@ -11,8 +11,9 @@ after training, in the singular basis and in a random-rotation basis (the contro
 from __future__ import annotations
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2LMHeadModel
 
+from common.tiny import tiny_causal_lm
 from common.tracking import progress
 from methods.sv_features.config import MatchTaskConfig
 from methods.sv_features.sad import sparse_attention_decomposition
@@ -34,21 +35,26 @@ def sample_match_batch(
 
 
 def build_model(cfg: MatchTaskConfig) -> GPT2LMHeadModel:
-    """One-layer GPT-2 (biases on) with vocabulary ``n_classes * tokens_per_class``."""
-    torch.manual_seed(cfg.seed)
-    conf = GPT2Config(
+    """One-layer GPT-2 (biases on, no dropout) with vocabulary ``n_classes * tokens_per_class``, in
+    train mode; the global RNG continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "gpt2",
+        hidden_size=cfg.d_model,
+        num_hidden_layers=1,
+        num_attention_heads=cfg.n_heads,
+        max_position_embeddings=cfg.seq_len,
+        seed=cfg.seed,
         vocab_size=cfg.n_classes * cfg.tokens_per_class,
-        n_positions=cfg.seq_len,
-        n_embd=cfg.d_model,
-        n_layer=1,
-        n_head=cfg.n_heads,
+        fork_rng=False,
+        record=False,
+        train=True,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
         bos_token_id=0,
         eos_token_id=0,
     )
-    return GPT2LMHeadModel(conf)
+    return model
 
 
 def measure(
