@@ -116,22 +116,22 @@ def make_target(n: int, seed: int) -> list[dict]:
 
 
 def tiny_gpt(tokenizer, n_layer: int = 2, n_embd: int = 64, seed: int = 0) -> nn.Module:
-    """A random-init GPT-2 (2 layers, 4 heads) sized for the character vocabulary."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """A random-init GPT-2 (2 layers, 4 heads) sized for the character vocabulary (eval mode; the
+    global RNG is left as it was)."""
+    from common.tiny import tiny_causal_lm
 
-    cfg = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=128,
-        n_layer=n_layer,
-        n_head=4,
-        n_embd=n_embd,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+    model, _ = tiny_causal_lm(
+        "gpt2",
+        hidden_size=n_embd,
+        num_hidden_layers=n_layer,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        seed=seed,
+        tokenizer=tokenizer,
+        record=False,
         bos_token_id=tokenizer.eos_token_id,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return GPT2LMHeadModel(cfg).eval()
+    return model
 
 
 def _encode_pool(rows: Sequence[dict], tokenizer) -> list[tuple[list[int], list[int]]]:
