@@ -25,6 +25,7 @@ import torch
 from common.llm import ScriptedChat
 from common.metrics import mean_over_seeds
 from common.threads import torch_threads
+from common.tiny import tiny_causal_lm
 from common.tracking import progress, pyplot
 from common.train_loop import train_steps
 
@@ -81,20 +82,23 @@ def _batch(world: FactWorld, pairs: list[tuple[str, str]]) -> tuple[torch.Tensor
 
 
 def make_model(world: FactWorld, cfg: ToyConfig, seed: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    conf = GPT2Config(
+    """The toy's random-init GPT-2 (train mode); the global RNG continues from the seeded init."""
+    model, _ = tiny_causal_lm(
+        "gpt2",
+        hidden_size=cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        max_position_embeddings=SEQ_LEN,
+        seed=seed,
         vocab_size=len(world.tokens),
-        n_positions=SEQ_LEN,
-        n_embd=cfg.hidden,
-        n_layer=cfg.layers,
-        n_head=cfg.heads,
+        fork_rng=False,
+        record=False,
+        train=True,
         bos_token_id=1,
         eos_token_id=3,
         pad_token_id=0,
     )
-    return GPT2LMHeadModel(conf)
+    return model
 
 
 def train(model, world: FactWorld, pairs, steps: int, lr: float, batch: int, seed: int) -> float:
