@@ -84,22 +84,24 @@ def build_policy(
         )
         model.train()
         return model
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from common.tiny import tiny_causal_lm
 
-    cfg = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=max_length,
-        n_embd=n_embd,
-        n_layer=2,
-        n_head=4,
+    model, _ = tiny_causal_lm(
+        "gpt2",
+        hidden_size=n_embd,
+        num_attention_heads=4,
+        max_position_embeddings=max_length,
+        seed=seed,
+        tokenizer=tokenizer,
+        fork_rng=False,
+        record=False,
+        train=True,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
         bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
     )
-    return GPT2LMHeadModel(cfg)
+    return model
 
 
 def train_policy(
