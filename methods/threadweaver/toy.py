@@ -29,7 +29,8 @@ import torch
 
 from common.config import Run
 from common.tiny import tiny_causal_lm
-from common.tracking import progress, write_results
+from common.tracking import write_results
+from common.train_loop import train_steps
 
 from .config import ThreadWeaverConfig
 from .format import ParallelBlock, Trajectory, parse, serialize, validate
@@ -177,18 +178,21 @@ def _train(model, packs, cfg: ThreadWeaverConfig, pad_id: int, seed: int, desc: 
         ),
     )
     rng = random.Random(seed)
-    losses = []
-    model.train()
-    for _ in progress(range(steps), desc=f"threadweaver sft {desc}", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         batch = coll(rng.sample(packs, min(cfg.sft_batch_size, len(packs))))
         logits = packed_forward(model, batch)
-        loss = parent_gather_loss(logits, batch["input_ids"], batch["parent"], batch["loss_mask"])
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
+        return parent_gather_loss(logits, batch["input_ids"], batch["parent"], batch["loss_mask"])
+
+    losses = train_steps(
+        model,
+        loss_fn,
+        steps,
+        optimizer=opt,
+        scheduler=sched,
+        grad_clip=1.0,
+        desc=f"threadweaver sft {desc}",
+    )
     model.eval()
     return losses
 
