@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -23,6 +24,13 @@ pytestmark = pytest.mark.slow
 
 WORKER = REPO_ROOT / "tests" / "common" / "mp_worker.py"
 ACCELERATE = os.path.join(os.path.dirname(sys.executable), "accelerate")
+
+
+def _free_port() -> int:
+    """A port free right now (a fixed per-process port collided between consecutive launches)."""
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
 
 
 def _run(cmd: list[str]) -> None:
@@ -39,7 +47,7 @@ def test_two_processes_match_one(trainer, tmp_path):
     )
     _run(
         [ACCELERATE, "launch", "--config_file", str(REPO_ROOT / "configs/accelerate/multi_cpu.yaml"),
-         "--main_process_port", str(29500 + os.getpid() % 400), str(WORKER), "--trainer", trainer,
+         "--main_process_port", str(_free_port()), str(WORKER), "--trainer", trainer,
          "--per-device", "2", "--out", str(two)]
     )  # fmt: skip
     a, b = torch.load(one / "params.pt"), torch.load(two / "params.pt")
