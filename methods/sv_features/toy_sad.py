@@ -14,7 +14,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from common.tiny import tiny_causal_lm
-from common.tracking import progress
+from common.train_loop import train_steps
 from methods.sv_features.config import MatchTaskConfig
 from methods.sv_features.sad import sparse_attention_decomposition
 
@@ -123,17 +123,18 @@ def run_match_toy(
         history.append({"step": 0.0, **before})
     g = torch.Generator().manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    model.train()
-    for step in progress(range(1, cfg.steps + 1), desc="sv_features SAD", unit="step"):
+
+    def loss_fn(_i: int) -> torch.Tensor:
         ids, tgt, _ = sample_match_batch(cfg, cfg.batch, g)
-        out = model(input_ids=ids).logits[:, -1]
-        loss = torch.nn.functional.cross_entropy(out, tgt)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        return torch.nn.functional.cross_entropy(model(input_ids=ids).logits[:, -1], tgt)
+
+    def record(i: int, _loss: float) -> None:
+        step = i + 1  # steps counted from 1, as in the history rows
         if history is not None and measure_every and step % measure_every == 0 and step < cfg.steps:
             history.append({"step": float(step), **measure(model, cfg, cfg.seed + 100)})
             model.train()
+
+    train_steps(model, loss_fn, cfg.steps, optimizer=opt, desc="sv_features SAD", callback=record)
     d1: dict | None = {} if dists is not None else None
     after = measure(model, cfg, cfg.seed + 100, d1)
     if history is not None:
