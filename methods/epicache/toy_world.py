@@ -17,6 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from common.tiny import induction_batch, tiny_causal_lm
+from common.train_loop import train_steps
 
 from .cache import epicache_forward
 from .data import QA, Conversation
@@ -233,19 +234,6 @@ def _chat_logits(model, tok, rng, batch: int, n_q: int, n_sess: int):
     return logits[:, :-1][sel[:, 1:]], lab[:, 1:][sel[:, 1:]]
 
 
-def _optimizer_step(
-    model, opt, sched, pred: torch.Tensor, gold: torch.Tensor
-) -> tuple[float, float]:
-    """Cross-entropy on the answer tokens, clipped AdamW step; returns (loss, accuracy)."""
-    loss = torch.nn.functional.cross_entropy(pred, gold)
-    opt.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    sched.step()
-    return float(loss.detach()), float((pred.argmax(-1) == gold).float().mean())
-
-
 def train_toy_model(
     steps: int = 2000,
     batch: int = 8,
@@ -287,26 +275,46 @@ def train_toy_model(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor(total, warmup))
     t0, loss_ema, acc_ema, done = time.perf_counter(), None, 0.0, 0
     stage1: dict[str, float] = {}
-    for step in range(total):
+    cur: dict = {}  # the step's session count and (logits, targets), for the accuracy
+
+    def loss_fn(step: int) -> torch.Tensor:
+        """Cross-entropy on the answer tokens of the step's batch."""
         if step < induction_steps:
-            n_sess = 0
-            pred, gold = _induction_logits(model, tok, rng, batch)
+            cur["n_sess"] = 0
+            cur["pred"], cur["gold"] = _induction_logits(model, tok, rng, batch)
         else:
             k = step - induction_steps
-            n_sess = curriculum[min(len(curriculum) - 1, k * len(curriculum) // steps)]
-            pred, gold = _chat_logits(model, tok, rng, batch, n_q, n_sess)
-        loss, acc = _optimizer_step(model, opt, sched, pred, gold)
+            cur["n_sess"] = curriculum[min(len(curriculum) - 1, k * len(curriculum) // steps)]
+            cur["pred"], cur["gold"] = _chat_logits(model, tok, rng, batch, n_q, cur["n_sess"])
+        return torch.nn.functional.cross_entropy(cur["pred"], cur["gold"])
+
+    def track(step: int, loss: float) -> bool:
+        """Running loss/accuracy, the stage-1 snapshot, the log line; True stops at the time limit."""
+        nonlocal loss_ema, acc_ema, done, stage1
+        acc = float((cur["pred"].argmax(-1) == cur["gold"]).float().mean())
         loss_ema = loss if loss_ema is None else 0.95 * loss_ema + 0.05 * loss
         acc_ema = 0.95 * acc_ema + 0.05 * acc
         done = step + 1
         if step == induction_steps - 1:
             stage1 = {"induction_acc": acc_ema, "induction_loss": float(loss_ema)}
         if step % 50 == 0:
-            stage = f"{n_sess} sessions" if n_sess else "induction warm-up"
+            stage = f"{cur['n_sess']} sessions" if cur["n_sess"] else "induction warm-up"
             logger.info("toy train step %d (%s) loss %.3f acc %.3f", step, stage, loss_ema, acc_ema)
         if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
             logger.warning("toy training stopped at step %d by the time limit", step)
-            break
+            return True
+        return False
+
+    train_steps(
+        model,
+        loss_fn,
+        total,
+        optimizer=opt,
+        scheduler=sched,
+        grad_clip=1.0,
+        desc="epicache toy train",
+        callback=track,
+    )
     model.eval()
     stats = {"train_loss": float(loss_ema), "train_acc": acc_ema, "train_steps": float(done)}
     return model, tok, {**stats, "train_s": time.perf_counter() - t0, **stage1}
