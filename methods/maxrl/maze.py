@@ -24,6 +24,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from common.tiny import tiny_causal_lm, word_tokenizer
+from common.train_loop import train_steps
 
 from .config import MazeToyConfig
 from .eval import pass_at_k
@@ -213,11 +214,10 @@ def _evaluate(model, tok, mazes, samples: int, k: int, max_new: int, seed: int) 
 
 def _sft(model, tok, cfg: MazeToyConfig, held_out, seed: int) -> tuple[int, float]:
     """Supervised warm-up on shortest paths until held-out pass@1 lies in ``cfg.sft_band``."""
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr)
     rng = random.Random(seed + 1)
-    p1 = 0.0
-    for step in range(1, cfg.sft_max_steps + 1):
-        model.train()
+    done = {"step": cfg.sft_max_steps, "p1": 0.0}
+
+    def loss_fn(_i: int) -> torch.Tensor:
         batch = [generate_maze(cfg.size, rng) for _ in range(cfg.sft_batch)]
         prompts = [tok(maze_prompt(m))["input_ids"] for m in batch]
         answers = [tok(" ".join([*shortest_path(m), "DONE"]))["input_ids"] for m in batch]
@@ -230,16 +230,34 @@ def _sft(model, tok, cfg: MazeToyConfig, held_out, seed: int) -> tuple[int, floa
             ids[i, : len(seq)] = torch.tensor(seq)
             labels[i, len(p) : len(seq)] = torch.tensor(a + [tok.eos_token_id])
             mask[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % cfg.sft_check_every == 0:
-            p1 = _evaluate(model, tok, held_out, 8, 1, cfg.max_completion_length, seed)["pass@1"]
-            logger.info("maze SFT step %d: held-out pass@1 %.3f", step, p1)
-            if p1 >= cfg.sft_band[0]:
-                return step, p1
-    return cfg.sft_max_steps, p1
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    def check(i: int, _loss: float) -> bool:
+        """Held-out pass@1 every ``sft_check_every`` steps; True stops once it reaches the band."""
+        step = i + 1
+        if step % cfg.sft_check_every != 0:
+            return False
+        p1 = _evaluate(model, tok, held_out, 8, 1, cfg.max_completion_length, seed)["pass@1"]
+        done["p1"] = p1
+        logger.info("maze SFT step %d: held-out pass@1 %.3f", step, p1)
+        if p1 >= cfg.sft_band[0]:
+            done["step"] = step
+            return True
+        if step < cfg.sft_max_steps:
+            model.train()  # _evaluate leaves eval mode; the next step trains
+        return False
+
+    # AdamW's default weight decay (0.01), as the hand-written loop had.
+    train_steps(
+        model,
+        loss_fn,
+        cfg.sft_max_steps,
+        lr=cfg.sft_lr,
+        weight_decay=0.01,
+        desc="maze SFT",
+        callback=check,
+    )
+    return done["step"], done["p1"]
 
 
 def run_maze_toy(
