@@ -18,7 +18,7 @@ import time
 import torch
 from torch import nn
 
-from common.tracking import progress
+from common.train_loop import train_steps
 from methods.slicefine.config import ToyConfig
 from methods.slicefine.diagnostics import local_ticket_test, spectral_balance, task_energy
 from methods.slicefine.model import (
@@ -157,24 +157,27 @@ def train_arm(arm: str, encoder, tok, cfg: ToyConfig, seed: int, data) -> dict[s
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     check_optimizer(opt)
     gen = torch.Generator().manual_seed(seed)
-    times, losses = [], []
+    times: list[float] = []
+    t0 = [0.0]  # start of the current step's timing (after the batch draw)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    model.train()
-    for step in progress(range(cfg.steps), desc=f"slicefine toy [{arm}]", unit="step"):
+
+    def loss_fn(_step: int) -> torch.Tensor:
         idx = torch.randint(0, len(y_tr), (cfg.batch_size,), generator=gen)
-        t0 = time.perf_counter()
-        loss = nn.functional.cross_entropy(
+        t0[0] = time.perf_counter()
+        return nn.functional.cross_entropy(
             model(enc_tr["input_ids"][idx], enc_tr["attention_mask"][idx]), y_tr[idx]
         )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+
+    def after_step(step: int, _loss: float) -> None:
         if sf is not None and sf.config.switch_every and (step + 1) % sf.config.switch_every == 0:
             sf.switch()
             reset_slice_optimizer_state(opt, sf)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach()))
+        times.append(time.perf_counter() - t0[0])
+
+    losses = train_steps(
+        model, loss_fn, cfg.steps, optimizer=opt, desc=f"slicefine toy [{arm}]", callback=after_step
+    )
     trainable = sum(p.numel() for p in params)
     # Bytes of training state that scale with the method: parameters' grads + 2 AdamW moments (fp32).
     state_bytes = 3 * 4 * trainable
