@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from common.metrics import spearman
-from common.tracking import progress
+from common.train_loop import train_steps
 from methods.sv_features.alignment import (
     feature_sv_cosines,
     match_pairs_to_ranks,
@@ -180,7 +180,10 @@ def train_toy(
     )
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     history: list[dict[str, float]] = []
-    for step in progress(range(cfg.steps + 1), desc="sv_features train", unit="step"):
+
+    def step_losses(step: int) -> dict[str, torch.Tensor]:
+        """The losses of a fresh batch; logs them with the toy metrics on logged steps (before
+        that step's update)."""
         f_r, f_s = sample_features(cfg.batch, cfg.n_keys, cfg.n_features, cfg.feature_prob, gen)
         losses = model.losses(f_r, f_s, T)
         if step % log_every == 0 or step == cfg.steps:
@@ -189,11 +192,15 @@ def train_toy(
             history.append(row)
             for cb in callbacks:
                 cb(step, model)
-        if step == cfg.steps:
-            break
-        opt.zero_grad()
-        losses["total"].backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
+        return losses
+
+    train_steps(
+        model,
+        lambda step: step_losses(step)["total"],
+        cfg.steps,
+        optimizer=opt,
+        scheduler=sched,
+        desc="sv_features train",
+    )
+    step_losses(cfg.steps)  # the last row: a fresh batch on the trained model, no update
     return model, history
