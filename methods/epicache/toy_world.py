@@ -277,8 +277,7 @@ def train_toy_model(
     stage1: dict[str, float] = {}
     cur: dict = {}  # the step's session count and (logits, targets), for the accuracy
 
-    def loss_fn(step: int) -> torch.Tensor:
-        """Cross-entropy on the answer tokens of the step's batch."""
+    def loss_fn(step: int) -> torch.Tensor:  # cross-entropy on the answer tokens of the batch
         if step < induction_steps:
             cur["n_sess"] = 0
             cur["pred"], cur["gold"] = _induction_logits(model, tok, rng, batch)
@@ -288,8 +287,7 @@ def train_toy_model(
             cur["pred"], cur["gold"] = _chat_logits(model, tok, rng, batch, n_q, cur["n_sess"])
         return torch.nn.functional.cross_entropy(cur["pred"], cur["gold"])
 
-    def track(step: int, loss: float) -> bool:
-        """Running loss/accuracy, the stage-1 snapshot, the log line; True stops at the time limit."""
+    def track(step: int, loss: float) -> bool:  # running stats and log; True: time limit hit
         nonlocal loss_ema, acc_ema, done, stage1
         acc = float((cur["pred"].argmax(-1) == cur["gold"]).float().mean())
         loss_ema = loss if loss_ema is None else 0.95 * loss_ema + 0.05 * loss
@@ -305,16 +303,8 @@ def train_toy_model(
             return True
         return False
 
-    train_steps(
-        model,
-        loss_fn,
-        total,
-        optimizer=opt,
-        scheduler=sched,
-        grad_clip=1.0,
-        desc="epicache toy train",
-        callback=track,
-    )
+    kw = {"optimizer": opt, "scheduler": sched, "grad_clip": 1.0, "callback": track}
+    train_steps(model, loss_fn, total, desc="epicache toy train", **kw)
     model.eval()
     stats = {"train_loss": float(loss_ema), "train_acc": acc_ema, "train_steps": float(done)}
     return model, tok, {**stats, "train_s": time.perf_counter() - t0, **stage1}
