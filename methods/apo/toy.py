@@ -33,6 +33,7 @@ import torch
 
 from common.advantages import group_advantages
 from common.threads import torch_threads
+from common.train_loop import train_steps
 from methods.apo.config import BanditArm, BanditConfig
 from methods.apo.loss import apo_policy_loss
 
@@ -111,22 +112,25 @@ def run_bandit_arm(
     The sampling stream depends only on ``seed``, so arms see the same prompt order.
     """
     g = torch.Generator().manual_seed(10_000 + seed)
-    s = problem.s0.clone().requires_grad_(True)
-    w = problem.w0.clone().requires_grad_(True)
+    params = torch.nn.ParameterList([problem.s0.clone(), problem.w0.clone()])  # trained (s, w)
+    s, w = params[0], params[1]
     opt = torch.optim.SGD([s, w], lr=cfg.lr)
     ref_logp = problem.ref_logp  # [P, A]
     top_lp, top_ids = ref_logp.topk(arm.k, dim=-1)  # [P, K]
     curve = []
     stats: dict[str, float] = {}
-    for step in range(cfg.steps + 1):
+
+    def log(step: int) -> None:  # exact metrics before the step's update
         if step % cfg.eval_every == 0 or step == cfg.steps:
             with torch.no_grad():
                 row = _evaluate(
                     problem, torch.log_softmax(problem.logits(s, w), -1), cfg.pass_ks, 8
                 )
             curve.append({"step": float(step), **row, **stats})
-        if step == cfg.steps:
-            break
+
+    def loss_fn(step: int) -> torch.Tensor:
+        nonlocal stats
+        log(step)
         xs = torch.randperm(cfg.n_prompts, generator=g)[: cfg.prompts_per_step]  # [B]
         logits = problem.logits(s, w)[xs]  # [B, A]
         logp = torch.log_softmax(logits, -1)  # [B, A]
@@ -158,9 +162,10 @@ def run_bandit_arm(
             if arm.kl == "wrong":
                 kl = kl * (adv.reshape(n) < 0)
             loss = loss + cfg.kl_coef * kl.mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        return loss
+
+    train_steps(params, loss_fn, cfg.steps, optimizer=opt, desc="apo bandit arm")
+    log(cfg.steps)
     return curve[-1], curve
 
 
