@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.train_loop import train_steps
+
 from .representations import Row, _query_parts, _rows, _segments
 
 logger = logging.getLogger(__name__)
@@ -309,27 +311,36 @@ def less_warmup(
     opt = torch.optim.AdamW([p for _, p in named], lr=lr, weight_decay=0.0)
     rng = np.random.default_rng(seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if not items:
+        raise ValueError("rows must hold at least one training example")
     ckpts = []
-    model.train()
-    for _ in range(epochs):
-        perm = rng.permutation(len(items))
-        for s in range(0, len(items), batch_size):
-            batch = [items[i] for i in perm[s : s + batch_size]]
-            T = max(len(i) for i, _ in batch)
-            ids = torch.tensor([i + [pad] * (T - len(i)) for i, _ in batch])  # [b, T]
-            lab = torch.tensor([y + [-100] * (T - len(y)) for _, y in batch])  # [b, T]
-            att = torch.tensor([[1] * len(i) + [0] * (T - len(i)) for i, _ in batch])
-            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        ckpts.append(
-            LESSCheckpoint(
-                params={n: p.detach().clone() for n, p in named},
-                exp_avg={n: opt.state[p]["exp_avg"].clone() for n, p in named},
-                exp_avg_sq={n: opt.state[p]["exp_avg_sq"].clone() for n, p in named},
-                lr=lr,
+    per_epoch = -(-len(items) // batch_size)  # batches per epoch (the last may be short)
+    perm = [np.arange(0)]  # the current epoch's order, drawn at its first batch
+
+    def loss_fn(step: int) -> torch.Tensor:
+        b = step % per_epoch
+        if b == 0:
+            perm[0] = rng.permutation(len(items))
+        batch = [items[i] for i in perm[0][b * batch_size : (b + 1) * batch_size]]
+        T = max(len(i) for i, _ in batch)
+        ids = torch.tensor([i + [pad] * (T - len(i)) for i, _ in batch])  # [b, T]
+        lab = torch.tensor([y + [-100] * (T - len(y)) for _, y in batch])  # [b, T]
+        att = torch.tensor([[1] * len(i) + [0] * (T - len(i)) for i, _ in batch])
+        return model(input_ids=ids, attention_mask=att, labels=lab).loss
+
+    def snapshot(step: int, _loss: float) -> None:  # parameters and AdamW moments per epoch
+        if (step + 1) % per_epoch == 0:
+            ckpts.append(
+                LESSCheckpoint(
+                    params={n: p.detach().clone() for n, p in named},
+                    exp_avg={n: opt.state[p]["exp_avg"].clone() for n, p in named},
+                    exp_avg_sq={n: opt.state[p]["exp_avg_sq"].clone() for n, p in named},
+                    lr=lr,
+                )
             )
-        )
+
+    train_steps(
+        model, loss_fn, epochs * per_epoch, optimizer=opt, desc="LESS warm-up", callback=snapshot
+    )
     model.eval()
     return ckpts
