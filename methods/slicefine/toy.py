@@ -256,6 +256,22 @@ def _plot(per_arm: dict[str, list[dict]], path) -> None:
     save_plot(fig, path)
 
 
+def _seed_means(per_arm: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    """Every arm's metrics averaged over seeds (:func:`common.metrics.mean_over_seeds`; keys
+    starting with ``_`` dropped), plus ``accuracy_std`` with two seeds or more."""
+    from common.metrics import mean_over_seeds
+
+    n = len(next(iter(per_arm.values())))
+    per_seed = [
+        {
+            arm: {k: v for k, v in runs[i].items() if not k.startswith("_")}
+            for arm, runs in per_arm.items()
+        }
+        for i in range(n)
+    ]
+    return mean_over_seeds(per_seed, std_keys=("accuracy",))
+
+
 def run_toy(run) -> dict[str, float]:
     """``stage=toy``: every arm on the same data and seeds; writes results and the loss curves.
 
@@ -273,12 +289,7 @@ def run_toy(run) -> dict[str, float]:
         data = (make_data(tc.n_train, seed), make_data(tc.n_test, 10_000 + seed))
         for arm in tc.arms:
             per_arm[arm].append(train_arm(arm, encoder, tok, tc, seed, data))
-    metrics = {}
-    for arm, runs in per_arm.items():
-        keys = [k for k in runs[0] if not k.startswith("_")]
-        metrics[arm] = {k: statistics.mean(r[k] for r in runs) for k in keys}
-        if len(runs) > 1:
-            metrics[arm]["accuracy_std"] = statistics.stdev(r["accuracy"] for r in runs)
+    metrics = _seed_means(per_arm)
     extra = {}
     if tc.diagnostics:
         extra["diagnostics"] = run_diagnostics(encoder, tok, seed=seeds[0])
