@@ -24,6 +24,8 @@ import torch
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
+from common.train_loop import train_steps
+
 from .importance import Importance
 from .space import QRConfig, SearchSpace
 
@@ -144,27 +146,38 @@ class FidelitySurrogate:
         loss_fn = nn.HuberLoss(delta=self.huber_delta)
         Xt, yt = torch.tensor(X_tr, dtype=torch.float32), torch.tensor(y_tr, dtype=torch.float32)
         Xv, yv = torch.tensor(X_va, dtype=torch.float32), torch.tensor(y_va, dtype=torch.float32)
-        best, best_state, bad, epoch = float("inf"), None, 0, 0
-        for epoch in range(1, self.max_epochs + 1):  # noqa: B007 (read after the loop)
-            net.train()
-            opt.zero_grad()
+        st = {"best": float("inf"), "state": None, "bad": 0, "epoch": 0}
+
+        def objective(_i: int) -> torch.Tensor:
             loss = loss_fn(net(Xt).squeeze(-1), yt)
-            loss = loss + self.weight_decay * sum(torch.norm(p, p=2) for p in net.parameters())
-            loss.backward()
-            opt.step()
+            return loss + self.weight_decay * sum(torch.norm(p, p=2) for p in net.parameters())
+
+        def validate(i: int, _loss: float) -> bool:  # early stopping on the held-out split
+            st["epoch"] = i + 1
             net.eval()
             with torch.no_grad():
                 v = float(loss_fn(net(Xv).squeeze(-1), yv))
-            if v < best:
-                best, bad = v, 0
-                best_state = {k: t.clone() for k, t in net.state_dict().items()}
+            if v < st["best"]:
+                st["best"], st["bad"] = v, 0
+                st["state"] = {k: t.clone() for k, t in net.state_dict().items()}
             else:
-                bad += 1
-                if bad >= self.patience:
-                    break
-        if best_state is not None:
-            net.load_state_dict(best_state)
-        self.epochs.append(epoch)
+                st["bad"] += 1
+                if st["bad"] >= self.patience:
+                    return True
+            net.train()
+            return False
+
+        train_steps(
+            net,
+            objective,
+            self.max_epochs,
+            optimizer=opt,
+            desc="autoqra surrogate",
+            callback=validate,
+        )
+        if st["state"] is not None:
+            net.load_state_dict(st["state"])
+        self.epochs.append(st["epoch"])
         net.eval()
 
     def _fit_scratch(self) -> None:
@@ -184,24 +197,36 @@ class FidelitySurrogate:
         net = self._build(X.shape[1])
         opt = torch.optim.Adam(net.parameters(), lr=self.lr)
         loss_fn = nn.HuberLoss(delta=self.huber_delta)
-        best, best_state, bad, epoch = float("inf"), None, 0, 0
-        for epoch in range(1, self.max_epochs + 1):  # noqa: B007 (read after the loop)
-            opt.zero_grad()
+        st = {"best": float("inf"), "state": None, "bad": 0, "epoch": 0}
+
+        def objective(_i: int) -> torch.Tensor:
             reg = sum(p.pow(2).sum() for p in net.parameters())
-            loss = loss_fn(net(Xt[tr]).squeeze(-1), yt[tr]) + self.weight_decay * reg / len(tr)
-            loss.backward()
-            opt.step()
+            return loss_fn(net(Xt[tr]).squeeze(-1), yt[tr]) + self.weight_decay * reg / len(tr)
+
+        def validate(i: int, _loss: float) -> bool:  # early stopping on the held-out split
+            st["epoch"] = i + 1
             with torch.no_grad():
                 v = float(loss_fn(net(Xt[val]).squeeze(-1), yt[val]))
-            if v < best - 1e-6:
-                best, best_state, bad = v, {k: t.clone() for k, t in net.state_dict().items()}, 0
+            if v < st["best"] - 1e-6:
+                st["best"], st["bad"] = v, 0
+                st["state"] = {k: t.clone() for k, t in net.state_dict().items()}
             else:
-                bad += 1
-                if bad >= self.patience:
-                    break
-        if best_state is not None:
-            net.load_state_dict(best_state)
-        self.epochs.append(epoch)
+                st["bad"] += 1
+                if st["bad"] >= self.patience:
+                    return True
+            return False
+
+        train_steps(
+            net,
+            objective,
+            self.max_epochs,
+            optimizer=opt,
+            desc="autoqra surrogate",
+            callback=validate,
+        )
+        if st["state"] is not None:
+            net.load_state_dict(st["state"])
+        self.epochs.append(st["epoch"])
         self.net = net.eval()
 
     def predict(self, x: np.ndarray) -> float:
