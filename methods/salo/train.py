@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from common.tracking import progress
+from common.train_loop import train_steps
 from methods.salo.operator import SALO
 
 logger = logging.getLogger(__name__)
@@ -84,27 +84,29 @@ def train_detector(
     opt = torch.optim.AdamW(detector.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=cfg.min_lr)
     loss_fn = nn.BCEWithLogitsLoss()
-    detector.train()
-    for epoch in progress(range(cfg.epochs), desc="salo detector", unit="epoch"):
-        perm = torch.randperm(n, generator=gen)
-        total = 0.0
-        for b0 in range(0, n, cfg.batch_size):
-            idx = perm[b0 : b0 + cfg.batch_size]
-            if idx.numel() < 2 and any(
-                isinstance(m, nn.modules.batchnorm._BatchNorm) for m in detector.modules()
-            ):
-                continue  # BatchNorm needs > 1 sample
-            m = mask[idx]
-            t = int(m.any(0).nonzero().max()) + 1  # crop to the batch's longest row
-            logits = detector(x[idx, :, :t].float(), m[:, :t])
-            loss = loss_fn(logits, y[idx])
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(detector.parameters(), cfg.grad_clip)
-            opt.step()
-            sched.step()
-            total += loss.item() * idx.numel()
-        logger.info("epoch %d loss %.4f", epoch, total / n)
+    bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in detector.modules())
+    # batch starts of an epoch; a 1-sample batch is skipped under BatchNorm (needs > 1 sample)
+    starts = [
+        b0 for b0 in range(0, n, cfg.batch_size) if not (bn and min(cfg.batch_size, n - b0) < 2)
+    ]
+    ep = {"perm": None, "idx": None, "total": 0.0}
+
+    def batch_loss(step: int) -> torch.Tensor:
+        if step % len(starts) == 0:  # a new epoch: a new order
+            ep["perm"], ep["total"] = torch.randperm(n, generator=gen), 0.0
+        b0 = starts[step % len(starts)]
+        idx = ep["idx"] = ep["perm"][b0 : b0 + cfg.batch_size]
+        m = mask[idx]
+        t = int(m.any(0).nonzero().max()) + 1  # crop to the batch's longest row
+        return loss_fn(detector(x[idx, :, :t].float(), m[:, :t]), y[idx])
+
+    def log_epoch(step: int, loss: float) -> None:
+        ep["total"] += loss * ep["idx"].numel()
+        if (step + 1) % len(starts) == 0:
+            logger.info("epoch %d loss %.4f", step // len(starts), ep["total"] / n)
+
+    kw = {"optimizer": opt, "scheduler": sched, "grad_clip": cfg.grad_clip, "callback": log_epoch}
+    train_steps(detector, batch_loss, cfg.epochs * len(starts), desc="salo detector", **kw)
     return detector.eval()
 
 
