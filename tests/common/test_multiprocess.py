@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -34,33 +35,49 @@ def _free_port() -> int:
         return sk.getsockname()[1]
 
 
+def _kill_tree(marker: str) -> None:
+    """SIGKILLs every process whose command line holds ``marker`` (the run's unique --out folder):
+    the launcher's ranks run in sessions of their own, so a process-group kill misses them."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
 def _run(cmd: list[str], attempts: int = 2, timeout: float = 300) -> None:
-    """Runs ``cmd`` in its own process group; a run that hangs or dies is tried once more.
+    """Runs ``cmd``; a run that hangs or dies is killed whole and tried once more.
 
     A 2-process gloo launch occasionally stalls on this CPU (one rank waiting in a collective after
-    the other has gone), and killing only the launcher left the waiting rank behind. A hang is not
-    a result: the group is killed and the launch repeated; a second hang fails the test.
+    the other has gone); killing only the launcher left the waiting rank behind, holding the output
+    pipes open. Output goes to a file, and a hang kills every process of the run (found by its
+    unique --out folder) before one more try; a second hang or failure fails the test.
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    marker = cmd[cmd.index("--out") + 1]
     for attempt in range(1, attempts + 1):
-        proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True,
-        )  # fmt: skip
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            if attempt == attempts:
-                raise AssertionError(
-                    f"{cmd[0]} hung {attempts} times ({timeout:.0f} s each)"
-                ) from None
-            continue
-        if proc.returncode == 0:
-            return
-        # A launch can also die at start-up (a rendezvous port taken between our probe and its
-        # bind); a real failure repeats, and the second attempt's error is the one reported.
+        with tempfile.TemporaryFile("w+") as log:
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=log, text=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _kill_tree(marker)
+                proc.wait()
+                if attempt == attempts:
+                    raise AssertionError(
+                        f"{cmd[0]} hung {attempts} times ({timeout:.0f} s each)"
+                    ) from None
+                continue
+            _kill_tree(marker)  # no rank outlives its launcher
+            if proc.returncode == 0:
+                return
+            log.seek(0)
+            err = log.read()
         assert attempt < attempts, err[-4000:]
 
 
