@@ -201,8 +201,8 @@ def test_slicefine_spectral_balance_per_row_energy_normalised_profiles_and_axis(
     a = torch.randn(3, 8, generator=g)
     scaled = torch.cat([a, 10.0 * a])  # two groups, same profile up to scale
     out = spectral_balance(scaled, k=2)
-    assert out["max_profile_gap"] == pytest.approx(0.0, abs=1e-9)
-    assert out["cv_energy"] == pytest.approx((100 - 1) / (100 + 1), rel=1e-9)  # e = (c, 100c)
+    assert out["max_profile_gap"] == pytest.approx(0.0, abs=1e-6)  # mutant (unnormalised): ~1e2
+    assert out["cv_energy"] == pytest.approx((100 - 1) / (100 + 1), rel=1e-6)  # e = (c, 100c)
     m = torch.randn(6, 9, generator=g)
     col, row_t = spectral_balance(m, k=3, axis="column"), spectral_balance(m.T, k=3)
     assert col == pytest.approx(row_t)
