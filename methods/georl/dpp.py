@@ -177,6 +177,9 @@ def _cholesky(L: Tensor, retries: int = 3, base: float = 1e-9) -> Tensor:
 def log_volume(L: Tensor) -> Tensor:
     """Group objective ``F(Y) = log det L = 2 * sum(log diag(chol(L)))``.
 
+    Source: the paper's abstract (parallelotope volume); the log-det form is our inference (no paper
+    text).
+
     The abstract rewards the parallelotope volume; the log-det form is our formula.
 
     For ``L = S`` (no quality, no jitter) this is ``2 log Vol``, the log squared volume of the
@@ -195,6 +198,9 @@ def log_volume(L: Tensor) -> Tensor:
 def loo_gains(L: Tensor) -> Tensor:
     """Closed-form leave-one-out marginal rewards (named in the abstract;
     the Schur-complement form is our derivation).
+
+    Source: the paper's abstract names the closed-form leave-one-out reward; the Schur-complement
+    formula is our inference.
 
     ``r_i = log det L - log det L_{-i,-i} = -log (L^{-1})_{ii}`` (Schur complement), all ``N`` from
     one Cholesky factorisation ``L = C C^T`` and ``L^{-1} = cholesky_inverse(C)``. Geometrically,
@@ -215,7 +221,10 @@ def loo_gains(L: Tensor) -> Tensor:
 
 
 def loo_gains_bruteforce(L: Tensor) -> Tensor:
-    """Reference for tests: ``slogdet(L) - slogdet(L_{-i,-i})`` for each ``i`` (O(N^4))."""
+    """Reference for tests: ``slogdet(L) - slogdet(L_{-i,-i})`` for each ``i`` (O(N^4)).
+
+    Source: engineering (test reference), not in the paper.
+    """
     L = _check_kernel(L)
     n = L.shape[-1]
     full = torch.linalg.slogdet(L).logabsdet

@@ -39,7 +39,9 @@ def split_sentences(text: str) -> list[str]:
 class TextEmbedder(Protocol):
     """Maps texts to unit-norm embeddings ``[n, d]`` (float tensor)."""
 
-    def encode(self, texts: Sequence[str]) -> Tensor: ...
+    def encode(self, texts: Sequence[str]) -> Tensor:
+        """Embed ``texts`` -> ``[n, d]`` unit-norm rows; the semantic space is our inference."""
+        ...
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -79,7 +81,11 @@ class MiniLMEmbedder:
         return self._empty
 
     def encode(self, texts: Sequence[str]) -> Tensor:
-        """Embed ``texts`` -> ``[n, d]`` float32, unit norm."""
+        """Embed ``texts`` -> ``[n, d]`` float32, unit norm.
+
+        Source: our choice (offline MiniLM sentence encoder); the paper's embedding model is
+        unknown.
+        """
         texts = _check_texts(texts)
         todo = [t for t in dict.fromkeys(texts) if self._cache is None or t not in self._cache]
         pieces = {t: split_sentences(t) for t in todo}
@@ -119,7 +125,10 @@ class BagOfFactsEmbedder:
         self.dim = len(self.vocabulary) + 1
 
     def encode_ids(self, ids: Tensor) -> Tensor:
-        """``ids`` ``[..., S]`` token ids (slots) -> ``[..., V+1]`` unit multi-hot (float64)."""
+        """``ids`` ``[..., S]`` token ids (slots) -> ``[..., V+1]`` unit multi-hot (float64).
+
+        Source: our choice (toy semantic space), not in the paper.
+        """
         hot = torch.zeros(*ids.shape[:-1], self.dim, dtype=torch.float64, device=ids.device)
         hot.scatter_(-1, ids.long(), 1.0)  # repeated ids count once
         empty = hot.sum(-1) == 0
@@ -127,6 +136,9 @@ class BagOfFactsEmbedder:
         return hot / hot.norm(dim=-1, keepdim=True)
 
     def encode(self, texts: Sequence[str]) -> Tensor:
+        """Embed space-separated token strings as :meth:`encode_ids` does; toy semantic space of our
+        choice (not in the paper).
+        """
         texts = _check_texts(texts)
         hot = torch.zeros(len(texts), self.dim, dtype=torch.float64)
         for i, t in enumerate(texts):

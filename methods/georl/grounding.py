@@ -28,6 +28,8 @@ __all__ = ["ClipSentenceGrounding", "FactPrecision", "KeywordGrounding", "repeti
 def repetition_rate(text: str, n: int = 3) -> float:
     """Share of word n-grams in ``text`` that repeat an earlier n-gram (0 for short texts).
 
+    Source: our inference (repetitive captions must not buy volume); not in the paper.
+
     The repetition guard of ours (docs/methods/georl.md, Deviations: "Empty text, repetitive text")."""
     words = text.lower().split()
     grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
@@ -51,7 +53,10 @@ class FactPrecision:
         self.generic_quality = generic_quality
 
     def mentions(self, ids: Tensor) -> Tensor:
-        """``ids`` ``[..., S]`` -> multi-hot of mentioned facts ``[..., n_facts]`` (bool)."""
+        """``ids`` ``[..., S]`` -> multi-hot of mentioned facts ``[..., n_facts]`` (bool).
+
+        Source: our choice (toy grounding by facts), not in the paper.
+        """
         hot = torch.zeros(*ids.shape[:-1], self.n_facts + 1, dtype=torch.bool, device=ids.device)
         hot.scatter_(-1, ids.long().clamp(max=self.n_facts), True)
         return hot[..., : self.n_facts]

@@ -66,6 +66,8 @@ def score_groups(emb: Tensor, quality: Tensor, cfg: GeoRLConfig) -> dict[str, Te
 def regroup_by_prompt(prompt_ids: Sequence[Hashable], n: int) -> Tensor:
     """Indices ``[B, N]`` that gather a flat, possibly interleaved list into prompt groups.
 
+    Source: engineering (TRL gather layout), not in the paper.
+
     Bookkeeping of ours (docs/methods/georl.md, Deviations: "Trainer grouping").
 
     Members keep their relative order; a prompt that occurs ``k * n`` times (the same prompt drawn

@@ -78,7 +78,10 @@ class GeoRLGRPOConfig(CheckpointingNames, trl.GRPOConfig):
         self.reward_config()  # validates the Geo-RL fields
 
     def reward_config(self) -> GeoRLConfig:
-        """The reward knobs as the :class:`GeoRLConfig` the pure functions take."""
+        """The reward knobs as the :class:`GeoRLConfig` the pure functions take.
+
+        Source: engineering, not in the paper.
+        """
         return GeoRLConfig(
             n=self.num_generations,
             gamma=self.gamma,
@@ -92,7 +95,10 @@ class GeoRLGRPOConfig(CheckpointingNames, trl.GRPOConfig):
 
 
 def completion_text(completion: Any) -> str:
-    """Plain text of a TRL completion (a string, or a conversational list of messages)."""
+    """Plain text of a TRL completion (a string, or a conversational list of messages).
+
+    Source: engineering (TRL completion formats), not in the paper.
+    """
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list):

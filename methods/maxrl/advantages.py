@@ -55,7 +55,11 @@ def _check_grouped(rewards: Tensor, min_n: int = 2) -> None:
 
 
 def check_binary_rewards(rewards: Tensor) -> None:
-    """Raise ``ValueError`` unless every reward is exactly 0 or 1 (MaxRL is derived for binary rewards, §2)."""
+    """Raise ``ValueError`` unless every reward is exactly 0 or 1 (MaxRL is derived for binary rewards, §2).
+
+    Source: paper Section 2 (binary verifier reward r ∈ {0, 1}); raising on other values is our
+    choice.
+    """
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf; MaxRL needs binary rewards in {0, 1}")
     bad = rewards[(rewards != 0) & (rewards != 1)]
@@ -105,6 +109,9 @@ def grpo_advantages(rewards: Tensor, eps: float = 1e-6, ddof: int = 1) -> Tensor
     """GRPO advantage ``(r_i − r̄) / (std(r) + ε)`` (verl uses ddof=1 for LLMs, ddof=0 for ImageNet);
     :func:`common.advantages.group_advantages` after this module's input checks.
 
+    Source: paper App. F; official ``verl/trainer/ppo/core_algos.py``
+    (``compute_grpo_outcome_advantage``, ``torch.std``).
+
     Args:
         rewards: ``[B, N]`` rewards.
         eps: Added to the standard deviation.
@@ -120,7 +127,11 @@ def grpo_advantages(rewards: Tensor, eps: float = 1e-6, ddof: int = 1) -> Tensor
 
 
 def rloo_advantages(rewards: Tensor) -> Tensor:
-    """RLOO advantage ``r_i − mean_{j≠i} r_j`` (leave-one-out baseline)."""
+    """RLOO advantage ``r_i − mean_{j≠i} r_j`` (leave-one-out baseline).
+
+    Source: official ``verl/trainer/ppo/core_algos.py`` (``compute_rloo_outcome_advantage``), the
+    RLOO baseline of the paper's tables.
+    """
     _check_grouped(rewards)
     n = rewards.size(1)
     loo = (rewards.sum(dim=1, keepdim=True) - rewards) / (n - 1)  # [B, N]
@@ -215,6 +226,9 @@ def differential_smoothing_advantages(
 def self_advantages(rewards: Tensor, greedy_rewards: Tensor, eps: float = 1e-6) -> Tensor:
     """SELF baseline (arXiv:2510.02230) as the official ``compute_self_paper_outcome_advantage``.
 
+    Source: official ``verl/trainer/ppo/core_algos.py`` (``compute_self_paper_outcome_advantage``),
+    the paper's SELF maze baseline.
+
     The GRPO advantage ``(r_i − r̄) / (std(r) + ε)`` (unbiased std), set to 0 for every rollout whose
     prompt the greedy (temperature-0) answer already solves (greedy reward == 1), so that training
     concentrates on the prompts the policy does not yet solve.
@@ -262,6 +276,8 @@ needs ``k``, ``differential_smoothing`` the rollouts' ``seq_logps`` and ``self``
 
 def grouped(rewards_flat: Tensor, num_generations: int, prompt_ids: Tensor | None = None) -> Tensor:
     """Reshape flat rewards ``[B·N]`` into groups ``[B, N]``, checking the layout.
+
+    Source: engineering (TRL's flat layout), not in the paper.
 
     TRL lays out the N generations of a prompt contiguously after the cross-process gather; if
     ``prompt_ids`` (``[B·N]``, one id per completion) are given, they must be constant within each

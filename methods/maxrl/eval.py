@@ -24,6 +24,8 @@ def pass_at_k(n: int, c: Tensor, k: int) -> Tensor:
     """Unbiased pass@k per problem, ``1 − C(n−c, k)/C(n, k)``: :func:`common.metrics.pass_at_k`
     (log space) for each problem's count.
 
+    Source: paper App. G (unbiased estimator of Chen et al. 2021).
+
     Args:
         n: Samples drawn per problem.
         c: ``[P]`` number of correct samples per problem (0 <= c <= n).

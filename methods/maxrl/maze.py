@@ -50,7 +50,10 @@ VOCAB = _SPECIAL + _WORDS  # 16 used tokens; the model's vocabulary is 32 (paper
 
 
 def generate_maze(size: int, rng: random.Random) -> list[str]:
-    """Randomised Prim's maze: cells at odd coordinates, walls elsewhere; rows of '#'/'.'."""
+    """Randomised Prim's maze: cells at odd coordinates, walls elsewhere; rows of '#'/'.'.
+
+    Source: official ``maze/generate_maze.py`` (Prim's algorithm, start (1, 1)); paper App. E.1.
+    """
     grid = [[WALL] * size for _ in range(size)]
     grid[1][1] = OPEN
     frontier = [(1, 1, dr, dc) for dr, dc in ((0, 2), (2, 0), (0, -2), (-2, 0))]
@@ -65,7 +68,10 @@ def generate_maze(size: int, rng: random.Random) -> list[str]:
 
 
 def shortest_path(maze: list[str]) -> list[str]:
-    """BFS shortest move sequence from (1, 1) to (size−2, size−2)."""
+    """BFS shortest move sequence from (1, 1) to (size−2, size−2).
+
+    Source: our inference (SFT warm-up targets for the toy); not in the paper.
+    """
     size = len(maze)
     start, goal = (1, 1), (size - 2, size - 2)
     prev = {start: None}
@@ -149,7 +155,10 @@ def maze_reward(completions: list[str], maze: list[str], **kwargs) -> list[float
 
 
 def maze_tokenizer() -> PreTrainedTokenizerFast:
-    """Word-level tokenizer over :data:`VOCAB` (pad/bos/eos special, left padding)."""
+    """Word-level tokenizer over :data:`VOCAB` (pad/bos/eos special, left padding).
+
+    Source: paper App. E.1 (32-token vocabulary); the word-level tokenizer is engineering.
+    """
     return word_tokenizer(
         {w: i for i, w in enumerate(VOCAB)},
         "<pad>",
@@ -267,6 +276,8 @@ def run_maze_toy(
     output_dir="/tmp",
 ) -> dict[str, dict[str, float]]:
     """SFT warm-up once, then RL with each estimator from the same warm start; evaluate each.
+
+    Source: paper App. E.1.3 (SFT, then RL per estimator), scaled down to CPU (our choice).
 
     Returns:
         ``{arm: {"pass@1": ., "pass@k": .}}`` for ``"sft"`` and each estimator.

@@ -157,7 +157,10 @@ class MaxRLTrainer(GroupAdvantageGRPOTrainer):
             raise TypeError(f"args must be a MaxRLConfig, got {type(self.args).__name__}")
 
     def compute_advantages(self, rewards: Tensor, inputs: dict) -> Tensor:
-        """``[B, N]`` gathered rewards -> ``[B, N]`` advantages of the selected estimator."""
+        """``[B, N]`` gathered rewards -> ``[B, N]`` advantages of the selected estimator.
+
+        Source: paper App. F and Algorithm 1; official ``verl/trainer/ppo/core_algos.py``.
+        """
         cfg = self.args
         if cfg.zero_reward_on_truncation:
             truncated = truncated_at_max_length(
