@@ -72,7 +72,10 @@ class AugmentConfig:
 
 
 def sft_messages(question: str, answer: str, rationale: str, cfg: AugmentConfig) -> list[dict]:
-    """One chat-format SFT item (user: QA prompt, assistant: optional rationale + answer)."""
+    """One chat-format SFT item (user: QA prompt, assistant: optional rationale + answer).
+
+    Source: our inference (the paper's SFT prompt format is not public).
+    """
     rat = rationale.strip()
     target = cfg.answer_template.format(rationale=f"{rat}\n" if rat else "", answer=answer)
     return [
@@ -229,6 +232,9 @@ def build_cgke_dataset(
     return_stats: bool = False,
 ):
     """The CGKE SFT set: region-specific augmentations (+ the seed pairs), as a ``datasets.Dataset``.
+
+    Source: the official method figure ``assets/method.png`` (region-specific augmentation, SFT);
+    the mixing with seed pairs is our inference.
 
     Columns ``id``, ``region``, ``strategy`` (``original`` for seed pairs) and ``messages`` (chat
     format, our ``cgke_sft.jsonl`` schema).

@@ -23,6 +23,8 @@ def correctness_reward(
 ) -> list[float]:
     """TRL reward function: 1.0 if the completion cover-matches a gold alias, else 0.0 (E5).
 
+    Source: our inference (the paper's GRPO reward is implied, not given; cover match as FlashRAG).
+
     Completions may be strings or chat message lists (the last message's content is scored).
     """
     if len(completions) != len(golds):
@@ -53,6 +55,9 @@ def cdkc_rollout_weights(
     weights: CalibrationWeights | None = None,
 ) -> torch.Tensor:
     """The per-rollout factors λ[g_i, s_i]·s_i of (E7), ``[b]``, with the confused-region gate.
+
+    Source: our inference (the official method figure ``assets/method.png`` names region-adaptive
+    bidirectional entropy; the formula is not public).
 
     s = +1 (correct) / −1 (wrong). For the confused region with a band (h_lo, h_hi): a correct
     rollout gets a factor only if H̄ > h_hi and a wrong one only if H̄ < h_lo, else 0.

@@ -34,7 +34,10 @@ class DecayFit:
     converged: bool = True
 
     def predict(self, u: np.ndarray) -> np.ndarray:
-        """Accuracy predicted at uncertainties ``u``."""
+        """Accuracy predicted at uncertainties ``u``.
+
+        Source: the paper's structural decay law ``a·exp(−b·U) + c`` (Figure 1).
+        """
         return self.a * np.exp(-self.b * np.asarray(u, dtype=float)) + self.c
 
 

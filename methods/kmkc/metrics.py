@@ -17,6 +17,8 @@ from common.metrics import normalize_answer  # SQuAD normalisation, re-exported 
 def check_golds(golds: object) -> list[str]:
     """Validates a gold-answer list: a non-empty list of non-empty strings.
 
+    Source: engineering (input validation), not in the paper.
+
     Raises:
         TypeError: if ``golds`` is a bare string or holds non-strings.
         ValueError: if it is empty or holds only blank strings.

@@ -142,7 +142,10 @@ def load_qa_jsonl(path: str | Path, n: int | None = None, seed: int = 0) -> list
 
 
 def extract_answer(text: str) -> str:
-    """The short answer after the last ``Answer:`` line, else the whole (stripped) text."""
+    """The short answer after the last ``Answer:`` line, else the whole (stripped) text.
+
+    Source: our inference (the paper's answer format is not public).
+    """
     found = _ANSWER.findall(text)
     return found[-1].strip() if found else text.strip()
 
@@ -153,6 +156,8 @@ def _messages(cfg: PaperConfig, question: str) -> list[dict[str, str]]:
 
 def make_generator(cfg: PaperConfig, model: Any, tokenizer: Any, workdir: Path):
     """``HFGenerator`` on the current model, or a ``VLLMGenerator`` on a saved copy of it.
+
+    Source: engineering, not in the paper.
 
     vLLM serves weights from disk, so the policy is saved to ``workdir/policy`` first (the
     "reloaded after each round"); ``cfg.vllm_kwargs`` go to the engine (e.g.
@@ -192,7 +197,11 @@ def profile_items(
 
 
 def evaluate(generator: Any, cfg: PaperConfig, items: list[dict[str, Any]]) -> dict[str, float]:
-    """Greedy answers: cover accuracy, equal-mass ECE (c = exp(−U)), self-knowledge metrics."""
+    """Greedy answers: cover accuracy, equal-mass ECE (c = exp(−U)), self-knowledge metrics.
+
+    Source: the paper's metrics (ECE with c = exp(−U), self-knowledge metrics; App. B protocol); the
+    bin count 10 is our inference.
+    """
     prompts = [_messages(cfg, it["question"]) for it in items]
     params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0)
     outs = generator.generate(prompts, n=1, params=params)
@@ -215,6 +224,9 @@ def evaluate(generator: Any, cfg: PaperConfig, items: list[dict[str, Any]]) -> d
 
 def sft_cgke(model: Any, tokenizer: Any, dataset: Any, cfg: PaperConfig, out: Path) -> Any:
     """CGKE fine-tuning with ``trl.SFTTrainer``; loss on the assistant turn only.
+
+    Source: the official method figure ``assets/method.png`` (CGKE ends in SFT); the completion-only
+    loss is our inference.
 
     The ``messages`` rows are split into a conversational prompt (every turn but the last) and
     completion (the assistant turn), for which TRL computes the completion-only loss.
@@ -270,7 +282,10 @@ def calibrate_cdkc(
 
 
 def save_profiles(profiles: list[BehaviorProfile], path: Path) -> None:
-    """One JSON object per profile (``profile.jsonl``; +inf entropies as ``Infinity``)."""
+    """One JSON object per profile (``profile.jsonl``; +inf entropies as ``Infinity``).
+
+    Source: engineering (file format), not in the paper.
+    """
     with open(path, "w") as f:
         for p in profiles:
             f.write(json.dumps(p.to_dict(), default=str) + "\n")
@@ -278,6 +293,8 @@ def save_profiles(profiles: list[BehaviorProfile], path: Path) -> None:
 
 def load_profiles(path: str | Path) -> list[BehaviorProfile]:
     """Profiles written by :func:`save_profiles` (``stage=profile`` or a round of ``stage=paper``).
+
+    Source: engineering (file format), not in the paper.
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
@@ -348,7 +365,11 @@ def run_round(
 
 
 def run_paper(cfg: PaperConfig) -> dict[str, dict[str, float]]:
-    """All rounds, then every benchmark; writes ``results.json`` under ``cfg.output_dir``."""
+    """All rounds, then every benchmark; writes ``results.json`` under ``cfg.output_dir``.
+
+    Source: paper App. B (seed sets, 3,000-item evaluation samples) and the paper's iterated rounds
+    ("w/ 2 round"); the driver itself is engineering.
+    """
     from common.models import load_model, load_tokenizer
 
     out = Path(cfg.output_dir)

@@ -58,16 +58,25 @@ class BehaviorProfile:
 
     @property
     def delta_U(self) -> float:
-        """ΔU = U_wrong − U_correct (NaN when either side is empty)."""
+        """ΔU = U_wrong − U_correct (NaN when either side is empty).
+
+        Source: our inference (one statistic of the behavioural profile of the official
+        ``assets/method.png``).
+        """
         return self.U_wrong - self.U_correct
 
     @property
     def modal_answer(self) -> str:
-        """The most frequent normalised non-empty answer ('' if all were empty)."""
+        """The most frequent normalised non-empty answer ('' if all were empty).
+
+        Source: our inference (response consistency of the profile in the official
+        ``assets/method.png``).
+        """
         valid = [a for a in self.answers if a]
         return Counter(valid).most_common(1)[0][0] if valid else ""
 
     def to_dict(self) -> dict:
+        """The profile as a plain dict (its dataclass fields); engineering, not in the paper."""
         return asdict(self)
 
 

@@ -82,7 +82,11 @@ def rule_region(p: BehaviorProfile, cfg: RegionConfig | None = None) -> Region:
 
 
 def self_eval_messages(p: BehaviorProfile) -> list[dict[str, str]]:
-    """The self-evaluation conversation for one profile (wording is ours; the paper's is unknown)."""
+    """The self-evaluation conversation for one profile (wording is ours; the paper's is unknown).
+
+    Source: our inference (the official ``assets/method.png`` names meta-cognitive self-evaluation;
+    its prompt is not public).
+    """
     lines = [
         f"Question: {p.question}",
         f"Reference answer: {' / '.join(p.golds)}",
@@ -105,7 +109,10 @@ _JSON_OBJ = re.compile(r"\{.*?\}", re.DOTALL)
 
 
 def parse_region_reply(reply: str) -> Region | None:
-    """The region in a self-evaluation reply, or None if the reply is malformed or unknown."""
+    """The region in a self-evaluation reply, or None if the reply is malformed or unknown.
+
+    Source: our inference (strict-JSON reply format of ours), not in the paper.
+    """
     if not isinstance(reply, str):
         return None
     for m in _JSON_OBJ.finditer(reply):

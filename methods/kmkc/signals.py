@@ -50,6 +50,9 @@ def sequence_nll(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tens
 def sequence_confidence(u: torch.Tensor) -> torch.Tensor:
     """Sequence confidence c = exp(−U) ∈ (0, 1] (E2): the geometric-mean token probability.
 
+    Source: the paper's confidence exp(−NLL) of Eq. 24's U, as quoted in third-party notes (paper
+    text not read).
+
     Raises:
         ValueError: if any U is negative or NaN (U is a mean NLL, so it is ≥ 0).
     """
@@ -63,6 +66,9 @@ def mean_token_entropy(
     logits: torch.Tensor, mask: torch.Tensor, chunk_size: int = 64
 ) -> torch.Tensor:
     """Mean next-token entropy over the answer tokens (E3).
+
+    Source: our inference from the official ``assets/method.png`` ("entropy over token
+    distribution"); not an equation of the paper.
 
     H̄(y|q) = (1/T) Σ_t H(p_θ(·|q, x_<t)),  H(p) = −Σ_v p_v log p_v.
     Computed in chunks over T so that only ``[B, chunk, V]`` log-softmax lives at once.

@@ -95,7 +95,10 @@ class CDKCConfig(CheckpointingNames, GRPOConfig):
             raise ValueError(f"stabilize_batches must be >= 1, got {self.stabilize_batches}")
 
     def calibration_weights(self, band: tuple[float, float] | None = None) -> CalibrationWeights:
-        """The λ table of (E7) with the current confused band."""
+        """The λ table of (E7) with the current confused band.
+
+        Source: our inference (region weights not public).
+        """
         table = {r: tuple(v) for r, v in (self.region_weights or {}).items()}
         return CalibrationWeights(
             band=band,
@@ -114,6 +117,8 @@ class CDKCConfig(CheckpointingNames, GRPOConfig):
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the unmasked positions of each row: ``[b, T] -> [b]`` (empty rows give 0).
+
+    Source: our inference (per-rollout mean of the token signal).
 
     H̄_i of (E7), the per-rollout mean of the token signal (our restatement, doc deviations).
     """
@@ -203,7 +208,11 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
         return regions
 
     def compute_advantages(self, rewards: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-        """Loss mode: TRL's group advantage (E6). Reward mode: the advantage of the shaped reward."""
+        """Loss mode: TRL's group advantage (E6). Reward mode: the advantage of the shaped reward.
+
+        Source: TRL's GRPO advantage (the paper's CDKC optimiser is GRPO); the reward mode is
+        our inference.
+        """
         if self.args.calibration_mode == "loss":
             return super().compute_advantages(rewards, inputs)
         regions = self._local_regions(inputs)
@@ -222,6 +231,9 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
         return super().compute_advantages(shaped, inputs)
 
     def completion_extras(self, rewards: torch.Tensor, inputs: dict[str, Any]) -> dict:
+        """Per-completion extras (region, correctness) for the calibration term; engineering, not in
+        the paper.
+        """
         regions = self._local_regions(inputs)
         index = {r: i for i, r in enumerate(REGIONS)}
         return {
@@ -250,7 +262,11 @@ class CDKCTrainer(GroupAdvantageGRPOTrainer):
 
     # ----- the loss ------------------------------------------------------------------------
     def policy_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
-        """(E8): GRPO loss + the signed calibration term (loss mode)."""
+        """(E8): GRPO loss + the signed calibration term (loss mode).
+
+        Source: our inference (the paper's bidirectional entropy objective is not public); GRPO loss
+        from TRL.
+        """
         self._cdkc_capture = [] if self.args.calibration_mode == "loss" else None
         try:
             loss = super().policy_loss(model, inputs)
