@@ -125,7 +125,11 @@ def annotate(trace: str, llm) -> tuple[list[str], list[tuple[int, int]], list[li
 def to_markup(
     lines: list[str], steps: list[tuple[int, int]], groups: list[list[int]], final: str
 ) -> Trajectory:
-    """Step 2: deterministic conversion into a :class:`Trajectory` (outlines left empty)."""
+    """Step 2: deterministic conversion into a :class:`Trajectory` (outlines left empty).
+
+    Source: paper Section 4 (stage 1, deterministic conversion into markup); official
+    ``data_generation/`` scripts.
+    """
     text = ["\n".join(lines[a - 1 : b]) for a, b in steps]
     start = {g[0]: g for g in groups}
     segs: list[str | ParallelBlock] = []
@@ -151,6 +155,9 @@ def to_markup(
 def apply_replacements(text: str, edits: list) -> str:
     """Apply ``[source, replacement]`` edits; each source must occur exactly once in ``text``.
 
+    Source: paper App. E (rewrite prompt returns ``[source, replacement]`` edits); the
+    exactly-once rule is our choice.
+
     Raises:
         PipelineError: a malformed edit or a source found 0 or several times.
     """
@@ -167,7 +174,10 @@ def apply_replacements(text: str, edits: list) -> str:
 
 
 def rewrite_threads(traj: Trajectory, llm) -> Trajectory:
-    """Step 3: remove cross-thread references with minimal edits (one LLM call per thread)."""
+    """Step 3: remove cross-thread references with minimal edits (one LLM call per thread).
+
+    Source: paper Section 4 and App. E (thread rewriting prompt).
+    """
     done: list[str] = []
     out: list[str | ParallelBlock] = []
     for seg in traj.segments:
@@ -192,7 +202,10 @@ def rewrite_threads(traj: Trajectory, llm) -> Trajectory:
 
 
 def write_outlines(traj: Trajectory, llm) -> Trajectory:
-    """Step 4: one outline per thread, from the preceding context only (one call per block)."""
+    """Step 4: one outline per thread, from the preceding context only (one call per block).
+
+    Source: paper Section 4 and App. E (outline prompt).
+    """
     context: list[str] = []
     out: list[str | ParallelBlock] = []
     for seg in traj.segments:
@@ -217,7 +230,11 @@ def write_outlines(traj: Trajectory, llm) -> Trajectory:
 
 
 def filter_trace(text: str, gold: str) -> list[str]:
-    """Step 5: problems that exclude a trace (empty list = keep)."""
+    """Step 5: problems that exclude a trace (empty list = keep).
+
+    Source: paper Section 4 (format filter); official ``data_generation/src/filter-format-
+    correct-and-obtain-stats.py``.
+    """
     problems = list(validate(text, strict=True).errors)
     if not is_correct(text, gold):
         problems.append("answer incorrect or missing \\boxed")
@@ -228,6 +245,8 @@ def convert_trace(
     trace: str, final: str, gold: str, llm, report: PipelineReport | None = None
 ) -> str | None:
     """Run steps 1-5 on one sequential trace (the text inside ``<think>``) and its final answer.
+
+    Source: paper Section 4 and App. E (stage-1 light rewriting pipeline).
 
     Returns:
         The parallel response text, or None when dropped (the reason is counted in ``report``).

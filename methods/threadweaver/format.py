@@ -107,6 +107,7 @@ class Trajectory:
 
     @property
     def blocks(self) -> list[ParallelBlock]:
+        """The parallel blocks of the trajectory, in order (paper Section 3.1 format)."""
         return [s for s in self.segments if isinstance(s, ParallelBlock)]
 
 
@@ -143,6 +144,9 @@ def _serialize_block(block: ParallelBlock, join_suffix: str) -> str:
 
 def serialize(traj: Trajectory, join_suffix: str = JOIN_SUFFIX) -> str:
     """Write a :class:`Trajectory` in the canonical ThreadWeaver layout (§3.1).
+
+    Source: paper Section 3.1 (trajectory format); official
+    ``data_generation/src/save_dataset.py`` (``sanitize_text_block``).
 
     Args:
         traj: the trajectory.
@@ -217,6 +221,9 @@ def _parse_block(text: str, pos: int, join_suffix: str) -> tuple[ParallelBlock, 
 
 def parse(text: str, join_suffix: str = JOIN_SUFFIX) -> Trajectory:
     """Parse a response written by :func:`serialize` (the inverse: ``parse(serialize(t)) == t``).
+
+    Source: paper Section 3.1 (trajectory format); strict inverse of :func:`serialize` is
+    our choice.
 
     Raises:
         TypeError: if ``text`` is not a string.
@@ -371,5 +378,9 @@ def validate(
 
 
 def is_thread_number(num: str) -> bool:
-    """Whether ``num`` is a valid thread number (``NUM := [0-9]+ ('.' [0-9]+)*``)."""
+    """Whether ``num`` is a valid thread number (``NUM := [0-9]+ ('.' [0-9]+)*``).
+
+    Source: paper Section 3.1 (thread numbering); official ``single_turn_agent_loop.py``
+    outline regex.
+    """
     return bool(_NUM_RE.match(num))

@@ -32,11 +32,17 @@ class Stats:
 
     @property
     def has_parallel(self) -> bool:
+        """Whether the response has at least one parallel block (activation ratio;
+        paper Sections 2.2 and 6.1).
+        """
         return self.n_blocks > 0
 
     @property
     def self_speedup(self) -> float:
-        """``L_total / L_longest = 1 / (1 − η)``."""
+        """``L_total / L_longest = 1 / (1 − η)``.
+
+        Source: paper Section 2.2 (acceleration ratio η); official ``get_parallel_stats``.
+        """
         return self.total / self.longest if self.longest else 1.0
 
 

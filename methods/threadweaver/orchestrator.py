@@ -67,7 +67,13 @@ class CompletionEngine(Protocol):
         max_tokens: list[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
-    ) -> list[EngineCompletion]: ...
+    ) -> list[EngineCompletion]:
+        """Complete each prompt up to a stop id or its token budget.
+
+        Source: paper Section 3.2 (the orchestrator only needs request -> completion with prefix
+        caching); the token-level interface is engineering.
+        """
+        ...
 
 
 def _cut_at_stop(ids: list[int], stop_ids: Sequence[int], max_tokens: int) -> EngineCompletion:
@@ -97,6 +103,9 @@ class HFGenerateEngine:
 
     @torch.no_grad()
     def complete(self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0):
+        """Batched HF ``generate`` completions cut at the first stop id; engineering,
+        not in the paper.
+        """
         if len(prompts) != len(max_tokens):
             raise ValueError(f"got {len(prompts)} prompts but {len(max_tokens)} max_tokens")
         if self.seed is not None:
@@ -171,6 +180,8 @@ class Rollout:
 def tag_ids(tokenizer) -> dict[str, int]:
     """Map each tag of :data:`TAGS` (and ``"eos"``) to its single token id.
 
+    Source: paper Section 3.1 (control tags as single tokens); engineering check.
+
     Raises:
         ValueError: a tag that does not encode to exactly one id, or no EOS token.
     """
@@ -220,11 +231,17 @@ class ParallelOrchestrator:
         self._enc_cache: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (cached, no special tokens); engineering,
+        not in the paper.
+        """
         if text not in self._enc_cache:
             self._enc_cache[text] = list(self.tok(text, add_special_tokens=False)["input_ids"])
         return self._enc_cache[text]
 
     def run(self, prompt_ids: Sequence[int]) -> Rollout:
+        """Orchestrate one prompt (paper Section 3.2; official
+        ``single_turn_agent_loop.py``).
+        """
         return self.run_many([prompt_ids])[0]
 
     def _remaining(self, st: _State, extra: int = 0) -> int:
@@ -335,6 +352,9 @@ class ParallelOrchestrator:
     def run_many(self, prompts: Sequence[Sequence[int]]) -> list[Rollout]:
         """Orchestrate many prompts; requests of the same phase go to the engine together.
 
+        Source: paper Section 3.2 (inference state machine); official
+        ``threadweaver_rl/verl/experimental/agent_loop/single_turn_agent_loop.py``.
+
         Returns:
             One :class:`Rollout` per prompt; ``response_ids`` never exceeds ``budget_total``
             (``finish_reason="length"`` when cut). Malformed output is counted in
@@ -388,14 +408,20 @@ class VLLMEngine:
 
     @classmethod
     def from_llm(cls, llm) -> VLLMEngine:
-        """Wrap an existing ``vllm.LLM`` (e.g. one whose weights a trainer keeps in sync)."""
+        """Wrap an existing ``vllm.LLM`` (e.g. one whose weights a trainer keeps in sync).
+
+        Source: engineering, not in the paper.
+        """
         obj = cls.__new__(cls)
         obj.llm = llm
         return obj
 
     @classmethod
     def from_trainer(cls, trainer) -> VLLMEngine:
-        """Wrap TRL's colocated vLLM (``GRPOConfig(use_vllm=True, vllm_mode="colocate")``)."""
+        """Wrap TRL's colocated vLLM (``GRPOConfig(use_vllm=True, vllm_mode="colocate")``).
+
+        Source: engineering, not in the paper.
+        """
         gen = getattr(trainer, "vllm_generation", None)
         if gen is None or getattr(gen, "llm", None) is None:
             raise ValueError(
@@ -406,6 +432,7 @@ class VLLMEngine:
     def complete(
         self, prompts, stop_ids, max_tokens, temperature=1.0, top_p=1.0
     ):  # pragma: no cover
+        """vLLM completions of token prompts cut at the first stop id; engineering, not in the paper."""
         from vllm import SamplingParams, TokensPrompt
 
         params = [

@@ -34,6 +34,9 @@ extract_last_boxed = extract_boxed
 def is_correct(response: str, gold: str | Sequence[str]) -> bool:
     """Grade the *last* ``\\boxed{}`` of ``response`` against ``gold`` with math-verify.
 
+    Source: paper Section 6.1 (footnote 4: no ``\boxed`` means incorrect); official
+    ``threadweaver_rl/deepscaler/rewards/math_rewardv2.py``.
+
     A response without ``\\boxed`` or that fails to parse is incorrect (never an exception).
 
     Raises:

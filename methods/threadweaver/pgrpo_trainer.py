@@ -155,7 +155,10 @@ class PGRPOConfig(CheckpointingNames, trl.GRPOConfig):
         super().__post_init__()
 
     def orchestrator(self) -> OrchestratorConfig:
-        """The rollout settings as an :class:`OrchestratorConfig`."""
+        """The rollout settings as an :class:`OrchestratorConfig`.
+
+        Source: engineering, not in the paper.
+        """
         return OrchestratorConfig(
             budget_total=self.rollout_budget_tokens,
             max_model_len=self.rollout_max_model_len,
@@ -208,7 +211,11 @@ class PGRPOReward:
         self.join_suffix, self.conclusion = join_suffix, conclusion
 
     def format_ok(self, text: str, has_parallel: bool) -> bool:
-        """The format check behind ``format_error_reward``."""
+        """The format check behind ``format_error_reward``.
+
+        Source: official reward code under ``threadweaver_rl/deepscaler/rewards/``
+        (``format_error_reward``); not part of the paper's Eq. 5-8 reward.
+        """
         if self.no_parallel_is_error and not has_parallel:
             return False
         return validate(text, strict=False, join_suffix=self.join_suffix,
@@ -271,7 +278,10 @@ class OrchestratedRollout:
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def key(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> tuple:
-        """Cache key of a trajectory (trailing pad ids stripped, as in TRL's padded batch)."""
+        """Cache key of a trajectory (trailing pad ids stripped, as in TRL's padded batch).
+
+        Source: engineering, not in the paper.
+        """
         comp = list(completion_ids)
         pad = self.tok.pad_token_id
         while comp and comp[-1] == pad:

@@ -64,14 +64,20 @@ class TrieSFTConfig(CheckpointingNames, trl.SFTConfig):
 
 
 def packed_dataset(packs: list[Packed]):
-    """A ``datasets.Dataset`` with one :meth:`Packed.to_dict` row per trie."""
+    """A ``datasets.Dataset`` with one :meth:`Packed.to_dict` row per trie.
+
+    Source: paper Section 3.3 (trie-packed training sequences); engineering.
+    """
     from datasets import Dataset
 
     return Dataset.from_list([p.to_dict() for p in packs])
 
 
 def trie_sft_config(**kwargs) -> trl.SFTConfig:
-    """An ``SFTConfig`` with the settings trie batches need (no TRL preprocessing, keep columns)."""
+    """An ``SFTConfig`` with the settings trie batches need (no TRL preprocessing, keep columns).
+
+    Source: engineering, not in the paper.
+    """
     kwargs.setdefault("remove_unused_columns", False)
     kwargs.setdefault("dataset_kwargs", {"skip_prepare_dataset": True})
     kwargs.setdefault("report_to", "none")
@@ -97,6 +103,9 @@ class TrieSFTTrainer(trl.SFTTrainer):
         super().__init__(*args, **kwargs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Next-token loss of a packed trie batch (paper Section 3.3, App. B;
+        official ``threadweaver_sft/src/sft_threadweaver.py``).
+        """
         logits = packed_forward(model, inputs)
         loss = parent_gather_loss(
             logits, inputs["input_ids"], inputs["parent"], inputs["loss_mask"]

@@ -22,6 +22,9 @@ __all__ = ["add_threadweaver_tokens"]
 def add_threadweaver_tokens(model, tokenizer, tags: Sequence[str] = TAGS) -> dict[str, int]:
     """Add ``tags`` as additional special tokens; resize and mean-initialise new embeddings.
 
+    Source: paper Section 3.1; official ``threadweaver_sft/src/utils.py``
+    (``add_and_init_special_tokens``).
+
     Tags the tokenizer already encodes to one id (Qwen3's ``<think>``) are left untouched.
 
     Returns:
