@@ -1,4 +1,8 @@
-"""Feature / singular-vector alignment and the least-squares oracle (paper §3-4).
+"""Feature / singular-vector alignment and the least-squares oracle.
+
+Sources: the paper's toy model and Theorem 1 (known through third-party explainers; the full text
+was not read), the precursor toy ``mcrovella/sparse-learning`` ``mark/toy_xformer.ipynb``; the
+least-squares oracle is our inference.
 
 Conventions: features are the **columns** of ``X [D, N]``; an attention head's QK matrix
 ``Omega [D, D]`` gives the logit ``r^T Omega s`` (query ``r``, key ``s``); ``Omega = U diag(S) Vh``.
@@ -26,7 +30,10 @@ def _check_matrix(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def svd_alignment(vectors: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """|cos| between every feature and every singular vector (.
+    """|cos| between every feature and every singular vector.
+
+    Source: the paper's toy measurement ``C_U[i, k] = |cos(w_i, u_k)|`` (via explainers), as the
+    precursor ``mark/toy_xformer.ipynb``; our inference where the explainers are silent.
 
     Singular vectors are sign-ambiguous, so the absolute cosine is used.
 
@@ -59,14 +66,20 @@ def svd_alignment(vectors: torch.Tensor, features: torch.Tensor) -> torch.Tensor
 def feature_sv_cosines(
     features: torch.Tensor, U: torch.Tensor, Vh: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(C_U [N, r], C_V [N, r])``: |cos| of each feature with the left / right singular vectors."""
+    """``(C_U [N, r], C_V [N, r])``: |cos| of each feature with the left / right singular vectors.
+
+    Source: the paper's toy measurement (via explainers); the layout is our choice.
+    """
     return svd_alignment(U, features), svd_alignment(Vh.T, features)
 
 
 def match_pairs_to_ranks(
     C_U: torch.Tensor, C_V: torch.Tensor, pairs: list[tuple[int, int]]
 ) -> list[tuple[tuple[int, int], int, float]]:
-    """Hungarian matching of (query feature, key feature) pairs to singular ranks (paper §3.1).
+    """Hungarian matching of (query feature, key feature) pairs to singular ranks (the multi-pair toy).
+
+    Source: our choice (``scipy.optimize.linear_sum_assignment`` on ``−(C_U + C_V)``) for the
+    paper's multi-pair toy.
 
     The cost of giving pair ``(i, j)`` rank ``k`` is ``-(C_U[i, k] + C_V[j, k])``; the reported score is
     the pair's alignment ``min(C_U[i, k], C_V[j, k])``.
@@ -112,7 +125,7 @@ def match_pairs_to_ranks(
 
 
 def lsq_optimal_omega(X: torch.Tensor, Y: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
-    """Closed-form least-squares QK matrix (paper §3.2, "Least-squares version").
+    """Closed-form least-squares QK matrix (our inference: a least-squares version of Theorem 1).
 
     Minimises ``E[(r^T Omega s - f_r^T T f_s)^2]`` over ``Omega`` for ``r = X f_r``, ``s = Y f_s`` with
     independent zero-mean isotropic features (``E f f^T = c I``). The normal equations
@@ -172,7 +185,11 @@ def interference_norm(X: torch.Tensor) -> float:
 
 
 def orthogonality_gap(W: torch.Tensor, attended: list[int]) -> float:
-    """max |cos(w_i, w_i')| over attended ``i`` and unattended ``i'`` ( secondary metric)."""
+    """max |cos(w_i, w_i')| over attended ``i`` and unattended ``i'`` (secondary metric).
+
+    Source: the paper's orthogonalisation finding (Theorem 3, via explainers); this max-cosine
+    metric is our inference.
+    """
     _check_matrix("W", W)
     if not attended:
         raise ValueError("attended must be non-empty")

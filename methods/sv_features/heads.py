@@ -1,4 +1,8 @@
-"""QK / OV matrices of attention heads in Hugging Face models, with biases and RoPE (paper §3.3, App. D).
+"""QK / OV matrices of attention heads in Hugging Face models, with biases and RoPE.
+
+Sources: the augmented QK matrix as ``utils.py`` of the authors' earlier
+``gaabrielfranco/sparse-attention-decomposition``; RoPE (paper App. D) as ``rope.py`` of
+``gaabrielfranco/accpp-tracer``. The official ``svf-alignment`` code was not read.
 
 Row-vector conventions (as in TransformerLens): ``W_Q, W_K, W_V [d_model, d_head]``,
 ``W_O [d_head, d_model]``. The augmented query/key factors ``A = [W_Q; b_Q^T]``, ``B = [W_K; b_K^T]``
@@ -77,6 +81,9 @@ def _check_index(model: nn.Module, layer: int, head: int):
 def head_factors(model: nn.Module, layer: int, head: int, fold_ln: bool = False) -> HeadFactors:
     """Extracts the augmented query/key factors of one head.
 
+    Source: ``utils.py`` of the authors' earlier ``gaabrielfranco/sparse-attention-decomposition``
+    (biases as an extra row); HF weight layouts are engineering.
+
     Args:
         model: a GPT-2 or Llama-style causal LM (or its base model).
         layer, head: the head.
@@ -99,7 +106,10 @@ def head_factors(model: nn.Module, layer: int, head: int, fold_ln: bool = False)
 
 
 def norm_module(model: nn.Module, name: str) -> tuple[nn.Module, bool, float]:
-    """``(module, centres, eps)`` of the pre-attention norm ``name``: LayerNorm centres, RMSNorm not."""
+    """``(module, centres, eps)`` of the pre-attention norm ``name``: LayerNorm centres, RMSNorm not.
+
+    Source: engineering (HF module names), not in the paper.
+    """
     mod = dict(model.named_modules())[name]
     eps = getattr(mod, "eps", None)
     if eps is None:
@@ -113,6 +123,9 @@ def norm_module(model: nn.Module, name: str) -> tuple[nn.Module, bool, float]:
 
 def fold_norm(model: nn.Module, norm_name: str, F: torch.Tensor) -> torch.Tensor:
     """Folds the norm at ``norm_name`` into an augmented factor ``F = [W; b^T]`` (``[d+1, k]``).
+
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (LN folded into the
+    weights, as TransformerLens).
 
     ``W <- diag(γ) W`` (minus its mean over ``d`` for LayerNorm, as TransformerLens'
     ``center_weights``), ``b <- b + β W``.
@@ -130,7 +143,11 @@ def fold_norm(model: nn.Module, norm_name: str, F: torch.Tensor) -> torch.Tensor
 
 
 def normalise_without_affine(model: nn.Module, norm_name: str, x: torch.Tensor) -> torch.Tensor:
-    """``x̂``: the norm at ``norm_name`` applied to the residual ``x`` without its gain and bias."""
+    """``x̂``: the norm at ``norm_name`` applied to the residual ``x`` without its gain and bias.
+
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition``
+    (``ln1.hook_normalized``).
+    """
     _, centres, eps = norm_module(model, norm_name)
     x = x.float()
     if centres:
@@ -193,6 +210,8 @@ def _raw_head_factors(model: nn.Module, layer: int, head: int) -> HeadFactors:
 def rope_rotations(model: nn.Module, positions: torch.Tensor) -> torch.Tensor:
     """Rotation matrices ``R_p [P, d_head, d_head]`` with ``rope(q, p) = R_p q`` (HF rotate-half).
 
+    Source: ``rope.py`` of ``gaabrielfranco/accpp-tracer``; paper App. D (RoPE).
+
     Built from the model's own ``rotary_emb`` (so scaling variants are respected): ``R_p = diag(cos_p)
     + diag(sin_p) M`` with ``M x = rotate_half(x) = [-x_2, x_1]``.
     """
@@ -229,7 +248,10 @@ def qk_matrix(
     augmented: bool = True,
     delta: int | None = None,
 ) -> torch.Tensor:
-    """The (augmented) QK matrix ``Omega~`` of a head (paper §3.3), from a model or raw weights.
+    """The (augmented) QK matrix ``Omega~`` of a head, from a model or raw weights.
+
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (augmented Ω̃ with
+    biases).
 
     ``x~_i^T Omega~ x~_j`` is the pre-scaling attention logit. For rotary models pass ``delta = j - i``
     (``Omega~(delta) = A R_0^T R_delta B^T``); the position-independent matrix does not exist there.
@@ -287,6 +309,9 @@ def _factors(model, layer, head, W_Q, W_K, b_Q, b_K):
 def ov_matrix(model: nn.Module, layer: int, head: int, fold_ln: bool = False) -> torch.Tensor:
     """The head's OV matrix ``W_V W_O [d, d]``: the head writes ``x_j @ OV`` (times attention).
 
+    Source: ``decomposition.py`` of the authors' tracer ``gaabrielfranco/accpp-tracer`` (OV
+    singular vectors); not part of the paper's SAD test.
+
     ``fold_ln=True`` folds the pre-attention norm's gain into ``W_V`` (centred for LayerNorm).
 
     Raises:
@@ -301,6 +326,9 @@ def ov_svd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thin SVD of the OV circuit, ``W_V W_O = U diag(S) Vh`` (rank <= ``d_head``).
 
+    Source: ``decomposition.py`` of ``gaabrielfranco/accpp-tracer`` (OV singular vectors); the thin
+    SVD from the factors is engineering.
+
     Row ``u_k`` is an input (read) direction of the source token, ``vh_k`` the output (write)
     direction into the residual stream; computed from the factors (QR + ``d_head x d_head`` SVD).
 
@@ -314,7 +342,10 @@ def ov_svd(
 def ov_factors(
     model: nn.Module, layer: int, head: int, fold_ln: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(W_V [d, d_head], W_O [d_head, d])`` of one head (row-vector convention)."""
+    """``(W_V [d, d_head], W_O [d_head, d])`` of one head (row-vector convention).
+
+    Source: engineering (HF weight layouts), not in the paper.
+    """
     if not isinstance(fold_ln, bool):
         raise TypeError(f"fold_ln must be bool, got {type(fold_ln).__name__}")
     wv, wo = _raw_ov_factors(model, layer, head)
@@ -355,6 +386,8 @@ def factored_svd(
     A: torch.Tensor, B: torch.Tensor, core: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thin SVD of ``A core B^T`` without forming the ``[n, n]`` product (rank <= ``d_head``).
+
+    Source: engineering (thin SVD from the factors, exact), not in the paper.
 
     Args:
         A, B: ``[n, k]`` factors; core: optional ``[..., k, k]`` (e.g. a batch of RoPE cores).

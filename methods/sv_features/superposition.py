@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 def pair_template(n_features: int, pairs: Sequence[Sequence[float]]) -> torch.Tensor:
     """``T [N, N]`` with ``T[i, j] = weight`` for each ``(i, j, weight)``.
 
+    Source: the paper's feature-pair target (via explainers); the template form is
+    our inference.
+
     Raises:
         ValueError: on empty ``pairs``, out-of-range indices or a zero template.
     """
@@ -49,7 +52,11 @@ def pair_template(n_features: int, pairs: Sequence[Sequence[float]]) -> torch.Te
 
 
 def multi_pair_pairs(n_pairs: int, offset: int, w_max: float, w_min: float) -> list[list[float]]:
-    """Pairs ``(i, i + offset)`` with weights linearly decreasing from ``w_max`` to ``w_min``."""
+    """Pairs ``(i, i + offset)`` with weights linearly decreasing from ``w_max`` to ``w_min``.
+
+    Source: the paper's multi-pair setting (via explainers: ``T[i, i+20]`` linearly decreasing);
+    endpoints are our choice.
+    """
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be >= 1, got {n_pairs}")
     ws = torch.linspace(w_max, w_min, n_pairs).tolist()
@@ -59,7 +66,11 @@ def multi_pair_pairs(n_pairs: int, offset: int, w_max: float, w_min: float) -> l
 def sample_features(
     batch: int, n_keys: int, n_features: int, p: float, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bernoulli-uniform features: ``f_r [B, N]``, ``f_s [B, m, N]``."""
+    """Bernoulli-uniform features: ``f_r [B, N]``, ``f_s [B, m, N]``.
+
+    Source: the paper's Bernoulli-uniform features (via explainers), as the precursor
+    ``mark/toy_xformer.ipynb``; p = 0.1 is our choice.
+    """
     if not 0 < p <= 1:
         raise ValueError(f"p must be in (0, 1], got {p}")
 
@@ -87,13 +98,20 @@ class ToyAttentionAutoencoder(nn.Module):
         self.register_buffer("importance", cfg.importance_decay ** torch.arange(N).float())
 
     def omega(self) -> torch.Tensor:
-        """``W_Q W_K^T [D, D]``."""
+        """``W_Q W_K^T [D, D]``.
+
+        The QK matrix of the toy head, whose SVD Theorem 1 is about (paper via explainers).
+        """
         return self.W_Q @ self.W_K.T
 
     def losses(
         self, f_r: torch.Tensor, f_s: torch.Tensor, T: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """``{"recon", "attn", "total"}`` for queries ``f_r [B, N]``, keys ``f_s [B, m, N]``."""
+        """``{"recon", "attn", "total"}`` for queries ``f_r [B, N]``, keys ``f_s [B, m, N]``.
+
+        Source: the paper's toy (via explainers; ``L_recon + λ CE``); the softmax target is
+        our inference, the MSE option as ``mark/toy_xformer.ipynb``.
+        """
         N = self.W.shape[1]
         if T.shape != (N, N):
             raise ValueError(f"T must have shape {(N, N)}, got {tuple(T.shape)}")
@@ -115,7 +133,10 @@ class ToyAttentionAutoencoder(nn.Module):
 
 
 def toy_metrics(model: ToyAttentionAutoencoder) -> dict[str, float]:
-    """Alignment of the template pairs with the singular vectors of ``Omega`` (paper §3.1)."""
+    """Alignment of the template pairs with the singular vectors of ``Omega``.
+
+    Source: the paper's toy measurement and Theorem 1's whitened directions (via explainers).
+    """
     with torch.no_grad():
         U, S, Vh = torch.linalg.svd(model.omega())
         C_U, C_V = feature_sv_cosines(model.W, U, Vh)
@@ -152,7 +173,10 @@ def train_toy(
     log_every: int = 100,
     callbacks: Sequence[Callable[[int, ToyAttentionAutoencoder], None]] = (),
 ) -> tuple[ToyAttentionAutoencoder, list[dict[str, float]]]:
-    """Trains the toy with AdamW (TRAIN_TOY``); deterministic for a fixed ``cfg.seed``.
+    """Trains the toy with AdamW; deterministic for a fixed ``cfg.seed``.
+
+    Source: the paper's toy training (via explainers), as the precursor ``mark/toy_xformer.ipynb``;
+    AdamW settings are our choice.
 
     Args:
         cfg: the config; ``T`` defaults to ``pair_template(cfg.n_features, cfg.pairs)``.
