@@ -31,6 +31,9 @@ class SliceSwitchCallback(TrainerCallback):
         self.switch_every = int(n)
 
     def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        """Switch every ``switch_every`` steps and reset the moments of the new slices
+        (paper Figure 1 schedule; the reset is our inference).
+        """
         if state.global_step > 0 and state.global_step % self.switch_every == 0:
             self.sf_model.switch()
             if optimizer is not None:

@@ -27,6 +27,9 @@ def spectral_balance(
 ) -> dict[str, float]:
     """Energy and spectrum spread across ``k`` equal row (or column) groups of ``weight``.
 
+    Source: Lemma 2.1 of the paper (spectral balance, as quoted by summaries); these two
+    statistics are our inference.
+
     For each group g: e_g = ‖W_g‖²_F / rows_g and the eigenvalues of W_g W_gᵀ sorted descending and
     divided by the largest.
 
@@ -62,6 +65,9 @@ def spectral_balance(
 def restricted_grad_ratio(grad: torch.Tensor, mask: torch.Tensor) -> float:
     """ρ = (‖M ⊙ G‖²_F / |M|) / (‖G‖²_F / numel(G)).
 
+    Source: our inference from the paper's local winning slice (restricted gradient ``M ⊙ ∇_W
+    L``, via summaries).
+
     Raises:
         ValueError: on a shape mismatch or an empty mask.
     """
@@ -84,6 +90,9 @@ def local_ticket_test(
     seed: int = 0,
 ) -> dict[str, float]:
     """One restricted gradient step on each of ``n_slices`` random slices of ``linear``.
+
+    Source: our inference, an empirical check of the paper's local winning-slice definition
+    (via summaries).
 
     Args:
         linear: the layer whose weight is probed (restored after each trial).
@@ -126,6 +135,9 @@ def local_ticket_test(
 def task_energy(features: torch.Tensor, labels: torch.Tensor, k: int = 32) -> float:
     """τ_k = ‖Π_k Y‖²_F / ‖Y‖²_F for centred one-hot targets Y (our proxy; the paper's
     formula was not recovered).
+
+    Source: our inference (the paper names high task energy; its formula was not
+    recovered).
 
     Π_k projects onto the top-k left singular vectors of the centred features ``[n, p]``.
 

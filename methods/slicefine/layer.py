@@ -113,21 +113,32 @@ class SliceFineLinear(nn.Module):
 
     @property
     def d_out(self) -> int:
+        """Output features of the wrapped layer; engineering, not in the paper."""
         return self.base.out_features
 
     @property
     def d_in(self) -> int:
+        """Input features of the wrapped layer; engineering, not in the paper."""
         return self.base.in_features
 
     def dim(self, orient: Orient | None = None) -> int:
-        """The number of rows (row orientation) or columns (column orientation) of the weight."""
+        """The number of rows (row orientation) or columns (column orientation) of the weight.
+
+        Source: engineering, not in the paper.
+        """
         return self.d_out if (orient or self.orient) == "row" else self.d_in
 
     def slice_index(self) -> tuple[str, int, int]:
-        """``(orient, start, stop)`` of the active slice."""
+        """``(orient, start, stop)`` of the active slice.
+
+        Source: engineering, not in the paper.
+        """
         return self.orient, self.pos, self.pos + self.r
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``W₀ x + (M ⊙ U) x`` with the slice's r-wide product added to its output slice
+        (paper Figure 1 update; the fused autograd node is our inference).
+        """
         start, stop = self.pos, self.pos + self.r
         w, b = self.base.weight, self.base.bias
         if w.requires_grad:  # someone unfroze the base weight: plain autograd keeps it correct
@@ -140,7 +151,10 @@ class SliceFineLinear(nn.Module):
 
     @torch.no_grad()
     def commit(self) -> None:
-        """Folds ``delta`` into the frozen weight and zeroes it (the update is kept)."""
+        """Folds ``delta`` into the frozen weight and zeroes it (the update is kept).
+
+        Source: our inference (a moved slice keeps its update, paper Figure 1).
+        """
         start, stop = self.pos, self.pos + self.r
         if self.orient == "row":
             self.base.weight[start:stop, :] += self.delta
@@ -151,6 +165,8 @@ class SliceFineLinear(nn.Module):
     @torch.no_grad()
     def move_to(self, pos: int, orient: Orient | None = None) -> None:
         """Activates the slice at ``pos`` (and ``orient``); the old ``delta`` must be committed.
+
+        Source: paper Figure 1 (the slice moves); the position rule is our inference.
 
         When the orientation (hence the shape) is unchanged, the ``delta`` Parameter object is kept
         (only its data is replaced), so optimiser parameter groups that hold it stay valid; on an
@@ -180,7 +196,10 @@ class SliceFineLinear(nn.Module):
 
     @torch.no_grad()
     def effective_weight(self) -> torch.Tensor:
-        """W₀ + M ⊙ U: the weight the layer currently computes with, ``[d_out, d_in]``."""
+        """W₀ + M ⊙ U: the weight the layer currently computes with, ``[d_out, d_in]``.
+
+        Source: the paper's slice update ``W = W₀ + M ⊙ U`` (abstract and Figure 1).
+        """
         w = self.base.weight.clone()
         start, stop = self.pos, self.pos + self.r
         if self.orient == "row":
@@ -190,4 +209,5 @@ class SliceFineLinear(nn.Module):
         return w
 
     def extra_repr(self) -> str:
+        """Module summary for ``print(model)``; engineering, not in the paper."""
         return f"r={self.r}, orient={self.orient}, pos={self.pos}, d_in={self.d_in}, d_out={self.d_out}"

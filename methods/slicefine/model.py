@@ -62,7 +62,11 @@ class SliceFineConfig:
 
 
 def next_position(pos: int, r: int, dim: int) -> int:
-    """The sweep's next slice start: pos + r, clamped to dim − r for the last partial slice, 0 after."""
+    """The sweep's next slice start: pos + r, clamped to dim − r for the last partial slice, 0 after.
+
+    Source: our inference (the paper's Figure 1 says the slice slides; the rule was not
+    recovered).
+    """
     nxt = pos + r
     if nxt >= dim:
         return 0
@@ -111,6 +115,7 @@ class SliceFineModel(nn.Module):
 
     @property
     def layers(self) -> dict[str, SliceFineLinear]:
+        """The wrapped target layers by module name; engineering, not in the paper."""
         modules = dict(self.model.named_modules())
         return {n: modules[n] for n in self._names}
 
@@ -123,16 +128,24 @@ class SliceFineModel(nn.Module):
             return getattr(self.model, name)  # config, generation_config, ... of the wrapped model
 
     def delta_parameters(self) -> list[nn.Parameter]:
-        """The trainable slice parameters (one ``delta`` per target layer)."""
+        """The trainable slice parameters (one ``delta`` per target layer).
+
+        Source: engineering, not in the paper.
+        """
         return [layer.delta for layer in self.layers.values()]
 
     def trainable_parameters(self) -> int:
-        """Number of trainable scalars (active slices plus heads/biases left trainable)."""
+        """Number of trainable scalars (active slices plus heads/biases left trainable).
+
+        Source: engineering, not in the paper.
+        """
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     @torch.no_grad()
     def switch(self) -> None:
-        """Commits every active slice and activates the next one (Alg. line 3-6, synchronous).
+        """Commits every active slice and activates the next one (paper Figure 1; synchronous).
+
+        Switching all layers at once is our inference.
 
         Call :func:`reset_slice_optimizer_state` afterwards (the callback does): it clears the
         moments and swaps in the new ``delta`` Parameters created by orientation flips.
@@ -155,6 +168,8 @@ class SliceFineModel(nn.Module):
     def slice_state_dict(self) -> dict[str, torch.Tensor]:
         """The compact artifact: the final values of the touched slices, nothing else.
 
+        Source: our choice (compact artifact; not described in the paper).
+
         Flat ``{key: tensor}`` (safetensors-ready). Per layer, every maximal run of touched rows
         ``[a, b)`` is stored as ``"<layer>.rows.<a>-<b>"`` = W[a:b, :], and every run of touched
         columns ``[c, d)`` as ``"<layer>.cols.<c>-<d>"`` = W[untouched rows, c:d] (the crossing with
@@ -175,7 +190,10 @@ class SliceFineModel(nn.Module):
         return out
 
     def save_slices(self, path) -> int:
-        """Writes :meth:`slice_state_dict` as a safetensors file; returns its size in bytes."""
+        """Writes :meth:`slice_state_dict` as a safetensors file; returns its size in bytes.
+
+        Source: our choice (compact artifact; not described in the paper).
+        """
         import os
 
         from safetensors.torch import save_file
@@ -185,7 +203,10 @@ class SliceFineModel(nn.Module):
 
     @torch.no_grad()
     def merge_and_unload(self) -> nn.Module:
-        """Folds every slice into its weight and returns the model with its original ``nn.Linear``s."""
+        """Folds every slice into its weight and returns the model with its original ``nn.Linear``s.
+
+        Source: engineering (same architecture as the base model, as the paper claims).
+        """
         modules = dict(self.model.named_modules())
         for name in self._names:
             layer = modules[name]
@@ -231,6 +252,8 @@ def _parse_key(key: str) -> tuple[str, str, int, int]:
 @torch.no_grad()
 def load_slice_state_dict(model: nn.Module, artifact) -> nn.Module:
     """Writes a ``slice_state_dict`` (dict or safetensors path) into a base model's ``nn.Linear``s.
+
+    Source: our choice (compact artifact; not described in the paper).
 
     Raises:
         ValueError: on a missing module, a malformed key, or a block whose shape does not fit
@@ -383,7 +406,10 @@ def reset_slice_optimizer_state(optimizer: torch.optim.Optimizer, model: SliceFi
 
 
 def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
-    """Raises if the optimiser holds frozen parameters (it was built before ``apply_slicefine``)."""
+    """Raises if the optimiser holds frozen parameters (it was built before ``apply_slicefine``).
+
+    Source: engineering, not in the paper.
+    """
     frozen = sum(1 for g in optimizer.param_groups for p in g["params"] if not p.requires_grad)
     if frozen:
         raise ValueError(

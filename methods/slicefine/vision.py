@@ -43,6 +43,8 @@ VTAB_TASKS = (
 def load_vtab1k(root: str | Path, task: str) -> DatasetDict:
     """One VTAB-1K task from the NOAH/VPT layout as ``{"train", "test"}`` (columns image, label).
 
+    Source: engineering (NOAH/VPT list-file layout of VTAB-1K), not in the paper.
+
     ``train`` is ``train800val200.txt`` (the 1,000 images the protocol trains on), ``test`` is
     ``test.txt``; each line is ``<path relative to the task folder> <integer label>``.
 
@@ -83,6 +85,9 @@ def train_vision(
     seed: int = 0,
 ) -> dict[str, float]:
     """Fine-tunes ``model_spec`` on one VTAB-1K task with SliceFine; returns test metrics.
+
+    Source: the paper's VTAB-1K experiments (tables not recovered); the settings here are
+    our inference.
 
     Args:
         model_spec: hub id or local folder of an ``AutoModelForImageClassification`` backbone and
