@@ -34,7 +34,11 @@ class QuantState:
     bits: int
 
     def nbytes(self) -> float:
-        """Packed bytes: ``numel·bits/8`` for the codes + 2 bytes for each scale and offset."""
+        """Packed bytes: ``numel·bits/8`` for the codes + 2 bytes for each scale and offset.
+
+        Source: official ``core/memory.py`` (codes at q/8 bytes, 2 bytes per group scale and offset;
+        paper Eq. 1).
+        """
         return self.codes.numel() * self.bits / 8.0 + 2.0 * (
             self.scale.numel() + self.offset.numel()
         )
@@ -42,6 +46,9 @@ class QuantState:
 
 def quantize_groups(weight: torch.Tensor, bits: int, group_size: int) -> QuantState:
     """Asymmetric round-to-nearest over groups of ``group_size`` consecutive (flattened) weights.
+
+    Source: our choice (a dependency-free RTN stand-in; the official code uses HQQ,
+    ``evaluation/real_task.py``).
 
     Per group: ``s = (max - min)/(2^b - 1)``, ``code = round((w - min)/s)`` ∈ [0, 2^b - 1]. Scale and offset
     are rounded to fp16 first (they are stored as 16-bit metadata, p_meta = 16), so dequantising the codes
@@ -70,13 +77,19 @@ def quantize_groups(weight: torch.Tensor, bits: int, group_size: int) -> QuantSt
 def dequantize(
     state: QuantState, shape: torch.Size, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """``w = offset + code·scale`` reshaped to ``shape``."""
+    """``w = offset + code·scale`` reshaped to ``shape``.
+
+    Source: our choice (RTN stand-in for HQQ), not in the paper.
+    """
     w = state.offset.float() + state.codes.float() * state.scale.float()
     return w.reshape(shape).to(dtype)
 
 
 def fake_quantize(weight: torch.Tensor, bits: int, group_size: int = 128) -> torch.Tensor:
     """Quantise-dequantise ``weight`` (any shape) with ``bits`` bits per weight, group-wise (our toy design).
+
+    Source: our choice (RTN stand-in for HQQ with group size 128 as official
+    ``evaluation/real_task.py``).
 
     Args:
         weight: the full-precision weight; ``numel`` must be divisible by ``group_size``.
@@ -92,7 +105,11 @@ def fake_quantize(weight: torch.Tensor, bits: int, group_size: int = 128) -> tor
 
 
 def block_modules(model: nn.Module, num_layers: int | None = None) -> list[dict[str, nn.Linear]]:
-    """The seven projections of every block, ``[{proj_name: nn.Linear}]``; raise listing missing ones."""
+    """The seven projections of every block, ``[{proj_name: nn.Linear}]``; raise listing missing ones.
+
+    Source: official ``core/config.py`` (the seven linears of a block share q and r); module lookup
+    is engineering.
+    """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     inner = getattr(base, "model", base)
     layers = getattr(inner, "layers", None)

@@ -32,11 +32,16 @@ class EvalResult:
 
 
 class Evaluator(Protocol):
-    def evaluate(self, cfg: QRConfig, fidelity: Fidelity) -> EvalResult: ...
+    def evaluate(self, cfg: QRConfig, fidelity: Fidelity) -> EvalResult:
+        """Performance and memory of ``cfg`` at ``fidelity`` (official ``evaluation/real_task.py``)."""
+        ...
 
 
 def check_result(res: EvalResult, cfg: QRConfig, fidelity: str) -> EvalResult:
-    """Raise if an evaluator returned a non-finite performance (our bad-input rules)."""
+    """Raise if an evaluator returned a non-finite performance (our bad-input rules).
+
+    Source: our choice (bad-input rules), not in the paper.
+    """
     if not np.isfinite(res.perf):
         raise ValueError(
             f"evaluator returned non-finite perf {res.perf} for {cfg.to_dict()} ({fidelity})"
@@ -65,7 +70,10 @@ class ProxyEvaluator:
         self.calls: list[tuple[str, str]] = []
 
     def settings(self) -> dict:
-        """What a checkpoint folder is bound to (``state.evaluator_settings``)."""
+        """What a checkpoint folder is bound to (``state.evaluator_settings``).
+
+        Source: engineering (checkpoint binding), not in the paper.
+        """
         return {
             "Q": list(self.space.Q), "R": list(self.space.R),
             "importance": self.importance.score.tolist(), "budget": float(self.budget),
@@ -73,6 +81,9 @@ class ProxyEvaluator:
         }  # fmt: skip
 
     def evaluate(self, cfg: QRConfig, fidelity: Fidelity) -> EvalResult:
+        """Proxy ``P`` and Eq. 1 memory of ``cfg`` at ``fidelity``, as official
+        ``evaluation/proxy.py`` (machinery tests only).
+        """
         t0 = time.perf_counter()
         self.calls.append((cfg.key(), fidelity))
         s = self.importance.score

@@ -109,6 +109,9 @@ class Record:
 
     @property
     def cfg(self) -> QRConfig:
+        """The record's configuration as a :class:`QRConfig`; engineering,
+        not in the paper.
+        """
         return QRConfig(tuple(self.q), tuple(self.r))
 
 
@@ -185,7 +188,10 @@ class MultiFidelityEvolution:
 
     @property
     def n_evals(self) -> dict[str, int]:
-        """Evaluations run per fidelity, from the cache keys (exact across resumes)."""
+        """Evaluations run per fidelity, from the cache keys (exact across resumes).
+
+        Source: engineering (resume bookkeeping), not in the paper.
+        """
         return {"low": 0, "high": 0, **self.cache.counts()}
 
     def _save_state(self) -> None:
@@ -331,7 +337,11 @@ class MultiFidelityEvolution:
         return now >= past > 0 and (now - past) / past < self.cfg.hv_eps
 
     def run(self) -> ParetoResult:
-        """Run (or resume) Stage 1 and return the feasible HF-evaluated first front."""
+        """Run (or resume) Stage 1 and return the feasible HF-evaluated first front.
+
+        Source: official ``search/phase2_evolution.py`` (Stage 1); our deviations are listed in the
+        method doc.
+        """
         resumed = self._load()
         if not resumed:
             c0 = self._fix(warm_start(self.space, self.importance))
@@ -364,6 +374,9 @@ class MultiFidelityEvolution:
         return self.result()
 
     def result(self) -> ParetoResult:
+        """The Stage 1 result from the current records (official ``search/phase2_evolution.py``: the
+        HF-evaluated first front).
+        """
         recs = list(self.records.values())
         hf = [r for r in recs if r.phigh is not None and r.mem <= self.budget]
         pareto: list[Record] = []
@@ -379,7 +392,10 @@ class MultiFidelityEvolution:
 def evolutionary_search(
     space, memory, importance, evaluator, budget, cfg=None, seed=0, checkpoint=None
 ):
-    """Functional form of Stage 1: ``MultiFidelityEvolution(...).run()``."""
+    """Functional form of Stage 1: ``MultiFidelityEvolution(...).run()``.
+
+    Source: official ``search/phase2_evolution.py``.
+    """
     return MultiFidelityEvolution(
         space, memory, importance, evaluator, budget, cfg, seed, checkpoint
     ).run()

@@ -56,24 +56,35 @@ class Importance:
 
     @property
     def num_layers(self) -> int:
+        """Number of blocks L; engineering, not in the paper."""
         return int(self.I_q.size)
 
     @property
     def score(self) -> np.ndarray:
-        """Combined ``I(ℓ) = w_q I_q(ℓ) + w_r I_r(ℓ)``, shape [L]."""
+        """Combined ``I(ℓ) = w_q I_q(ℓ) + w_r I_r(ℓ)``, shape [L].
+
+        Source: official ``core/importance.py`` (w_q = w_r = 0.5).
+        """
         return self.w_q * self.I_q + self.w_r * self.I_r
 
     def check_length(self, num_layers: int) -> None:
+        """Raise unless the importances cover ``num_layers`` blocks; engineering,
+        not in the paper.
+        """
         if self.num_layers != num_layers:
             raise ValueError(f"importance has {self.num_layers} layers, expected {num_layers}")
 
     @classmethod
     def uniform(cls, num_layers: int) -> Importance:
+        """All-equal importances (an ablation of ours, not in the paper)."""
         return cls(np.zeros(num_layers), np.zeros(num_layers))
 
     @classmethod
     def from_json(cls, path: str | Path, num_layers: int) -> Importance:
         """Load either schema: ``{backbone,lora}_metric_per_layer`` or the shipped per-linear ``loss`` dict.
+
+        Source: official ``core/importance.py`` schema; the per-linear ``loss`` conversion is
+        our inference.
 
         For the per-linear schema, ``I_q_raw(ℓ) = Σ_modules loss["ℓ.<module>"]`` and ``I_r_raw`` is zero
         (the file carries no adaptation signal).
@@ -120,6 +131,8 @@ def compute_quant_sensitivity(
 ):
     """Raw ``I_q``: increase of the mean next-token loss when only block ℓ is quantised to ``bits``.
 
+    Source: our inference (the official code ships the scores but not how they are computed).
+
     Args:
         model: full-precision causal LM (not modified).
         batches: calibration token-id batches, each [B, T].
@@ -145,7 +158,10 @@ def compute_quant_sensitivity(
 
 
 def compute_adapt_sensitivity(model, batches: list[torch.Tensor]) -> np.ndarray:
-    """Raw ``I_r``: Fisher-style ``Σ_modules mean_batch ||∇_W L_task||_F²`` per block on task data."""
+    """Raw ``I_r``: Fisher-style ``Σ_modules mean_batch ||∇_W L_task||_F²`` per block on task data.
+
+    Source: our inference (the official code does not compute ``I_r``).
+    """
     model = copy.deepcopy(model).train()
     blocks = block_modules(model)
     scores = np.zeros(len(blocks))

@@ -26,7 +26,11 @@ PROJECTIONS: tuple[str, ...] = (
 
 
 def projection_shapes(config) -> dict[str, tuple[int, int]]:
-    """``(d_out, d_in)`` of the seven projections of one block from an HF Llama/Qwen config (GQA aware)."""
+    """``(d_out, d_in)`` of the seven projections of one block from an HF Llama/Qwen config (GQA aware).
+
+    Source: our inference (real counts from the HF config; official ``core/memory.py`` uses
+    placeholders).
+    """
     h = int(config.hidden_size)
     n_heads = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
@@ -93,6 +97,7 @@ class MemoryModel:
 
     @property
     def num_layers(self) -> int:
+        """Number of blocks L; engineering, not in the paper."""
         return int(self.layer_params.size)
 
     @classmethod
@@ -104,7 +109,11 @@ class MemoryModel:
         lora_bits: int = 16,
         meta_bits: int = 16,
     ) -> MemoryModel:
-        """Count |W_ℓ|, a_ℓ and the groups (per module, ``⌈numel/g⌉``) from an HF config."""
+        """Count |W_ℓ|, a_ℓ and the groups (per module, ``⌈numel/g⌉``) from an HF config.
+
+        Source: paper Eqs. 1-3 (as numbered in official ``core/memory.py``); counts from
+        the config are our inference.
+        """
         shapes = projection_shapes(config)
         unknown = [m for m in target_modules if m not in shapes]
         if unknown:
@@ -147,7 +156,10 @@ class MemoryModel:
         return self.total_bytes(QRConfig.uniform(self.num_layers, bits, rank)) * (1.0 + slack)
 
     def check_budget(self, budget: float, minimum: QRConfig) -> None:
-        """Raise unless ``0 < budget`` and ``M(minimum) <= budget`` (our bad-input rules)."""
+        """Raise unless ``0 < budget`` and ``M(minimum) <= budget`` (our bad-input rules).
+
+        Source: our choice (bad-input rules), not in the paper.
+        """
         if not np.isfinite(budget) or budget <= 0:
             raise ValueError(f"budget must be a positive number of bytes, got {budget}")
         m_min = self.total_bytes(minimum)

@@ -26,7 +26,10 @@ def constrained_fronts(F: np.ndarray, violation: np.ndarray) -> list[np.ndarray]
 
 
 def crowding_distance(F: np.ndarray) -> np.ndarray:
-    """NSGA-II crowding distance (pymoo); boundary points get ``inf``."""
+    """NSGA-II crowding distance (pymoo); boundary points get ``inf``.
+
+    Source: official ``search/phase2_evolution.py`` (NSGA-II selection).
+    """
     from pymoo.operators.survival.rank_and_crowding.metrics import calc_crowding_distance
 
     F = np.asarray(F, dtype=float)
@@ -36,7 +39,10 @@ def crowding_distance(F: np.ndarray) -> np.ndarray:
 
 
 def environmental_selection(F: np.ndarray, violation: np.ndarray, n: int) -> list[int]:
-    """Fill fronts in order; split the last one by descending crowding distance."""
+    """Fill fronts in order; split the last one by descending crowding distance.
+
+    Source: official ``search/phase2_evolution.py`` (NSGA-II environmental selection).
+    """
     chosen: list[int] = []
     for fr in constrained_fronts(F, violation):
         if len(chosen) + len(fr) <= n:
@@ -51,7 +57,10 @@ def environmental_selection(F: np.ndarray, violation: np.ndarray, n: int) -> lis
 
 
 def hypervolume_2d(F: np.ndarray, ref: np.ndarray) -> float:
-    """HV of minimised 2-D points w.r.t. ``ref`` (pymoo through ``common.metrics.hypervolume``)."""
+    """HV of minimised 2-D points w.r.t. ``ref`` (pymoo through ``common.metrics.hypervolume``).
+
+    Source: official ``search/phase2_evolution.py`` (HV early stop of Stage 1).
+    """
     F = np.asarray(F, dtype=float)
     F = F[np.all(ref > F, axis=1)]
     return 0.0 if len(F) == 0 else hypervolume(F, ref)

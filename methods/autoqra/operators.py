@@ -86,6 +86,9 @@ def warm_start(space: SearchSpace, importance: Importance, shaping: str = "ident
 def cap_lowbit(cfg: QRConfig, space: SearchSpace, importance: Importance, max_fraction: float):
     """At most ``⌊φ·L⌋`` blocks at min(Q); the excess with the highest ``I(ℓ)`` go one bit step up.
 
+    Source: official ``search/operators.py`` (``max_lowbit_fraction``); re-repairing afterwards is
+    our choice.
+
     Returns ``(cfg, promoted_layers)``; re-run repair with ``protect=promoted_layers`` afterwards.
     """
     if not 0.0 <= max_fraction <= 1.0:
@@ -148,7 +151,10 @@ def jitter(
 def mutate_importance_guided(
     cfg: QRConfig, space: SearchSpace, importance: Importance, rng, gamma=1.5
 ):
-    """Pick ℓ with ``Pr ∝ (I_q+I_r)^γ``; move q (p = 0.5) or r one step up with prob ``I_t(ℓ)``, else down."""
+    """Pick ℓ with ``Pr ∝ (I_q+I_r)^γ``; move q (p = 0.5) or r one step up with prob ``I_t(ℓ)``, else down.
+
+    Source: official ``search/operators.py`` (implemented there, not called by its main loop).
+    """
     w = (importance.I_q + importance.I_r + EPS) ** gamma
     i = int(rng.choice(cfg.num_layers, p=w / w.sum()))
     if rng.random() < 0.5:
@@ -161,7 +167,10 @@ def mutate_importance_guided(
 
 
 def mutate_coupled(cfg: QRConfig, space: SearchSpace, importance: Importance, rng, gamma=1.5):
-    """Coupled mutation: raise q at ``ℓ ~ I_q^γ`` or r at ``ℓ ~ I_r^γ`` (caller repairs afterwards)."""
+    """Coupled mutation: raise q at ``ℓ ~ I_q^γ`` or r at ``ℓ ~ I_r^γ`` (caller repairs afterwards).
+
+    Source: official ``search/operators.py`` (implemented there, not called by its main loop).
+    """
     kind = "q" if rng.random() < 0.5 else "r"
     w = ((importance.I_q if kind == "q" else importance.I_r) + EPS) ** gamma
     i = int(rng.choice(cfg.num_layers, p=w / w.sum()))
@@ -171,7 +180,10 @@ def mutate_coupled(cfg: QRConfig, space: SearchSpace, importance: Importance, rn
 
 
 def crossover_uniform(a: QRConfig, b: QRConfig, rng) -> QRConfig:
-    """Per layer, take q_ℓ and r_ℓ independently from parent a or b with probability 0.5."""
+    """Per layer, take q_ℓ and r_ℓ independently from parent a or b with probability 0.5.
+
+    Source: official ``search/operators.py`` (implemented there, unused).
+    """
     if a.num_layers != b.num_layers:
         raise ValueError(f"parents differ in length: {a.num_layers} vs {b.num_layers}")
     mq = rng.random(a.num_layers) < 0.5
@@ -192,7 +204,11 @@ def atomic_distance(a: QRConfig, b: QRConfig, space: SearchSpace) -> int:
 
 
 def all_atomic_neighbors(cfg: QRConfig, space: SearchSpace) -> list[QRConfig]:
-    """Every configuration at atomic distance exactly 1 (one variable, one ladder step)."""
+    """Every configuration at atomic distance exactly 1 (one variable, one ladder step).
+
+    Source: paper Eq. 11 (atomic distance, as numbered in official
+    ``search/neighbors.py``).
+    """
     out = []
     for i in range(cfg.num_layers):
         for kind, ladder, val in (("q", space.Q, cfg.q[i]), ("r", space.R, cfg.r[i])):
@@ -204,7 +220,10 @@ def all_atomic_neighbors(cfg: QRConfig, space: SearchSpace) -> list[QRConfig]:
 
 
 def atomic_neighbors(cfg: QRConfig, space: SearchSpace, k: int, rng) -> list[QRConfig]:
-    """A uniform sample (without replacement) of ``k`` distance-1 neighbours (k = 5 in the repo)."""
+    """A uniform sample (without replacement) of ``k`` distance-1 neighbours (k = 5 in the repo).
+
+    Source: official ``search/neighbors.py``; paper Eq. 11.
+    """
     if int(k) < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     nbrs = all_atomic_neighbors(cfg, space)

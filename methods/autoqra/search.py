@@ -85,7 +85,10 @@ class AutoQRA:
         self.alpha, self.bo_iters, self.k_bo, self.seed = alpha, bo_iters, k_bo, seed
 
     def settings(self) -> dict:
-        """The flat settings ``run(outdir)`` binds ``outdir`` to (``state.search_settings``)."""
+        """The flat settings ``run(outdir)`` binds ``outdir`` to (``state.search_settings``).
+
+        Source: engineering (checkpoint binding), not in the paper.
+        """
         return search_settings(
             self.space, self.memory, self.importance, self.evaluator, self.budget, self.evo,
             self.seed, alpha=self.alpha, bo_iters=self.bo_iters, k_bo=self.k_bo, eps_ei=EPS_EI,
@@ -93,7 +96,10 @@ class AutoQRA:
 
     def run(self, outdir: str | Path | None = None) -> tuple[ParetoResult, Selection]:
         """Run (or resume from ``outdir``) both stages; ``outdir`` made with other settings is refused
-        (``CheckpointMismatch`` naming each differing key)."""
+        (``CheckpointMismatch`` naming each differing key).
+
+        Source: official ``autoqra_runner.py`` (Stage 1 then Stage 2).
+        """
         t0 = time.perf_counter()
         ckpt = None
         if outdir:

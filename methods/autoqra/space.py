@@ -43,18 +43,28 @@ class QRConfig:
 
     @property
     def num_layers(self) -> int:
+        """Number of blocks L; engineering, not in the paper."""
         return len(self.q)
 
     def key(self) -> str:
-        """SHA-1 of ``{"q": ..., "r": ...}`` (the repo's cache key)."""
+        """SHA-1 of ``{"q": ..., "r": ...}`` (the repo's cache key).
+
+        Source: official ``evaluation/real_task.py`` cache key.
+        """
         blob = json.dumps({"q": list(self.q), "r": list(self.r)}, sort_keys=True)
         return hashlib.sha1(blob.encode()).hexdigest()
 
     def to_dict(self) -> dict[str, list[int]]:
+        """``{"q": [...], "r": [...]}`` as plain lists; engineering,
+        not in the paper.
+        """
         return {"q": list(self.q), "r": list(self.r)}
 
     @classmethod
     def uniform(cls, num_layers: int, bits: int, rank: int) -> QRConfig:
+        """Every block at ``bits`` and ``rank`` (the uniform baselines); engineering,
+        not in the paper.
+        """
         return cls((bits,) * num_layers, (rank,) * num_layers)
 
 
@@ -87,10 +97,12 @@ class SearchSpace:
 
     # ordinal scores (official core/config.py)
     def s_q(self, q: int | np.ndarray) -> np.ndarray:
+        """Ordinal bit score ``(q − q_min)/(q_max − q_min)`` (official ``core/config.py``)."""
         lo, hi = self.Q[0], self.Q[-1]
         return (np.asarray(q, dtype=float) - lo) / max(hi - lo, 1e-12)
 
     def s_r(self, r: int | np.ndarray) -> np.ndarray:
+        """Ordinal rank score ``(r − r_min)/(r_max − r_min)`` (official ``core/config.py``)."""
         lo, hi = self.R[0], self.R[-1]
         return (np.asarray(r, dtype=float) - lo) / max(hi - lo, 1e-12)
 
@@ -101,25 +113,34 @@ class SearchSpace:
         return ladder[int(np.argmin(d))]
 
     def round_Q(self, v: float) -> int:
+        """Nearest bit-width on the ladder, the lower on a tie (official ``core/config.py``)."""
         return self._round(self.Q, v)
 
     def round_R(self, v: float) -> int:
+        """Nearest rank on the ladder, the lower on a tie (official ``core/config.py``)."""
         return self._round(self.R, v)
 
     def idx_q(self, q: int) -> int:
+        """Ladder index of bit-width ``q`` (for paper Eq. 11's atomic distance)."""
         return self.Q.index(q)
 
     def idx_r(self, r: int) -> int:
+        """Ladder index of rank ``r`` (for paper Eq. 11's atomic distance)."""
         return self.R.index(r)
 
     def minimum(self) -> QRConfig:
+        """Every block at min(Q) and min(R); engineering, not in the paper."""
         return QRConfig.uniform(self.num_layers, self.Q[0], self.R[0])
 
     def maximum(self) -> QRConfig:
+        """Every block at max(Q) and max(R); engineering, not in the paper."""
         return QRConfig.uniform(self.num_layers, self.Q[-1], self.R[-1])
 
     def validate(self, cfg: QRConfig) -> QRConfig:
-        """Raise ``ValueError`` if ``cfg`` has the wrong length or values off the ladders."""
+        """Raise ``ValueError`` if ``cfg`` has the wrong length or values off the ladders.
+
+        Source: our choice (bad-input rules), not in the paper.
+        """
         if not isinstance(cfg, QRConfig):
             raise TypeError(f"cfg must be a QRConfig, got {type(cfg).__name__}")
         if cfg.num_layers != self.num_layers:

@@ -47,7 +47,11 @@ class EvaluationCache:
             self.entries = json.loads(self.path.read_text())
 
     def evaluate(self, evaluator, cfg: QRConfig, fidelity: str, prefix: str = "") -> EvalResult:
-        """The cached result of ``(cfg, fidelity)``, or ``evaluator.evaluate`` saved before returning."""
+        """The cached result of ``(cfg, fidelity)``, or ``evaluator.evaluate`` saved before returning.
+
+        Source: official ``evaluation/real_task.py`` (results cached by config key and fidelity);
+        the file format is engineering.
+        """
         key = f"{prefix}{cfg.key()}:{fidelity}"
         if key in self.entries:
             return EvalResult(**self.entries[key])
@@ -58,7 +62,10 @@ class EvaluationCache:
         return res
 
     def counts(self, prefix: str = "") -> dict[str, int]:
-        """Evaluations run per fidelity under ``prefix`` ("" = Stage 1, ``BO_PREFIX`` = Stage 2)."""
+        """Evaluations run per fidelity under ``prefix`` ("" = Stage 1, ``BO_PREFIX`` = Stage 2).
+
+        Source: engineering, not in the paper.
+        """
         out: dict[str, int] = {}
         for key in self.entries:
             stage = BO_PREFIX if key.startswith(BO_PREFIX) else ""
@@ -69,7 +76,10 @@ class EvaluationCache:
 
 
 def array_digest(*arrays: Any) -> str:
-    """sha256 of the bytes of tensors / arrays (shape and dtype included): a data or weight identity."""
+    """sha256 of the bytes of tensors / arrays (shape and dtype included): a data or weight identity.
+
+    Source: engineering, not in the paper.
+    """
     h = hashlib.sha256()
     for a in arrays:
         if hasattr(a, "detach"):  # a torch tensor; bf16 has no numpy dtype, fp32 holds it exactly
@@ -83,6 +93,8 @@ def array_digest(*arrays: Any) -> str:
 
 def evaluator_settings(evaluator) -> dict:
     """The evaluator's identity: its class and, where it defines one, its ``settings()`` dict.
+
+    Source: engineering, not in the paper.
 
     A wrapper that should be transparent (a logger, a test's killer) returns ``{"class": ...}`` of the
     wrapped evaluator from ``settings()``. Without ``settings()`` only the class is compared.
@@ -115,6 +127,8 @@ def search_settings(
     **stage2: Any,
 ) -> dict[str, Any]:
     """The flat ``{key: value}`` settings a checkpoint folder is bound to (dotted keys for nesting).
+
+    Source: engineering, not in the paper.
 
     ``stage2`` holds the Stage 2 knobs (``alpha``, ``bo_iters``, ``k_bo``, ``eps_ei``) when both stages
     share the folder.

@@ -93,15 +93,22 @@ class FidelitySurrogate:
 
     @property
     def is_fitted(self) -> bool:
+        """Whether the network has been fitted (official ``surrogate/mlp.py``: identity until then)."""
         return self.net is not None
 
     @property
     def refit_per_pair(self) -> bool:
-        """True when every new pair triggers a refit (the official schedule)."""
+        """True when every new pair triggers a refit (the official schedule).
+
+        Source: official ``surrogate/mlp.py``.
+        """
         return self.training == "official"
 
     def update(self, x: np.ndarray, p_high: float, refit: bool = True) -> None:
         """Add one (features, P_high) pair; refit on the whole buffer once enough pairs exist.
+
+        Source: paper Eq. 7 (as numbered in official ``surrogate/mlp.py``), schedule as
+        that file.
 
         With ``training="scratch"`` the search adds a generation's pairs with ``refit=False`` and calls
         ``fit()`` once; with ``"official"`` it refits after every pair, as the official ``update`` does.
@@ -112,7 +119,10 @@ class FidelitySurrogate:
             self.fit()
 
     def fit(self) -> None:
-        """Refit on the whole buffer if it holds at least ``min_samples`` pairs."""
+        """Refit on the whole buffer if it holds at least ``min_samples`` pairs.
+
+        Source: paper Eq. 7 (Huber loss + penalty), as official ``surrogate/mlp.py``.
+        """
         if len(self.y) >= self.min_samples:
             if self.training == "official":
                 self._fit_official()
@@ -230,7 +240,10 @@ class FidelitySurrogate:
         self.net = net.eval()
 
     def predict(self, x: np.ndarray) -> float:
-        """Predicted ``P_high``; ``P_low`` (= ``x[0]``) while unfitted."""
+        """Predicted ``P_high``; ``P_low`` (= ``x[0]``) while unfitted.
+
+        Source: official ``surrogate/mlp.py`` (returns ``P_low`` until fitted).
+        """
         x = np.asarray(x, dtype=np.float64)
         if self.net is None:
             return float(x[0])
