@@ -38,12 +38,20 @@ class DLMAdapter(Protocol):
     supports: set[str]
 
     def forward(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, Any]:
-        """Full pass: ``x [1, L]`` -> (aligned logits ``[1, L, V]``, cache or None)."""
+        """Full pass: ``x [1, L]`` -> (aligned logits ``[1, L, V]``, cache or None).
+
+        Source: engineering (adapter over the official ``llada/generate.py`` /
+        ``dream/model/generation_utils_block.py`` model calls).
+        """
 
     def block_forward(
         self, x: torch.Tensor, start: int, end: int, past: Any, cache: str
     ) -> torch.Tensor:
-        """Logits ``[1, end - start, V]`` for the block ``[start, end)`` of ``x [1, L]``."""
+        """Logits ``[1, end - start, V]`` for the block ``[start, end)`` of ``x [1, L]``.
+
+        Source: official ``llada/generate.py`` (``generate_with_dual_cache_adaptive`` block passes);
+        the interface is engineering.
+        """
 
 
 def _truncate_cache(past: Any, length: int) -> Any:
@@ -213,6 +221,8 @@ class LLaDAAdapter(HFDiffusionAdapter):
     ):
         """Load a LLaDA checkpoint by hub id or local path (``trust_remote_code``).
 
+        Source: engineering; mask id as official ``llada/generate.py``.
+
         The mask id is, in order: ``mask_id``; the tokenizer's ``<|mdm_mask|>`` token; its
         ``mask_token_id``; LLaDA's 126336. EOS ids are the tokenizer's ``<|endoftext|>``/``<|eot_id|>``
         and ``eos_token_id`` (LLaDA's 126081/126348 if it has none).
@@ -246,6 +256,8 @@ class DreamAdapter(HFDiffusionAdapter):
         mask_id: int | None = None,
     ):
         """Load a Dream checkpoint by hub id or local path (``trust_remote_code``).
+
+        Source: engineering; mask id as official ``dream/model/generation_utils_block.py``.
 
         The mask id is ``mask_id`` or the tokenizer's ``mask_token_id`` (Dream's ``<|mask|>``).
 

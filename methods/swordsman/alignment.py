@@ -15,6 +15,9 @@ def boundary_alignment(
 ) -> float:
     """Fraction of decoder block boundaries that coincide with a gold segment boundary.
 
+    Source: our inference (the paper's block-syntax alignment rate, quoted in the official
+    ``rebuttal.md``; its segmenter is not published).
+
     Args:
         boundaries: positions where a decoded block ends (= where the next one starts); callers should
             drop the trivial boundary at the sequence end.

@@ -52,12 +52,15 @@ class DecodeResult:
 
     @property
     def generated(self) -> torch.Tensor:
-        """``[G]`` the decoded tokens."""
+        """``[G]`` the decoded tokens. Source: engineering, not in the paper."""
         return self.sequences[0, self.prompt_len :]
 
     @property
     def tokens_per_nfe(self) -> float:
-        """Generated positions per model call."""
+        """Generated positions per model call.
+
+        Source: engineering, not in the paper.
+        """
         return self.generated.numel() / max(self.nfe, 1)
 
 

@@ -128,6 +128,9 @@ class SwordsmanHarnessLM:
     ) -> tuple[DLMAdapter, Any, bool, bool]:
         """Load a LLaDA/Dream checkpoint; returns ``(adapter, tokenizer, chat_template, add_bos)``.
 
+        Source: engineering; chat template and BOS as official ``llada/eval_llada.py`` /
+        ``dream/eval.py``.
+
         ``family="auto"`` picks Dream when the path contains "dream", else LLaDA; the chat template is
         used only when the path contains "instruct" (as in the official evaluation scripts).
         """
@@ -173,13 +176,19 @@ class SwordsmanHarnessLM:
         device: str | None = None,
         **decoder_kwargs: Any,
     ) -> SwordsmanHarnessLM:
-        """Load by hub id or path; ``decoder_kwargs`` (strings allowed) are ``SwordsmanConfig`` fields."""
+        """Load by hub id or path; ``decoder_kwargs`` (strings allowed) are ``SwordsmanConfig`` fields.
+
+        Source: engineering, not in the paper.
+        """
         adapter, tok, chat, bos = cls.load(model_path, family, dtype, device)
         cfg = SwordsmanConfig(**_coerce(decoder_kwargs))
         return cls(adapter, tok, cfg, chat, bos, baseline or None)
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Decode every request; returns the generated texts cut at the stop sequences."""
+        """Decode every request; returns the generated texts cut at the stop sequences.
+
+        Source: official ``llada/eval_llada.py`` (lm-eval ``generate_until``).
+        """
         out = []
         for req in requests:
             context, gen_kwargs = req.args
@@ -200,13 +209,19 @@ class SwordsmanHarnessLM:
         return out
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False):
+        """Not supported (raises); engineering, not in the paper."""
         raise NotImplementedError("swordsman_dlm supports generate_until tasks only")
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False):
+        """Not supported (raises); engineering, not in the paper."""
         raise NotImplementedError("swordsman_dlm supports generate_until tasks only")
 
     def throughput(self) -> dict[str, float]:
-        """TPS, mean latency and NFE over the requests decoded so far (``summarize``)."""
+        """TPS, mean latency and NFE over the requests decoded so far (``summarize``).
+
+        Source: our inference (TPS counting rule not stated; rebuttal Tables 5-6 report TPS and
+        latency).
+        """
         return summarize(self.stats)
 
 
@@ -215,6 +230,8 @@ _REGISTERED: dict[str, type] = {}
 
 def register_lm_eval() -> type:
     """Register ``swordsman_dlm`` with lm-evaluation-harness (imported lazily) and return the class.
+
+    Source: engineering, not in the paper.
 
     Raises:
         ImportError: when lm-eval is not installed (``pip install 'icml26[eval]'``).

@@ -26,6 +26,9 @@ def next_block_length(
     """Length of the next block, cut at the largest uncertainty jump (official
     ``determine_next_block_length``: one largest jump per window, no multi-boundary rule).
 
+    Source: the paper's entropy jump ``ΔH_i = H_{i+1} − H_i`` (abstract); the rule as official
+    ``llada/generate.py``.
+
     With ``a = start + min_len`` and ``e = min(start + max_len, seq_end)``, the jumps are
     ``d_j = u_j - u_{j-1}`` for ``j ∈ [a, e)``; ``j* = argmax d_j`` (first maximiser). The block is
     ``[start, j*)`` if ``d_{j*} >= min_jump`` and ``[start, e)`` otherwise.

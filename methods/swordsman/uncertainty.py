@@ -25,6 +25,8 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     the ``H̄`` of the dynamic threshold (official ``get_dynamic_threshold_by_entropy``). Float32 is our
     choice (deviations table: "entropies for partition / H̄").
 
+    Source: the paper's abstract (entropy signal); fp32 is our choice.
+
     Args:
         logits: ``[B, L, V]`` (or ``[L, V]``) unnormalised scores.
 

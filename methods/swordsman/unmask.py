@@ -21,6 +21,8 @@ def select_transfer(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose the tokens to commit at one denoising step (``U_t``; official ``get_transfer_index``).
 
+    Source: official ``llada/generate.py`` (``get_transfer_index``).
+
     ``x̂_j = argmax_v p_j(v)`` (Gumbel-max sample if ``temperature > 0``), ``c_j = p_j(x̂_j)``;
     commit ``{j masked : c_j >= tau} ∪ {argmax_{j masked} c_j}``.
 
