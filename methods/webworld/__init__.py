@@ -2,11 +2,11 @@
 
 Xiao et al., ICML 2026 (arXiv 2602.14721). A causal LM is trained to predict the next page state
 ``s_{t+1}`` given the instruction and the history ``(s_0, a_0, ..., s_t, a_t)`` (Eq. 1-2) on ~1M
-open-web trajectories. The package holds the data layer (action grammar, A11y parser and multi-format
-converters of App. G, trajectory filters of §3.3, chat format of §3.2), the two-stage TRL SFT recipe
-(§3.5, Table 9), the gymnasium-like simulator with its sliding history window (§3.10), the
-WebWorld-Bench judge metrics (§4), best-of-k lookahead (§5.2), agent-trajectory synthesis (§5.1) and
-generated A11y websites for the CPU toy.
+open-web trajectories. The package holds the data layer (action grammar, A11y parser and
+multi-format converters of App. G, trajectory filters of §3.3, chat format of App. N.1), the
+two-stage TRL SFT recipe (§3.5, Table 9), the gymnasium-like simulator with its sliding history
+window (official ``demo/world_model_context.py``), the WebWorld-Bench judge metrics (§4), best-of-k
+lookahead (§5.2), agent-trajectory synthesis (§5.1) and generated A11y websites for the CPU toy.
 """
 
 from methods.webworld.a11y import (

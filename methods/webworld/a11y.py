@@ -1,4 +1,4 @@
-"""A11y-tree parsing and multi-format conversion (paper App. G; paper §3.2-3.6 "Format conversion").
+"""A11y-tree parsing and multi-format conversion (paper App. G).
 
 Parse-then-generate: the indentation-based A11y text (one node per line, e.g.
 ``\\t[19] textbox 'Search', clickable, value=''``) becomes a nested :class:`A11yNode` tree, rebuilt
@@ -50,7 +50,10 @@ class A11yNode:
     children: list[A11yNode] = field(default_factory=list)
 
     def walk(self):
-        """Yields this node and its descendants in pre-order."""
+        """Yields this node and its descendants in pre-order.
+
+        Source: paper App. G (tree walk of the generators); engineering.
+        """
         yield self
         for c in self.children:
             yield from c.walk()
@@ -125,7 +128,10 @@ def _tops(node: A11yNode) -> list[A11yNode]:
 
 
 def to_a11y(node: A11yNode, indent: str = "\t") -> str:
-    """Renders a tree back to A11y text; ``parse_a11y(to_a11y(t)) == t``."""
+    """Renders a tree back to A11y text; ``parse_a11y(to_a11y(t)) == t``.
+
+    Source: paper App. G (A11y text format); the exact round trip is our choice.
+    """
     out: list[str] = []
 
     def rec(n: A11yNode, d: int) -> None:
@@ -144,6 +150,8 @@ def to_a11y(node: A11yNode, indent: str = "\t") -> str:
 
 def to_xml(node: A11yNode) -> str:
     """Renders a tree as XML: one ``<node role= bid= name=>`` element per A11y node.
+
+    Source: paper App. G (XML generator); the element layout is our inference.
 
     Properties go into ``p-<key>`` attributes (flags as empty strings), so :func:`from_xml` inverts it.
     """
@@ -170,7 +178,10 @@ def to_xml(node: A11yNode) -> str:
 
 
 def from_xml(text: str) -> A11yNode:
-    """Parses the output of :func:`to_xml` back into a tree."""
+    """Parses the output of :func:`to_xml` back into a tree.
+
+    Source: our choice (inverse of :func:`to_xml` for tests), not in the paper.
+    """
 
     def rec(e: ET.Element) -> A11yNode:
         props = {k[2:]: v for k, v in e.attrib.items() if k.startswith("p-")}
@@ -211,6 +222,8 @@ _VOID = {"input", "img"}
 def to_html(node: A11yNode) -> str:
     """Renders a tree as HTML via an ARIA-to-HTML tag map; ids go to ``bid=``, names to ``aria-label``.
 
+    Source: paper App. G (ARIA-to-HTML mapping); the tag map is our inference.
+
     Text nodes (``StaticText``) become ``<span>`` with the text as content. Inputs and images are
     void elements; their children (rare) are emitted as following siblings in a ``<div>``.
     """
@@ -249,7 +262,10 @@ def to_html(node: A11yNode) -> str:
 
 
 def to_markdown(node: A11yNode) -> str:
-    """Renders a tree as a nested Markdown bullet list, ``- [bid] role "name" (props)``."""
+    """Renders a tree as a nested Markdown bullet list, ``- [bid] role "name" (props)``.
+
+    Source: paper App. G (Markdown generator); the bullet layout is our inference.
+    """
     out: list[str] = []
 
     def rec(n: A11yNode, d: int) -> None:
@@ -269,7 +285,11 @@ def to_markdown(node: A11yNode) -> str:
 
 
 def to_playwright(node: A11yNode) -> str:
-    """Renders a tree in Playwright's aria-snapshot style, ``- role "name" [ref=<bid>]``."""
+    """Renders a tree in Playwright's aria-snapshot style, ``- role "name" [ref=<bid>]``.
+
+    Source: paper App. G (Playwright generator with ref ids); the layout follows
+    Playwright's aria snapshot (our inference).
+    """
     out: list[str] = []
 
     def rec(n: A11yNode, d: int) -> None:

@@ -84,7 +84,10 @@ class Action:
 
     @property
     def bid(self) -> str | None:
-        """The element id for element actions, else ``None``."""
+        """The element id for element actions, else ``None``.
+
+        Source: paper Table 12 (action space); engineering.
+        """
         if self.name in BID_ACTIONS and self.args:
             return str(self.args[0])
         return None
@@ -175,6 +178,8 @@ def parse_action(text: str) -> Action:
 
 def render_action(action: Action) -> str:
     """Renders an :class:`Action` back to canonical call syntax; ``parse_action`` inverts it.
+
+    Source: paper Table 12 and Table 13 (action syntax); engineering.
 
     Args:
         action: the action.

@@ -1,4 +1,4 @@
-"""WebWorld-Bench judge metrics (paper §4, App. N.3; paper §4, App. N.3) and the evaluation driver.
+"""WebWorld-Bench judge metrics (paper §4, App. N.3) and the evaluation driver.
 
 * **Factuality** (pointwise): a judge LLM sees the history, the action, the prediction and the real
   next state and returns JSON ``{"reasoning", "action_effect_accuracy_score"}`` on the rubric
@@ -102,6 +102,9 @@ _OBJ = re.compile(r"\{.*\}", re.S)
 def parse_judge_json(text: str) -> Any:
     """Parses a judge reply leniently: plain JSON, fenced JSON, the first ``{...}`` span, then
     ``json_repair`` if it is installed.
+
+    Source: paper App. N.3 (judge replies JSON); the lenient fallbacks are
+    our choice.
 
     Raises:
         ValueError: if nothing parses.
@@ -208,7 +211,10 @@ def web_turing(
 def aggregate(
     fact: Sequence[JudgeResult], turing: Sequence[JudgeResult], truncated: Sequence[bool] = ()
 ) -> dict[str, float]:
-    """Means of Factuality, Web Turing and ``total = (fact + turing) / 2`` (§4), plus error rates."""
+    """Means of Factuality, Web Turing and ``total = (fact + turing) / 2`` (§4), plus error rates.
+
+    Source: paper Section 4 (Factuality, Web Turing and their mean).
+    """
     if len(fact) != len(turing):
         raise ValueError(f"fact and turing must have equal length, got {len(fact)}, {len(turing)}")
     if not fact:
@@ -245,6 +251,8 @@ def load_bench_jsonl(
 ) -> tuple[list[BenchSample], int]:
     """Reads a chat-format JSONL file (``{"messages": [...]}`` per line, the WebWorldData layout);
     the last assistant turn is the ground truth. Corrupt or malformed lines are skipped and counted.
+
+    Source: engineering (the ``Qwen/WebWorldData`` chat layout), not in the paper.
 
     Returns:
         ``(samples, n_skipped)``.
@@ -334,6 +342,9 @@ def load_official_eval(
     ``{observation, action, next_observation}`` (base, fine_grained, xml, ..., Web2NAL), or the JSON
     list of ``{"trajectory": [...]}`` of ``long.json``. Malformed items are skipped and counted.
 
+    Source: official ``config/task_config.yaml`` and ``core/tasks/web_wm.py`` (upstream bench
+    layout).
+
     Returns:
         ``(samples, n_skipped)``.
     """
@@ -372,7 +383,10 @@ def load_bench_file(
 ) -> tuple[list[BenchSample], int]:
     """Reads one bench file in either layout: ``.json`` (``long.json``) and JSONL rows with
     ``observation``/``next_observation`` go to :func:`load_official_eval`, chat JSONL
-    (``{"messages": ...}``) to :func:`load_bench_jsonl`."""
+    (``{"messages": ...}``) to :func:`load_bench_jsonl`.
+
+    Source: engineering, not in the paper.
+    """
     path = Path(path)
     if path.suffix == ".json":
         return load_official_eval(path, dim, max_samples)
@@ -406,6 +420,8 @@ def evaluate(
 ) -> dict[str, dict[str, float]]:
     """Runs a world model (a ``Generator``, or any ``ChatLLM``) on bench samples and judges every
     prediction.
+
+    Source: paper Section 4 and App. N.3; official ``core/tasks/web_wm.py``.
 
     Sampling defaults are the upstream bench's (``config/model_config.yaml``: temperature 0.7, top_p
     0.8, 8192 tokens); a ``ChatLLM`` world model uses the settings it was built with.

@@ -1,4 +1,4 @@
-"""Trajectory containers and the trajectory-level filters of paper §3.2-3.6 (paper §3.3, App. H)."""
+"""Trajectory containers and the trajectory-level filters of paper §3.3 and App. H."""
 
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ class Trajectory:
 
     @property
     def n_transitions(self) -> int:
-        """Number of ``(s_t, a_t, s_{t+1})`` transitions T."""
+        """Number of ``(s_t, a_t, s_{t+1})`` transitions T.
+
+        Source: engineering, not in the paper.
+        """
         return len(self.actions)
 
 
@@ -58,6 +61,8 @@ def filter_trajectory(
     blocklist: Sequence[str] = (),
 ) -> bool:
     """Returns True if a trajectory passes the trajectory-level filters (paper §3.3).
+
+    Source: paper Section 3.3 and App. H (trajectory-level filtering).
 
     A trajectory is dropped when it has no transitions, more than ``max_turns`` transitions, more than
     ``max_tokens`` tokens over instruction + states + actions, or contains a block-listed keyword
@@ -94,6 +99,9 @@ def drop_noop_transitions(
     traj: Trajectory, normalise: Callable[[str], str] | None = _default_norm
 ) -> Trajectory:
     """Removes transitions ``(s_t, a_t, s_{t+1})`` with no observable change, ``s_{t+1} == s_t``.
+
+    Source: paper Section 3.3 and App. H (drop transitions with no observable
+    change).
 
     Dropping transition t removes ``a_t`` and ``s_{t+1}``; since ``s_{t+1}`` equals ``s_t`` the
     remaining sequence is still a valid trajectory. States are compared after ``normalise``

@@ -33,6 +33,9 @@ def build_messages(
 ) -> list[dict]:
     """Builds the multi-turn chat ``system, user(s0, a0), assistant(s1), user(a1), ...``.
 
+    Source: paper App. N.1 and the ``Qwen/WebWorld-8B`` model card (chat layout); the
+    default wording is ours (our choice).
+
     Args:
         s0: initial page state.
         actions: ``a_0 .. a_{k-1}`` (at least one).
@@ -65,7 +68,10 @@ _FENCE = re.compile(r"^```[^\n]*\n(.*?)\n?```$", re.S)
 
 
 def strip_reasoning(text: str) -> str:
-    """Removes ``<think>``/``<reason>`` blocks and a surrounding code fence from a model output."""
+    """Removes ``<think>``/``<reason>`` blocks and a surrounding code fence from a model output.
+
+    Source: the official demo code (``demo/``); not in the paper.
+    """
     s = _THINK.sub("", text).strip()
     m = _FENCE.match(s)
     return m.group(1).strip() if m else s

@@ -1,4 +1,4 @@
-"""Inference-time lookahead through the world model (paper §5.2; paper §5.2, Table 6).
+"""Inference-time lookahead through the world model (paper §5.2, Table 6).
 
 Best-of-k: sample ``k`` candidate actions from the agent, predict the next state of each with the
 simulator (without committing), score every predicted state with a value function and execute the
@@ -33,6 +33,9 @@ def lookahead_search(
     k: int = 3,
 ) -> tuple[str, dict]:
     """One best-of-``k`` lookahead step.
+
+    Source: paper Section 5.2 and Table 6 (best-of-k lookahead through the world
+    model).
 
     Args:
         agent: callable returning one sampled candidate action for the current observation.
@@ -97,7 +100,10 @@ def parse_value_reply(text: str) -> tuple[str, float]:
 
 
 def llm_value_fn(llm: Any, goal: str, prompt: str = VALUE_PROMPT) -> Callable[[str], float]:
-    """A value function backed by a chat LLM (the paper's value model, pointwise scoring)."""
+    """A value function backed by a chat LLM (the paper's value model, pointwise scoring).
+
+    Source: paper Section 5.2 and Table 6; the prompt wording is our choice.
+    """
 
     def value(state: str) -> float:
         reply = llm.chat([{"role": "user", "content": prompt.format(goal=goal, state=state)}])

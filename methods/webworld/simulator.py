@@ -30,7 +30,10 @@ _A11Y_LINE = re.compile(r"^\s*(\[[^\]\s]+\]\s+)?[A-Za-z#][\w#-]*(\s+'.*'|,|\s*$)
 
 
 def detect_format(text: str) -> str:
-    """Guesses a page-state format: ``a11y``, ``html``, ``xml``, ``markdown``, ``text`` or ``empty``."""
+    """Guesses a page-state format: ``a11y``, ``html``, ``xml``, ``markdown``, ``text`` or ``empty``.
+
+    Source: engineering, not in the paper.
+    """
     s = text.strip()
     if not s:
         return "empty"
@@ -111,6 +114,8 @@ class WebWorldSimulator:
     def reset(self, s0: str, instruction: str | None = None) -> str:
         """Starts a new episode from page state ``s0``; returns it.
 
+        Source: official ``demo/world_model_context.py`` (episode start).
+
         Raises:
             ValueError: if ``s0`` is empty or whitespace only.
         """
@@ -129,7 +134,11 @@ class WebWorldSimulator:
         return {"role": "user", "content": self.continue_turn.format(action=action)}
 
     def prompt(self, action: str) -> list[dict]:
-        """The chat sent to the model for ``action`` from the current context (not committed)."""
+        """The chat sent to the model for ``action`` from the current context (not committed).
+
+        Source: paper App. N.1 chat layout; window as official
+        ``demo/world_model_context.py``.
+        """
         if self.state is None:
             raise RuntimeError("call reset(s0) before step/peek")
         if self.history == "single":
@@ -230,6 +239,8 @@ class WebWorldSimulator:
     def peek(self, actions: Sequence[str]) -> list[tuple[str, dict]]:
         """Predicts the next state for each candidate action without changing the context.
 
+        Source: our choice (lookahead of paper Section 5.2 without committing).
+
         Raises:
             ActionParseError: if a candidate is not a valid action.
         """
@@ -240,6 +251,8 @@ class WebWorldSimulator:
 
     def step(self, action: str) -> tuple[str, dict]:
         """Applies ``action`` in the simulator: returns ``(next_state, info)``.
+
+        Source: official ``demo/world_model_context.py`` (predict, then append to the window).
 
         ``info`` has ``raw``, ``reasoning``, ``truncated`` (generation hit ``max_tokens``),
         ``format_mismatch`` (empty or wrong-format prediction: the previous state is kept) and,
@@ -253,7 +266,11 @@ class WebWorldSimulator:
         return pred, info
 
     def commit(self, action: str, state: str) -> None:
-        """Appends a transition observed elsewhere (e.g. the real browser) to the context."""
+        """Appends a transition observed elsewhere (e.g. the real browser) to the context.
+
+        Source: our choice (real-browser transitions for paper Section 5.2
+        lookahead).
+        """
         parse_action(action)
         if not state.strip():
             raise ValueError("state must be a non-empty page state")

@@ -1,4 +1,4 @@
-"""Agent-trajectory synthesis inside the world model and the agent-SFT data (paper §5.1, §9.1).
+"""Agent-trajectory synthesis inside the world model and the agent-SFT data (paper §5.1, App. N.2).
 
 The paper rolls an agent out inside WebWorld for a goal, keeps only rollouts that a value model
 judges successful, re-labels the goal from what was actually done (Abstract-and-Instantiate), and
@@ -47,6 +47,9 @@ _TERMINAL = ("send_msg_to_user", "infeasible", "report_infeasible")  # + the dem
 
 def instantiate_goal(llm: Any, s0: str, actions: Sequence[str], s_final: str) -> str | None:
     """Asks ``llm`` for the goal a rollout achieved; ``NONE`` (any case/whitespace) -> None.
+
+    Source: paper Section 5.1 and App. N.2 (Abstract-and-Instantiate); the prompt
+    wording is ours.
 
     Goal instantiation of the trajectory synthesis, §5.1.
     """
@@ -126,6 +129,9 @@ def synthesize(
 
 def agent_sft_dataset(trajs: Iterable[Trajectory], prompt: str = AGENT_PROMPT) -> Dataset:
     """One prompt-completion chat per step: user = goal + observation ``s_t``, assistant = ``a_t``.
+
+    Source: paper Section 5.1 (agent SFT on synthesised trajectories); the format is
+    our inference (not given).
 
     The agent SFT data of §5.1.
     """

@@ -1,4 +1,4 @@
-"""World-model SFT recipe (paper §3.5, paper §3.5, Table 9) as thin wrappers over TRL's ``SFTTrainer``.
+"""World-model SFT recipe (paper §3.5, Table 9) as thin wrappers over TRL's ``SFTTrainer``.
 
 * Stage 1 (transition modelling): every assistant turn of the multi-turn chat is supervised
   (``assistant_only_loss=True``; "history masking off"), lr 2e-5, 1 epoch, packing, 20K context.
@@ -146,6 +146,8 @@ def site_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """A small tokenizer fitted to a synthetic-site corpus (toy only; our toy design).
 
+    Source: our choice (CPU toy), not in the paper.
+
     Args:
         corpus: texts of the synthetic grammar (chats, word lists).
         vocab_size: upper bound on the vocabulary (special tokens included).
@@ -204,6 +206,8 @@ def site_tokenizer(
 
 def train_world_model(model, tokenizer, dataset: Dataset, config: SFTConfig):
     """Runs TRL ``SFTTrainer`` on a chat (Stage 1) or prompt-completion (Stage 2) dataset.
+
+    Source: paper Section 3.5 and Table 9 (two-stage SFT).
 
     A tokenizer whose chat template has no ``{% generation %}`` markers gets
     :data:`TRAIN_CHAT_TEMPLATE` when ``config.assistant_only_loss`` is set.
