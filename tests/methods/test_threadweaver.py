@@ -1217,18 +1217,18 @@ def test_conclusion_mode_round_trip_units_and_validate(concl_tok):
 def test_trie_masks_are_built_on_the_inputs_device(toy_tok, toy_setup, monkeypatch):
     """Issue 29: the mask follows ``input_ids``' device (the old P-GRPO path built the BlockMask on
     the CPU and never moved it; a BlockMask is not a tensor, so ``.to(dev)`` skipped it)."""
-    from methods.threadweaver import trie
+    from methods.threadweaver import trie_mask
 
     _, _, _, units, _ = toy_setup
     packs = [build_packed(units)]
     seen = []
-    real = trie.flex_block_mask
+    real = trie_mask.flex_block_mask
 
     def spy(tin, tout, device=None):
         seen.append((tin.device, torch.device(device) if device is not None else None))
         return real(tin, tout, device=device)
 
-    monkeypatch.setattr(trie, "flex_block_mask", spy)
+    monkeypatch.setattr(trie_mask, "flex_block_mask", spy)
     model = _small_model(len(toy_tok), "qwen3")
     model.set_attn_implementation("flex_attention")
     batch = TrieCollator(toy_tok.pad_token_id, mask_impl="flex")(packs)
@@ -1236,5 +1236,5 @@ def test_trie_masks_are_built_on_the_inputs_device(toy_tok, toy_setup, monkeypat
         packed_forward(model, batch)
     dev = batch["input_ids"].device
     assert seen == [(dev, dev)]
-    dense = trie.dense_trie_mask(batch["tin"], batch["tout"], torch.bfloat16)
+    dense = trie_mask.dense_trie_mask(batch["tin"], batch["tout"], torch.bfloat16)
     assert dense.device == dev and dense.dtype == torch.bfloat16
