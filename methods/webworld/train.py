@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
 from common.config import checkpointing_kwargs
+from common.tiny import word_tokenizer
 from methods.webworld.data import Trajectory, to_chat
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,17 @@ def last_turn_dataset(chats: Iterable[dict]) -> Dataset:
 _WORD_SPLIT = r" ?[A-Za-z]+| ?\d+| ?[^\sA-Za-z\d]|\n\t*|\t| +"
 
 
+_SITE_TOKENIZER_KWARGS: dict[str, Any] = {
+    "pad_token": "<|pad|>",
+    "eos_token": "<|im_end|>",
+    "bos_token": "<|im_start|>",
+    "unk_token": "<unk>",
+    "padding_side": "left",
+    "chat_template": TRAIN_CHAT_TEMPLATE,
+    "model_max_length": 4096,
+}
+
+
 def site_tokenizer(
     corpus: Iterable[str], vocab_size: int = 2000, kind: str = "bpe"
 ) -> PreTrainedTokenizerFast:
@@ -174,10 +186,15 @@ def site_tokenizer(
             raise ValueError(
                 f"vocab_size must be >= {len(words) + len(specials)} for this corpus, got {vocab_size}"
             )
-        vocab = {w: i for i, w in enumerate(specials + words)}
-        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-        tok.pre_tokenizer = split
-        tok.add_special_tokens(specials)
+        return word_tokenizer(
+            specials + words,
+            "<unk>",
+            split_regex=_WORD_SPLIT,
+            whitespace_split=False,
+            special_tokens=specials,
+            fuse_decoder=True,
+            **_SITE_TOKENIZER_KWARGS,
+        )
     else:
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Split(
@@ -192,16 +209,7 @@ def site_tokenizer(
         )
         tok.train_from_iterator(corpus, trainer=trainer)
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<|pad|>",
-        eos_token="<|im_end|>",
-        bos_token="<|im_start|>",
-        unk_token="<unk>",
-        padding_side="left",
-        chat_template=TRAIN_CHAT_TEMPLATE,
-        model_max_length=4096,
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **_SITE_TOKENIZER_KWARGS)
 
 
 def train_world_model(model, tokenizer, dataset: Dataset, config: SFTConfig):
