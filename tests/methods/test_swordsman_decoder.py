@@ -3,16 +3,23 @@
 ``methods/swordsman/fixtures/decoder_regression.json`` holds the outputs (tokens, NFE, block boundaries,
 per-step τ as exact float hex, commit step of every position) of ``swordsman_generate`` and
 ``fixed_block_generate`` as they were before the decoder was split into steps and its bookkeeping made
-cheaper (commit d2c9e20). It is regenerated with ``python -m tests.methods.test_swordsman_decoder`` only when
-the algorithm is meant to change. Both models are portable bit for bit (no matmul whose blocking depends
-on the CPU): the grammar's exact posterior and a seeded neighbour-table model.
+cheaper (commit 2d72176; the fixture was decoded by its parent). It is regenerated with
+``python -m tests.methods.test_swordsman_decoder --write`` only when the algorithm is meant to change.
+Both models avoid matmuls (the grammar's exact posterior and a seeded neighbour-table model), but the
+decoder's float32 entropies go through torch's vectorised log-softmax and sums, whose last bits (and so
+near-tie block boundaries and τ) depend on the kernels the CPU dispatches (AVX2, AVX-512, ...): the
+regression decodes in a child process pinned to torch's portable kernels (``ATEN_CPU_CAPABILITY=default``,
+one thread), where the outputs are the same bits on every x86-64 machine.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -116,14 +123,22 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
+PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+
+
 @pytest.fixture(scope="module")
 def decoded() -> list[dict]:
-    n = torch.get_num_threads()  # module fixtures run before the per-test thread setting
-    torch.set_num_threads(1)
-    try:
-        return decode_all()
-    finally:
-        torch.set_num_threads(n)
+    """``decode_all()`` in a child process on torch's portable CPU kernels (see the module docstring)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.methods.test_swordsman_decoder", "--print"],
+        cwd=FIXTURE.parents[3],
+        env={**os.environ, **PORTABLE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout)
 
 
 def test_decoder_outputs_unchanged_on_fixed_seeds(decoded):
@@ -256,8 +271,21 @@ def test_truncate_cache_crops_a_dynamic_cache_to_the_prefix(tiny_qwen2):
     assert _truncate_cache(legacy, 3)[0][1].shape == (1, 2, 3, 4)
 
 
-if __name__ == "__main__":  # regenerate the fixture (only when the algorithm is meant to change)
+def _main(argv: list[str]) -> None:
+    """``--print``: the decoded cases as JSON on stdout; ``--write``: regenerate the fixture (only when the
+    algorithm is meant to change). Either re-executes itself on the portable kernels if not already."""
+    if argv not in (["--print"], ["--write"]):
+        raise SystemExit("usage: python -m tests.methods.test_swordsman_decoder --print | --write")
+    if any(os.environ.get(k) != v for k, v in PORTABLE_ENV.items()):
+        env = {**os.environ, **PORTABLE_ENV}
+        os.execve(sys.executable, [sys.executable, "-m", "tests.methods.test_swordsman_decoder", *argv], env)
     torch.set_num_threads(1)
-    FIXTURE.write_text(
-        "[\n" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in decode_all()) + "\n]\n"
-    )
+    text = "[\n" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in decode_all()) + "\n]\n"
+    if argv == ["--write"]:
+        FIXTURE.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
