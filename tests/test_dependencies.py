@@ -8,6 +8,7 @@ module level), and ``common.deps`` names the extra in the error when it is missi
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata as md
 import re
 import sys
@@ -74,10 +75,16 @@ def _imports():
                 yield rel, top, id(node) in top_level
 
 
+@functools.cache
+def _packages() -> dict[str, list[str]]:
+    """importlib.metadata's import-name -> distributions map (it scans every installed distribution: once)."""
+    return md.packages_distributions()
+
+
 def _distribution(top: str) -> str:
     if top in ALIASES:
         return _norm(ALIASES[top])
-    dists = md.packages_distributions().get(top)
+    dists = _packages().get(top)
     return _norm(dists[0]) if dists else _norm(top)
 
 
