@@ -49,13 +49,14 @@ def _kill_tree(marker: str) -> None:
             pass
 
 
-def _run(cmd: list[str], attempts: int = 2, timeout: float = 300) -> None:
+def _run(cmd: list[str], attempts: int = 2, timeout: float = 120) -> None:
     """Runs ``cmd``; a run that hangs or dies is killed whole and tried once more.
 
     A 2-process gloo launch occasionally stalls on this CPU (one rank waiting in a collective after
     the other has gone); killing only the launcher left the waiting rank behind, holding the output
     pipes open. Output goes to a file, and a hang kills every process of the run (found by its
-    unique --out folder) before one more try; a second hang or failure fails the test.
+    unique --out folder) before one more try; a second hang or failure fails the test. A healthy launch
+    takes 5-25 s here, so 120 s bounds what a hang costs the suite (it was 300 s: one stall cost 5 min).
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
     marker = cmd[cmd.index("--out") + 1]
