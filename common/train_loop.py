@@ -27,14 +27,17 @@ def train_steps(
     weight_decay: float = 0.0,
     scheduler=None,
     grad_clip: float | None = None,
+    accumulation_steps: int = 1,
     desc: str = "train",
     callback: Callable[[int, float], bool | None] | None = None,
 ) -> list[float]:
     """Runs ``steps`` optimiser steps of ``loss_fn`` on ``model`` and returns the loss of each step.
 
-    Each step ``i`` (0-based) does, in this order: ``loss = loss_fn(i)``; ``zero_grad``;
-    ``loss.backward()``; ``clip_grad_norm_(model.parameters(), grad_clip)`` when ``grad_clip`` is
-    set; ``optimizer.step()``; ``scheduler.step()`` when given; then ``callback(i, loss)`` when
+    Each step ``i`` (0-based) does, in this order: ``zero_grad``; for each of its
+    ``k = accumulation_steps`` micro-batches ``j``, ``loss = loss_fn(i * k + j)`` and
+    ``(loss / k).backward()`` (gradient accumulation: with a mean loss, k micro-batches of b rows give
+    the gradient of one batch of k·b rows); ``clip_grad_norm_(model.parameters(), grad_clip)`` when
+    ``grad_clip`` is set; ``optimizer.step()``; ``scheduler.step()`` when given; then ``callback(i, loss)`` when
     given, which may return True to stop after that step. The model is put in train mode first
     and left in it (the caller switches to eval).
 
@@ -48,15 +51,17 @@ def train_steps(
         weight_decay: AdamW weight decay when built from ``lr``.
         scheduler: an lr scheduler stepped once after every optimiser step.
         grad_clip: max total gradient norm (``torch.nn.utils.clip_grad_norm_``), or None.
+        accumulation_steps: micro-batches (``loss_fn`` calls) per optimiser step.
         desc: the progress bar's label (bars are silent with ``ICML26_PROGRESS=0``).
         callback: ``(step, loss) -> stop?`` after every step (logging, evaluation, early stop).
 
     Returns:
-        The float loss of every step run.
+        The float loss of every step run (the mean of its micro-batch losses).
 
     Raises:
         ValueError: on a negative ``steps``, on giving both or neither of ``lr`` and
-            ``optimizer``, on a non-positive ``lr`` or ``grad_clip``, or on a non-scalar loss.
+            ``optimizer``, on a non-positive ``lr``, ``grad_clip`` or ``accumulation_steps``, or on a
+            non-scalar loss.
     """
     if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
@@ -66,23 +71,29 @@ def train_steps(
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     if grad_clip is not None and not grad_clip > 0:
         raise ValueError(f"grad_clip must be > 0 or None, got {grad_clip!r}")
+    k = accumulation_steps
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"accumulation_steps must be an integer >= 1, got {k!r}")
     if optimizer is None:
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     model.train()
     losses: list[float] = []
     for step in progress(range(int(steps)), desc=desc, unit="step"):
-        loss = loss_fn(step)
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total = 0.0
+        for micro in range(k):
+            loss = loss_fn(step * k + micro)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
+            (loss / k if k > 1 else loss).backward()
+            total += float(loss.detach())
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        losses.append(float(loss.detach()))
+        losses.append(total / k)
         if callback is not None and callback(step, losses[-1]):
             break
     return losses

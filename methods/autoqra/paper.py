@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.train_loop import train_steps
+
 from .apply import build_quantized_lora_model
 from .evaluators import EvalResult
 from .importance import Importance, compute_adapt_sensitivity, compute_quant_sensitivity
@@ -131,25 +133,31 @@ def sft_train(
     pad_id: int = 0,
     seed: int = 0,
 ) -> float:
-    """AdamW on the trainable (LoRA) parameters, ``steps`` optimiser steps; returns the last loss."""
+    """AdamW on the trainable (LoRA) parameters, ``steps`` optimiser steps of ``grad_accum`` micro-batches
+    of ``batch`` rows drawn with replacement (AdamW at torch's default weight decay 0.01; our choice for the
+    CPU-scale evaluator), through :func:`common.train_loop.train_steps`; returns the last step's loss (the
+    mean over its micro-batches)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (attach LoRA first)")
-    opt = torch.optim.AdamW(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
     device = params[0].device
-    model.train()
-    loss_val = float("nan")
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        for _ in range(grad_accum):
-            idx = torch.randint(0, len(feats), (batch,), generator=gen).tolist()
-            b = {k: v.to(device) for k, v in collate([feats[i] for i in idx], pad_id).items()}
-            loss = model(**b).loss / grad_accum
-            loss.backward()
-            loss_val = float(loss.detach()) * grad_accum
-        opt.step()
-    return loss_val
+
+    def loss_fn(_micro: int) -> torch.Tensor:
+        idx = torch.randint(0, len(feats), (batch,), generator=gen).tolist()
+        b = {k: v.to(device) for k, v in collate([feats[i] for i in idx], pad_id).items()}
+        return model(**b).loss
+
+    losses = train_steps(
+        model,
+        loss_fn,
+        steps,
+        lr=lr,
+        weight_decay=0.01,
+        accumulation_steps=grad_accum,
+        desc="autoqra sft",
+    )
+    return losses[-1] if losses else float("nan")
 
 
 def load_winogrande(path: str | Path, n: int | None = None) -> list[dict]:

@@ -112,3 +112,39 @@ def test_non_scalar_loss_raises():
     m = _Quad([1.0, 2.0])
     with pytest.raises(ValueError, match="scalar"):
         train_steps(m, lambda _s: m.w * 2, 1, lr=0.1)
+
+
+class _Regression(torch.nn.Module):
+    """Mean squared error of a linear model on a fixed data set, one row block per micro-batch index."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, rows: int):
+        super().__init__()
+        self.lin = torch.nn.Linear(x.shape[1], 1, dtype=torch.float64)
+        torch.nn.init.constant_(self.lin.weight, 0.3)
+        torch.nn.init.constant_(self.lin.bias, -0.2)
+        self.x, self.y, self.rows = x, y, rows
+
+    def loss(self, i: int) -> torch.Tensor:
+        sl = slice(i * self.rows, (i + 1) * self.rows)
+        return ((self.lin(self.x[sl]).squeeze(-1) - self.y[sl]) ** 2).mean()
+
+
+def test_accumulated_micro_batches_equal_one_large_batch():
+    # k micro-batches of b rows (mean loss each) give the update of one batch of k·b rows.
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(24, 3, generator=gen, dtype=torch.float64)
+    y = torch.randn(24, generator=gen, dtype=torch.float64)
+    small, large = _Regression(x, y, rows=2), _Regression(x, y, rows=6)
+    ls = train_steps(small, small.loss, 4, optimizer=torch.optim.SGD(small.parameters(), lr=0.1),
+                     accumulation_steps=3)  # fmt: skip
+    ll = train_steps(large, large.loss, 4, optimizer=torch.optim.SGD(large.parameters(), lr=0.1))
+    for a, b in zip(small.parameters(), large.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert ls == pytest.approx(ll, abs=1e-12)  # the step's loss is the mean over its micro-batches
+    seen = []
+    train_steps(
+        small, lambda i: seen.append(i) or small.loss(i % 12), 2, lr=0.1, accumulation_steps=3
+    )
+    assert seen == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        train_steps(small, small.loss, 1, lr=0.1, accumulation_steps=0)
