@@ -59,6 +59,8 @@ EPS_EI = 1e-4  # Eq. 13 stopping threshold (official phase3_bo.py)
 class AutoQRA:
     """Stage 1 + Stage 2 end to end; ``run(outdir)`` writes the repo's three JSON files.
 
+    Source: official ``autoqra_runner.py`` (Stage 1 then Stage 2 on the Pareto front).
+
     Args:
         space, memory, importance, evaluator, budget: as for ``MultiFidelityEvolution``.
         evo: ``EvolutionConfig``. alpha: utility preference (0.6). bo_iters: BO iterations (3).

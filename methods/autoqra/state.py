@@ -36,6 +36,9 @@ BO_PREFIX = "bo:"
 class EvaluationCache:
     """Finished evaluations keyed by configuration and fidelity (JSON file, rewritten atomically).
 
+    Source: official ``evaluation/real_task.py`` caches by config key and fidelity; covering Stage 2
+    and the atomic file are our engineering.
+
     Args:
         path: the cache file (``None``: in memory only). An existing file is loaded.
     """
