@@ -108,7 +108,7 @@ class MiniLMEmbedder:
 
 
 class BagOfFactsEmbedder:
-    """Toy/CI embedder: L2-normalised multi-hot over a phrase vocabulary (our toy construction).
+    """Toy/CI embedder: L2-normalised multi-hot over a phrase vocabulary (toy; our construction).
 
     ``encode`` counts which vocabulary phrases occur in each text (substring match, case
     insensitive); :meth:`encode_ids` takes the token ids directly. A text with none of the phrases

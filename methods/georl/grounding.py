@@ -39,7 +39,7 @@ def repetition_rate(text: str, n: int = 3) -> float:
 
 
 class FactPrecision:
-    """Toy grounding: ``q = |mentioned ∩ true| / |mentioned|`` over fact ids (our toy construction).
+    """Toy grounding: ``q = |mentioned ∩ true| / |mentioned|`` over fact ids (toy; our construction).
 
     Args:
         n_facts: Fact ids are ``0..n_facts-1``; any other id (e.g. the GENERIC token) is not a fact.
