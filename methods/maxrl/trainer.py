@@ -147,6 +147,8 @@ class MaxRLConfig(CheckpointingNames, trl.GRPOConfig):
 class MaxRLTrainer(GroupAdvantageGRPOTrainer):
     """GRPO with the MaxRL advantage (or a baseline estimator), grouped after the gather.
 
+    Source: paper App. F (the MaxRL advantage in GRPO); wraps TRL's ``GRPOTrainer``.
+
     Only :meth:`compute_advantages` is overridden. The estimator is chosen by
     ``args.advantage_estimator``; ``args`` must be a :class:`MaxRLConfig`.
     """
