@@ -77,8 +77,8 @@ class _SliceLinearFn(torch.autograd.Function):
 
 
 class SliceFineLinear(nn.Module):
-    """A frozen ``nn.Linear`` with one trainable row or column slice (forward math our
-    inference, equivalent to W₀ + M ⊙ U).
+    """A frozen ``nn.Linear`` with one trainable row or column slice (paper Fig. 1: W = W₀ + M ⊙ U;
+    the forward math is our inference, equivalent to it).
 
     Args:
         base: the pretrained linear layer; its weight is frozen and updated in place on ``commit``.

@@ -87,7 +87,8 @@ def _shared_weights(model: nn.Module) -> set[int]:
 
 
 class SliceFineModel(nn.Module):
-    """A model whose target linears carry moving trainable slices.
+    """A model whose target linears carry moving trainable slices (paper Fig. 1: slices that slide;
+    the switch schedule is our inference).
 
     Attributes:
         model: the wrapped model (its target layers replaced by ``SliceFineLinear``).
