@@ -195,7 +195,10 @@ class HFDiffusionAdapter:
 
 
 class HFMaskedLMAdapter(HFDiffusionAdapter):
-    """Adapter for a bidirectional ``*ForMaskedLM`` used as a toy masked-diffusion LM (no cache)."""
+    """Adapter for a bidirectional ``*ForMaskedLM`` used as a toy masked-diffusion LM (no cache).
+
+    Our construction for CPU tests (not in the paper); wraps a transformers masked LM.
+    """
 
     def __init__(self, model: torch.nn.Module, mask_id: int, eos_ids=()) -> None:
         super().__init__(model, mask_id, eos_ids, shift_logits=False, supports={"none"})
@@ -203,6 +206,8 @@ class HFMaskedLMAdapter(HFDiffusionAdapter):
 
 class LLaDAAdapter(HFDiffusionAdapter):
     """LLaDA (GSAI-ML/LLaDA-8B-Instruct, LLaDA-1.5): logits already aligned, mask id 126336.
+
+    Source: official ``llada/generate.py`` (how the model is called); caches as in Fast-dLLM's LLaDA port.
 
     Prefix/dual cache need a modeling file whose ``forward`` takes ``past_key_values``/``use_cache``
     (and ``replace_position`` for dual), as Fast-dLLM's LLaDA port does; otherwise only ``"none"``.
@@ -242,7 +247,10 @@ class LLaDAAdapter(HFDiffusionAdapter):
 
 
 class DreamAdapter(HFDiffusionAdapter):
-    """Dream (Dream-org/Dream-v0-Base-7B): next-token logits, shifted right by one."""
+    """Dream (Dream-org/Dream-v0-Base-7B): next-token logits, shifted right by one.
+
+    Source: official ``dream/model/generation_utils_block.py`` (the logit shift and cached calls).
+    """
 
     def __init__(self, model, mask_id: int, eos_ids=(), supports=None):
         super().__init__(model, mask_id, eos_ids, shift_logits=True, supports=supports)

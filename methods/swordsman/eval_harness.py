@@ -84,6 +84,8 @@ def generate_text(
 class SwordsmanHarnessLM:
     """The lm-evaluation-harness model logic, usable without lm-eval installed.
 
+    Source: official ``llada/eval_llada.py`` and ``dream/eval.py`` (``generate_until`` over lm-eval).
+
     Implements ``generate_until`` over harness requests (objects whose ``.args`` is ``(context,
     gen_kwargs)``; ``gen_kwargs["until"]`` are the stop sequences) and records per-request throughput
     statistics. ``register_lm_eval`` mixes it into ``lm_eval.api.model.LM`` as ``swordsman_dlm``.
