@@ -278,7 +278,11 @@ def _main(argv: list[str]) -> None:
         raise SystemExit("usage: python -m tests.methods.test_swordsman_decoder --print | --write")
     if any(os.environ.get(k) != v for k, v in PORTABLE_ENV.items()):
         env = {**os.environ, **PORTABLE_ENV}
-        os.execve(sys.executable, [sys.executable, "-m", "tests.methods.test_swordsman_decoder", *argv], env)
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "tests.methods.test_swordsman_decoder", *argv],
+            env,
+        )
     torch.set_num_threads(1)
     text = "[\n" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in decode_all()) + "\n]\n"
     if argv == ["--write"]:
