@@ -78,17 +78,6 @@ def test_every_algorithmic_function_names_its_source(slug):
     )
 
 
-def test_working_note_references_are_gone():
-    """No "spec §" reference (our private working notes) in the code or the docs."""
-    hits = []
-    for path in [*REPO_ROOT.glob("methods/**/*.py"), *REPO_ROOT.glob("common/**/*.py"),
-                 *REPO_ROOT.glob("docs/**/*.md"), *REPO_ROOT.glob("scripts/**/*.py")]:  # fmt: skip
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(r"\bspec\s*§|\bspecs?/[a-z_]+\.md", line):
-                hits.append(f"{path.relative_to(REPO_ROOT)}:{i}")
-    assert not hits, hits
-
-
 def test_the_check_catches_an_uncited_function(tmp_path, monkeypatch):
     """A function whose docstring names nothing is reported; one that names the paper is not."""
     import tests.test_citations as mod
