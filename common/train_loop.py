@@ -86,7 +86,7 @@ def train_steps(
             loss = loss_fn(step * k + micro)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
-            (loss / k if k > 1 else loss).backward()
+            (loss / k).backward()  # x / 1 is exact: k = 1 is the plain loop
             total += float(loss.detach())
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from common.registry import REPO_ROOT
+from common.registry import REPO_ROOT, discover_methods
 
 SOURCE = re.compile(
     r"paper|\bEqs?\.|equation|Section|§|\bApp\.|Appendix|Algorithm|\bAlg\.|Table|Figure|\bFig\.|"
@@ -31,7 +31,7 @@ PENDING = {
     "agentxray", "apo", "epicache", "instruction_selection", "kore", "llminertia", "mcce", "sacopt",
     "salo", "sv_features", "threadweaver", "weasel", "webworld",
 }  # fmt: skip
-METHODS = sorted(p.name for p in (REPO_ROOT / "methods").iterdir() if (p / "__init__.py").is_file())
+METHODS = discover_methods()
 
 
 def _algorithm_modules(slug: str):
