@@ -99,7 +99,10 @@ class ImageRetriever(Protocol):
 
 
 class LocalImageRetriever:
-    """Keyword retriever over ``{caption: image}``: images whose caption shares most query words."""
+    """Keyword retriever over ``{caption: image}``: images whose caption shares most query words.
+
+    Our choice: an offline stand-in for the paper's web image search (§3.1); see the doc's deviations.
+    """
 
     def __init__(self, index: dict[str, Any]):
         self.index = dict(index)
@@ -112,7 +115,7 @@ class LocalImageRetriever:
 
 
 def parse_json_list(text: str, what: str = "reply") -> list:
-    """Parses a JSON list from an LLM reply (optionally inside a fenced code block).
+    """Parses a JSON list from an LLM reply (optionally inside a fenced code block); engineering.
 
     Raises:
         AugmentationParseError: if no JSON list can be parsed.
@@ -143,6 +146,8 @@ def build_dialogue(
     item: KnowledgeItem, llm, n_max: int = 10, rng: random.Random | None = None
 ) -> dict:
     """Trunk: a heuristic first turn + up to ``n_max`` LLM questions answered from ``item.text``.
+
+    Paper §3.1 (multi-round dialogue); the templates and prompts are our own wording.
 
     Raises:
         AugmentationParseError: if the question list is malformed or empty.
@@ -179,7 +184,10 @@ def build_dialogue(
 
 
 def build_recognition(item: KnowledgeItem, images: Sequence[Any], rng=None) -> dict:
-    """Branch: a yes/no recognition question on a retrieved image (answer always ``Yes``)."""
+    """Branch: a yes/no recognition question on a retrieved image (answer always ``Yes``).
+
+    Paper §3.1 (visual recognition); the question templates are our own wording.
+    """
     if not images:
         raise ValueError("images must hold at least one retained image")
     rng = rng or random.Random(0)
@@ -189,7 +197,10 @@ def build_recognition(item: KnowledgeItem, images: Sequence[Any], rng=None) -> d
 
 
 def build_caption(item: KnowledgeItem, llm, images: Sequence[Any], rng=None, max_words=25) -> dict:
-    """Branch: ``"The image depicts {name}. {<=25-word summary}"`` on the second retained image."""
+    """Branch: ``"The image depicts {name}. {<=25-word summary}"`` on the second retained image.
+
+    Paper §3.1 (image caption); the question templates and the prompt are our own wording.
+    """
     if not images:
         raise ValueError("images must hold at least one retained image")
     rng = rng or random.Random(0)
@@ -211,6 +222,8 @@ def build_caption(item: KnowledgeItem, llm, images: Sequence[Any], rng=None, max
 
 def parse_quadruplets(reply: str, n_max: int = 5) -> tuple[list[dict], int]:
     """Parses VQA quadruplets; drops those whose subject equals the answer or is absent from Q.
+
+    The two rules are the paper's quadruplet constraints (§3.1); the JSON parsing is engineering.
 
     Returns:
         ``(kept, n_dropped)``.
@@ -240,6 +253,8 @@ def build_vqa(
     item: KnowledgeItem, llm, retriever: ImageRetriever, n_max: int = 5
 ) -> tuple[list[dict], int]:
     """Branch: short-answer VQA samples, one retrieved image (query ``"{subject} {hypernym}"``) each.
+
+    Paper §3.1 (VQA over retrieved images); the prompt is our own wording.
 
     Returns:
         ``(records, n_dropped)`` (dropped: bad subject or no image found).
@@ -271,6 +286,8 @@ def select_images(
 ) -> list[Any]:
     """Keeps the ``k`` candidates most similar to the original (cosine), excluding duplicates (sim=1).
 
+    Paper §3.1 (CLIP similarity to the original image, top 2 of 5 results, exact duplicates dropped).
+
     Args:
         original: the item's image.
         candidates: retrieved images.
@@ -296,6 +313,8 @@ def build_knowledge_tree(
     rng: random.Random | None = None,
 ) -> tuple[list[dict], dict[str, int]]:
     """All KORE-Augmentation samples of one item; failures are counted per branch, never hidden.
+
+    The knowledge tree of paper §3.1 (trunk + three branches); the failure report is engineering.
 
     Returns:
         ``(records, report)``; report counts ``parse_errors``, ``dropped_vqa`` and ``skipped_branches``.

@@ -16,7 +16,10 @@ from torch import nn
 
 
 def default_llm_linear_filter(name: str, module: nn.Module) -> bool:
-    """Every ``nn.Linear`` inside the decoder layers (``...layers.<i>...``), not vision/projector/head."""
+    """Every ``nn.Linear`` inside the decoder layers (``...layers.<i>...``), not vision/projector/head.
+
+    The official ``calib_cov_distribution`` scope (linears under ``model.model.layers``).
+    """
     return isinstance(module, nn.Linear) and ".layers." in f".{name}" and "vision" not in name
 
 

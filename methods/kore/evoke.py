@@ -31,7 +31,7 @@ GOLD_KEYS = ("answer", "gt_answer", "answers")
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Reads a JSON-lines file (blank lines skipped)."""
+    """Reads a JSON-lines file (blank lines skipped); engineering I/O."""
     return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
 
 
@@ -47,6 +47,8 @@ def load_questions(
     path: str | Path, gold_path: str | Path | None = None
 ) -> tuple[list[dict], dict[str, str]]:
     """Loads an EVOKE question file and the gold answers.
+
+    Engineering: LLaVA's ``model_vqa`` question layout, as read by the official EVOKE evaluation.
 
     Args:
         path: JSON lines with ``question_id``, ``text`` and optionally ``image`` and a gold answer.

@@ -21,7 +21,10 @@ def _check_gold(gold: str) -> str:
 
 
 def cover_exact_match(pred: str, gold: str) -> float:
-    """CEM: 1.0 if the (lower-cased, whitespace-normalised) gold answer occurs in the prediction."""
+    """CEM: 1.0 if the (lower-cased, whitespace-normalised) gold answer occurs in the prediction.
+
+    Paper §4, App. B.3; the normalisation is our inference (the paper does not state one).
+    """
     _check_gold(gold)
     return float(_norm(gold) in _norm(pred or ""))
 
@@ -37,7 +40,7 @@ def token_f1(pred: str, gold: str) -> float:
 
 
 def knowledge_adaptation(preds: Sequence[str], golds: Sequence[str]) -> dict[str, float]:
-    """K.A = mean(CEM, F1) in percent over a set of questions."""
+    """K.A = mean(CEM, F1) in percent over a set of questions (paper §4, App. B.3)."""
     if len(preds) != len(golds) or not golds:
         raise ValueError(f"preds ({len(preds)}) and golds ({len(golds)}) must be equal, non-empty")
     cem = 100 * sum(cover_exact_match(p, g) for p, g in zip(preds, golds)) / len(golds)
@@ -46,7 +49,7 @@ def knowledge_adaptation(preds: Sequence[str], golds: Sequence[str]) -> dict[str
 
 
 def avg_score(ka: float, kr: float) -> float:
-    """Avg = (K.A + K.R) / 2."""
+    """Avg = (K.A + K.R) / 2 (paper §4; the Avg column of Table 1)."""
     return (ka + kr) / 2
 
 

@@ -49,7 +49,7 @@ class KoreFactors:
 
 
 def check_rank(r, d_in: int, d_out: int, name: str = "r") -> int:
-    """Validates an adapter rank against a layer shape.
+    """Validates an adapter rank against a layer shape (engineering; Eq. 2 keeps the top ``r`` factors).
 
     Raises:
         TypeError: if ``r`` is not an int.
@@ -69,6 +69,8 @@ def check_rank(r, d_in: int, d_out: int, name: str = "r") -> int:
 
 def check_covariance(C: torch.Tensor, d_in: int | None = None, name: str = "C") -> torch.Tensor:
     """Validates a covariance and returns it as a symmetric float64 tensor.
+
+    Engineering (the official ``calib_cov_distribution`` likewise rejects NaN/Inf).
 
     Raises:
         TypeError: if ``C`` is not a floating tensor.
