@@ -23,6 +23,8 @@ _DECLARE = {"addVar", "addVars", "addVariable", "addVariables", "Model", "Highs"
 def static_check(code: str, kind: str = "constraint") -> str | None:
     """Reasons a fragment is rejected before any LLM check (our bad-input rules), or ``None`` if fine.
 
+    Our choice, not in the paper (the official code comments ``addVar`` lines out); deviations table.
+
     Rejects: empty code, a syntax error, a variable/model declaration inside a fragment, a chained
     comparison (``a <= x <= b``), imports, and a constraint fragment without ``addConstr`` (or an
     objective fragment without ``setObjective``).
@@ -86,7 +88,10 @@ class Coder(Protocol):
 
 
 class LLMCoder:
-    """:class:`Coder` backed by a chat LLM (one call per ``generate`` / ``reconstruct``)."""
+    """:class:`Coder` backed by a chat LLM (one call per ``generate`` / ``reconstruct``).
+
+    G and R as the official ``model2data.py`` / ``run.py`` call them; ``recon_reference`` in the deviations.
+    """
 
     def __init__(self, llm: ChatLLM, recon_reference: str = "anchor") -> None:
         if recon_reference not in ("anchor", "all"):

@@ -31,7 +31,7 @@ def parse_delimited_block(text: str, marker: str = "=====") -> str | None:
     """Content of the last block delimited by ``marker`` (e.g. ``CODE ===== ... =====``).
 
     A one-line block (``ANSWER: ===== YES =====``) works too. Returns ``None`` if there is no
-    complete block.
+    complete block. The official ``extract_code_from_end`` reads the first block (deviations table).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
@@ -94,7 +94,7 @@ def _drop_line_comments(s: str) -> str:
 
 
 def parse_json_from_end(text: str) -> dict[str, Any] | None:
-    """The last JSON object in ``text`` (fences, ``//`` comments and extra prose allowed)."""
+    """The last JSON object in ``text`` (fences, ``//`` comments and extra prose allowed; engineering)."""
     clean = _drop_line_comments(_strip_fences(text))
     for cand in _balanced_from_end(clean, "{", "}"):
         try:
@@ -110,7 +110,7 @@ def parse_json_from_end(text: str) -> dict[str, Any] | None:
 
 
 def parse_list_from_end(text: str) -> list[Any] | None:
-    """The last Python/JSON list literal in ``text`` (nested brackets allowed)."""
+    """The last Python/JSON list literal in ``text`` (nested brackets allowed; engineering)."""
     clean = _strip_fences(text)
     for cand in _balanced_from_end(clean, "[", "]"):
         for loader in (json.loads, ast.literal_eval):
@@ -127,6 +127,9 @@ _SCORE = re.compile(r"([1-5])\s*out\s*of\s*5", re.IGNORECASE)
 
 
 def parse_score(text: str) -> int | None:
-    """The last ``x OUT OF 5`` score (case-insensitive), or ``None`` if absent."""
+    """The last ``x OUT OF 5`` score (case-insensitive), or ``None`` if absent.
+
+    The official self-check regex (``\\d out of 5``), but its last match, not the first (deviations table).
+    """
     found = _SCORE.findall(text)
     return int(found[-1]) if found else None

@@ -30,6 +30,8 @@ _SYMBOL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)?$")  # CamelCase, at
 def shape_string_to_list(shape: str | list) -> list[str | int]:
     """Parse a shape written as text: ``"[N, M, 19]" -> ["N", "M", 19]``, ``"[]" -> []``.
 
+    Engineering: reads the ``shape`` field of the official parameter / variable JSON.
+
     Raises:
         ValueError: ``shape`` is not a bracketed, comma-separated list of symbols/integers.
     """
@@ -138,7 +140,7 @@ def _is_numeric_array(value: Any) -> bool:
 
 
 def validate_state(state: ProblemState, data: dict[str, Any] | None = None) -> None:
-    """Check symbols and shapes against the data (the repo's ``sanity_check``, our bad-input rules).
+    """Check symbols and shapes against the data (the official ``sanity_check``, our bad-input rules).
 
     Rules: symbols are CamelCase identifiers (at most one underscore) and unique; every parameter
     has a numeric value in ``data``; every dimension symbol in a shape is a scalar integer
@@ -193,7 +195,7 @@ def validate_state(state: ProblemState, data: dict[str, Any] | None = None) -> N
 
 
 def code_is_python(code: str) -> bool:
-    """Whether ``code`` parses as Python."""
+    """Whether ``code`` parses as Python (engineering helper)."""
     try:
         ast.parse(code)
     except SyntaxError:

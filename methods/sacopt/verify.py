@@ -71,6 +71,8 @@ class LLMJudgeVerifier:
 class EmbeddingVerifier:
     """δ_sim(a, â) = 1[cos(E(a), E(â)) >= tau] (inclusive), E = sentence embedder.
 
+    The similarity variant of the official ``model2data.py`` (all-MiniLM-L6-v2, ``tau = 0.75``).
+
     Args:
         tau: Threshold in (0, 1]; repo default 0.75.
         embedder: Anything with ``encode(texts) -> [n, d]`` L2-normalised rows; default the offline
