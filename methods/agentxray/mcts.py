@@ -427,7 +427,7 @@ def extract_workflow(result: SearchResult | Sequence[Primitive]) -> str:
 
 
 def load_workflow(text: str) -> list[Primitive]:
-    """Parse the JSON of ``extract_workflow`` back into primitives."""
+    """Parse the JSON of ``extract_workflow`` back into primitives (our format; engineering)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -90,7 +90,7 @@ class Primitive:
 
 
 class CostMeter:
-    """Token accounting per category (``agent``, ``generator``, ``tool``) and call counts.
+    """Token accounting per category (``agent``, ``generator``, ``tool``) and call counts (engineering).
 
     ``tokens[cat]`` is prompt + completion tokens; ``completion[cat]`` the completion part.
     ``counted_by`` records, per call, whether the numbers came from the API's ``usage`` field
@@ -137,7 +137,7 @@ class CostMeter:
 
 
 def estimate_tokens(text: str) -> int:
-    """Crude count (4 characters per token); only used when no tokenizer can be loaded."""
+    """Crude count (4 characters per token; engineering); only used when no tokenizer can be loaded."""
     return (len(text) + 3) // 4
 
 
@@ -297,7 +297,7 @@ def generator_prompt(
 
 
 def render_profile(p: Primitive) -> str:
-    """A generator reply describing ``p`` in the format :func:`parse_profile` reads (our CPU toy)."""
+    """A generator reply for ``p`` in the format :func:`parse_profile` reads (our construction, CPU toy)."""
     tools = "".join(f" Will use {t} when needed." for t in p.tools)
     return (
         f"Name: {p.name}\nRole: {p.role or 'Software Engineer'}\n"

@@ -48,7 +48,7 @@ _RENAME = {
 
 
 def make_tasks(n: int, seed: int) -> list[str]:
-    """``n`` task specs: 3–5 required function names plus a data type."""
+    """``n`` task specs: 3–5 required function names plus a data type (our construction, CPU toy)."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -357,7 +357,7 @@ def toy_syntax_check(content: str) -> str | None:
 
 
 def toy_empty_detect(content: str) -> str | None:
-    """Toy tool: FAILURE when there is no code or every function body is ``pass``."""
+    """Toy tool (our construction): FAILURE when there is no code or every function body is ``pass``."""
     files = parse_project(content)
     if not files:
         return None
@@ -381,7 +381,7 @@ TOY_TOOLS: dict[str, Callable[[str], str | None]] = {
 
 
 def toy_agent_pool(n_distractors: int = 0) -> list[Primitive]:
-    """The 12 agent primitives of Ω plus the first ``n_distractors`` near-miss agents (0–12)."""
+    """The 12 agents of Ω plus the first ``n_distractors`` near-miss agents (0–12; our construction)."""
     if not 0 <= n_distractors <= len(DISTRACTOR_AGENTS):
         raise ValueError(
             f"n_distractors must be in [0, {len(DISTRACTOR_AGENTS)}], got {n_distractors}"
@@ -394,7 +394,7 @@ def toy_agent_pool(n_distractors: int = 0) -> list[Primitive]:
 
 
 class ToyChat:
-    """Deterministic ``ChatLLM`` stand-in that applies the named toy agent to the content."""
+    """Deterministic ``ChatLLM`` stand-in that applies the named toy agent to the content (engineering)."""
 
     def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
         name = re.match(r"You are (\w+),", messages[0]["content"]).group(1)
@@ -409,7 +409,7 @@ class ToyChat:
 
 
 def add_token_noise(text: str, rate: float, seed: int) -> str:
-    """Replace a fraction ``rate`` of identifier tokens with random names (the noisy black box)."""
+    """Replace a fraction ``rate`` of identifiers with random names (noisy black box; our construction)."""
     rng = random.Random(seed)
 
     def sub(m: re.Match) -> str:
