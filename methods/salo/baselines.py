@@ -29,7 +29,10 @@ def _mask_or_ones(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 class LastTokenProbe(nn.Module):
-    """BatchNorm1d + Linear on the last valid token of the window's last layer (repo linear probe)."""
+    """BatchNorm1d + Linear on the last valid token of the window's last layer (repo linear probe).
+
+    Official ``salo/model.py::linearProbe``, fed as in ``salo/train.py::train_probe``.
+    """
 
     def __init__(self, hidden_dim: int) -> None:
         super().__init__()
@@ -155,6 +158,8 @@ def refusal_score(
     batch_size: int = 32,
 ) -> torch.Tensor:
     """The LM's own terminal refusal signal: ``log Σ_r p(r | prompt)`` at the last position ``[n]``.
+
+    Our inference of the abstract's "terminal-state" baseline (not in the official code).
 
     ``refusal_token_ids`` are the first tokens of the model's refusals ("I'm sorry", "I cannot").
 

@@ -12,8 +12,9 @@ from common.metrics import auroc
 def calibrate_threshold(benign_scores: Sequence[float] | np.ndarray, fpr: float = 0.10) -> float:
     """Smallest threshold ``τ`` such that at most ``fpr`` of the benign scores satisfy ``s ≥ τ``.
 
-    The repo takes ``percentile(safe_scores, 90)``; this exact order-statistic version guarantees the
-    empirical FPR on the calibration set is ``≤ fpr`` (ties included), and equals it up to ``1/n``.
+    Official ``eval_attacks.py::calibrate_threshold`` takes ``percentile(safe_scores, 90)``; this exact
+    order-statistic version guarantees the empirical FPR on the calibration set is ``≤ fpr`` (ties
+    included), and equals it up to ``1/n``.
 
     Raises:
         ValueError: on an empty or non-finite score set or ``fpr`` outside (0, 1).
@@ -37,7 +38,7 @@ def calibrate_threshold(benign_scores: Sequence[float] | np.ndarray, fpr: float 
 
 
 def detection_rate(scores: Sequence[float] | np.ndarray, tau: float) -> float:
-    """Fraction of ``scores`` flagged (``s ≥ τ``).
+    """Fraction of ``scores`` flagged (``s ≥ τ``), the detection rate of official ``eval_attacks.py``.
 
     Raises:
         ValueError: on an empty score set, a NaN score (``NaN ≥ τ`` is False, so it would count

@@ -148,6 +148,9 @@ def gcg_attack(
 ) -> GCGResult:
     """Optimises a user-turn suffix so that the model's reply starts with ``target``.
 
+    GCG (Zou et al. 2023), our own compact re-implementation; the detector term is the abstract's
+    adaptive (detector-aware) attack, its objective our inference.
+
     Objective: mean cross-entropy of the ``target`` tokens after the assistant header, plus
     ``detector_weight · detector(volume)`` (the detector's logit on the prompt's hidden-state volume
     ``hidden_states[window[0]:window[1]]``; causal masking keeps it independent of the target tokens).
@@ -222,7 +225,10 @@ def target_loss(
     target: str,
     suffix_sep: str = "",
 ) -> float:
-    """Mean cross-entropy of ``target`` after the chat prompt with ``suffix_ids`` in the user turn."""
+    """Mean cross-entropy of ``target`` after the chat prompt with ``suffix_ids`` in the user turn.
+
+    The GCG target loss (Zou et al. 2023), our own re-implementation.
+    """
     before, after, tgt = _segments(tokenizer, prompt, target, suffix_sep)
     ids = torch.tensor([before + list(suffix_ids) + after + tgt])
     t0 = ids.shape[1] - len(tgt)

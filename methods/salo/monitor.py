@@ -14,6 +14,9 @@ from methods.salo.volume import collect_volumes
 class SALOMonitor:
     """Scores prompts with a trained detector and guards a generation function.
 
+    Our construction around the paper's detector and its fixed XSTest-calibrated threshold (abstract);
+    the scoring follows official ``salo/train.py::predict``.
+
     Args:
         model / tokenizer: the chat LLM whose hidden states are read.
         detector: a trained ``SALO`` (or any ``detector(x, mask) -> logits``).

@@ -37,6 +37,8 @@ class _SameConv2d(nn.Conv2d):
 class SALO(nn.Module):
     """Sparsity-aware latent operator: conv branches + masked global pooling + linear head.
 
+    Paper §4.1 and Table 2 caption; layout and sizes of official ``salo/model.py::hiddenDetector``.
+
     Args:
         hidden_dim: the LLM hidden size ``D`` (conv input channels).
         n_filters: filters ``F`` per branch (repo: 64).
@@ -148,6 +150,8 @@ def save_detector(
 ) -> Path:
     """Saves a detector's weights, constructor config and metadata (model id, window, hidden size).
 
+    Engineering (the official code saves a bare ``state_dict``); the metadata is checked on load.
+
     ``detector`` must carry a ``config`` dict of constructor kwargs (SALO and the probes do).
     """
     if not hasattr(detector, "config"):
@@ -165,7 +169,7 @@ def save_detector(
 
 
 def load_detector(path: str | Path, expect: dict[str, Any] | None = None) -> tuple[nn.Module, dict]:
-    """Loads a detector saved by :func:`save_detector` and checks its metadata.
+    """Loads a detector saved by :func:`save_detector` and checks its metadata (engineering).
 
     Args:
         path: the saved file.

@@ -69,6 +69,8 @@ def train_detector(
 ) -> nn.Module:
     """Trains any ``detector(x, mask) -> logits[B]`` with BCE (labels 1 = harmful).
 
+    The recipe of official ``salo/train.py::fit`` (AdamW, cosine LR, clip 1.0); the cropping is ours.
+
     Batches are cropped to their longest valid row, so padding never reaches the operator beyond what
     the batch needs. Returns the detector in eval mode.
 
@@ -143,7 +145,10 @@ def train_salo(
 def score_detector(
     detector: nn.Module, x: torch.Tensor, mask: torch.Tensor, batch_size: int = 256
 ) -> torch.Tensor:
-    """Probabilities ``σ(detector(x, mask))`` ``[n]`` in eval mode, in batches."""
+    """Probabilities ``σ(detector(x, mask))`` ``[n]`` in eval mode, in batches.
+
+    As official ``salo/train.py::predict`` (sigmoid of the logit), batched.
+    """
     detector.eval()
     out = []
     for b0 in range(0, x.shape[0], batch_size):

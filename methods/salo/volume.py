@@ -16,6 +16,8 @@ from torch import nn
 def check_window(window: Sequence[int], num_hidden_layers: int, allow_final_norm: bool = False):
     """Validates an end-exclusive layer window ``(l_s, l_e)`` into ``output_hidden_states``.
 
+    Engineering: transformers' ``hidden_states`` indexing; windows as in official ``configs.py``.
+
     Raises:
         ValueError: if the window is malformed, empty, out of range, or holds the final-norm index.
     """
@@ -185,13 +187,18 @@ def collect_volumes(
 
 
 def extract_volume(model, tokenizer, prompt: str, *, window, suffix=None, prefill=None, **kw):
-    """One prompt's volume ``[L_w, T, D]`` without padding (see :func:`collect_volumes`)."""
+    """One prompt's volume ``[L_w, T, D]`` without padding (see :func:`collect_volumes`).
+
+    The latent activation volume of paper §4.1, as official ``salo/train.py::predict`` builds it.
+    """
     x, _ = collect_volumes(model, tokenizer, [prompt], window, suffix=suffix, prefill=prefill, **kw)
     return x[0]
 
 
 def pad_collate(volumes: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pads ``[L, T_i, D]`` volumes with zeros into ``([B, L, T_max, D], mask [B, T_max])``.
+
+    Official ``salo/train.py::padding_collate_fn`` (without the labels).
 
     Raises:
         ValueError: on an empty list or volumes with different ``L`` or ``D``.
