@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 class TrainableChat:
     """``ChatLLM`` over a trainable HF model, with an optional vLLM engine reloaded after updates.
 
+    Official ``model/LLM.py`` (sampling, reload after each DPO round); wraps transformers / vLLM.
+
     Args:
         model: the policy (trained in place by the preference rounds).
         tokenizer: its tokenizer; must have a chat template.

@@ -118,7 +118,10 @@ def top_k_auc(
 
 
 def diversity(smiles: Sequence[str]) -> float:
-    """Mean pairwise Tanimoto distance (Morgan r=2, 2048 bits) of a set of SMILES (TDC 'Diversity')."""
+    """Mean pairwise Tanimoto distance (Morgan r=2, 2048 bits) of a set of SMILES (TDC 'Diversity').
+
+    The paper's diversity metric as the official ``algorithm/MOO.py::log_results`` computes it.
+    """
     smiles = list(smiles)
     if len(smiles) < 2:
         return 0.0

@@ -329,7 +329,7 @@ def paper_problem(
 
 
 def toy_problem(representation: Literal["smiles", "selfies"] = "selfies") -> MoleculeProblem:
-    """The CPU toy's 3 RDKit objectives: QED↑, SA↓, Tanimoto to celecoxib↑ (our CPU toy)."""
+    """The CPU toy's 3 RDKit objectives: QED↑, SA↓, Tanimoto to celecoxib↑ (our construction, CPU toy)."""
     return MoleculeProblem(
         goals=["qed", "sa", "celecoxib_sim"],
         directions=["max", "min", "max"],
@@ -339,7 +339,7 @@ def toy_problem(representation: Literal["smiles", "selfies"] = "selfies") -> Mol
 
 
 def load_seed_smiles(path: str | None = None) -> list[str]:
-    """Seed SMILES for the toy (``methods/mcce/data/toy_seeds.smi``), one per line."""
+    """Seed SMILES for the toy (``methods/mcce/data/toy_seeds.smi``), one per line (engineering)."""
     if path is None:
         path = os.path.join(os.path.dirname(__file__), "data", "toy_seeds.smi")
     with open(path) as fh:
@@ -347,7 +347,7 @@ def load_seed_smiles(path: str | None = None) -> list[str]:
 
 
 def load_nci_smiles(limit: int | None = None) -> list[str]:
-    """SMILES of the ~5k NCI molecules shipped with RDKit (``RDDataDir/NCI/first_5K.smi``)."""
+    """SMILES of the ~5k NCI molecules shipped with RDKit (``RDDataDir/NCI/first_5K.smi``; engineering)."""
     from rdkit.Chem import RDConfig
 
     path = os.path.join(RDConfig.RDDataDir, "NCI", "first_5K.smi")
