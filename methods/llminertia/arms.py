@@ -38,7 +38,10 @@ def baseline_arms(
 
 
 def make_pipeline(llm: ChatLLM, prompts: PromptSet, rc: LLMInertiaRunConfig) -> LLMInertiaPipeline:
-    """:class:`~.core.LLMInertiaPipeline` with the run config's knobs (k, matcher, pair filters)."""
+    """:class:`~.core.LLMInertiaPipeline` with the run config's knobs (k, matcher, pair filters).
+
+    Engineering: config wiring only (the algorithm lives in :class:`~.core.LLMInertiaPipeline`).
+    """
     return LLMInertiaPipeline(
         llm,
         prompts,
@@ -54,6 +57,6 @@ def make_pipeline(llm: ChatLLM, prompts: PromptSet, rc: LLMInertiaRunConfig) -> 
 
 
 def check_prompt_set(rc: LLMInertiaRunConfig) -> None:
-    """Raises ``ValueError`` naming ``method.prompt_set`` when it is not a known prompt set."""
+    """Raises ``ValueError`` naming ``method.prompt_set`` if it is not a known prompt set (engineering)."""
     if rc.prompt_set not in PROMPT_SETS:
         raise ValueError(f"method.prompt_set must be one of {sorted(PROMPT_SETS)}")
