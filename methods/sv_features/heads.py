@@ -124,8 +124,8 @@ def norm_module(model: nn.Module, name: str) -> tuple[nn.Module, bool, float]:
 def fold_norm(model: nn.Module, norm_name: str, F: torch.Tensor) -> torch.Tensor:
     """Folds the norm at ``norm_name`` into an augmented factor ``F = [W; b^T]`` (``[d+1, k]``).
 
-    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (LN folded into the
-    weights, as TransformerLens).
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (the authors' earlier
+    paper's code; LN folded into the weights, as TransformerLens).
 
     ``W <- diag(γ) W`` (minus its mean over ``d`` for LayerNorm, as TransformerLens'
     ``center_weights``), ``b <- b + β W``.
@@ -145,8 +145,8 @@ def fold_norm(model: nn.Module, norm_name: str, F: torch.Tensor) -> torch.Tensor
 def normalise_without_affine(model: nn.Module, norm_name: str, x: torch.Tensor) -> torch.Tensor:
     """``x̂``: the norm at ``norm_name`` applied to the residual ``x`` without its gain and bias.
 
-    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition``
-    (``ln1.hook_normalized``).
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (the authors' earlier
+    paper's code; ``ln1.hook_normalized``).
     """
     _, centres, eps = norm_module(model, norm_name)
     x = x.float()
@@ -250,8 +250,8 @@ def qk_matrix(
 ) -> torch.Tensor:
     """The (augmented) QK matrix ``Omega~`` of a head, from a model or raw weights.
 
-    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (augmented Ω̃ with
-    biases).
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (the authors' earlier
+    paper's code; augmented Ω̃ with biases).
 
     ``x~_i^T Omega~ x~_j`` is the pre-scaling attention logit. For rotary models pass ``delta = j - i``
     (``Omega~(delta) = A R_0^T R_delta B^T``); the position-independent matrix does not exist there.

@@ -163,8 +163,8 @@ def sv_contributions(
 ) -> torch.Tensor:
     """``a [m, r]`` with ``a[j, k] = S_k (x_dest . u_k)(x_src_j . v_k)``; rows sum to the logits.
 
-    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (per-singular-vector
-    contributions).
+    Source: the paper's SAD terms (via explainers), as ``utils.py`` of the authors' earlier
+    ``gaabrielfranco/sparse-attention-decomposition`` (per-singular-vector contributions).
 
     ``S`` may also be a dense ``[r, r]`` core (rotated basis): then
     ``a[j, k] = (x_dest . u'_k) [Sigma' Vh' x_src_j]_k``.
@@ -217,8 +217,8 @@ def head_inputs(
 ) -> torch.Tensor:
     """``x~ [B, T, d+1]``: the head's normalised input with a constant 1 appended.
 
-    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (``x~ =
-    [ln1-normalised residual; 1]``).
+    Source: ``utils.py`` of ``gaabrielfranco/sparse-attention-decomposition`` (the authors' earlier
+    paper's code; ``x~ = [ln1-normalised residual; 1]``).
 
     ``fold_ln=False``: the output of the model's pre-attention norm, ``LN(x)`` (gain and bias
     included). ``fold_ln=True``: the normalised stream without gain/bias, ``x̂`` (TransformerLens
@@ -243,6 +243,8 @@ def decompose_pairs(
     rope_basis: str = "per_offset",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """All-pairs contributions ``a [Bt, T(dest), T(src), r]`` for inputs ``X [Bt, T, d+1]``.
+
+    Source: the paper's SAD terms and App. D (RoPE), via explainers; ``per_offset`` is our choice.
 
     Args:
         X: augmented inputs.

@@ -82,7 +82,10 @@ def sample_features(
 
 
 class ToyAttentionAutoencoder(nn.Module):
-    """Tied-weight autoencoder ``W [D, N], b [N]`` plus one attention head ``W_Q, W_K [D, H]``."""
+    """Tied-weight autoencoder ``W [D, N], b [N]`` plus one attention head ``W_Q, W_K [D, H]``.
+
+    Source: the paper's toy model (via explainers), as the precursor ``mark/toy_xformer.ipynb``.
+    """
 
     def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()
