@@ -396,6 +396,7 @@ class VLLMEngine:
 
     Uses token prompts, ``stop_token_ids`` and prefix caching (the orchestrator re-sends the shared
     context of every thread). Untested on CPU: vLLM cannot be installed here.
+    Source: engineering; the paper runs its orchestrator (§3.2) on vLLM.
     """
 
     def __init__(self, model: str, **engine_kwargs):

@@ -73,7 +73,7 @@ def response_pieces(traj: Trajectory, join_suffix: str = JOIN_SUFFIX) -> list[tu
     ``"hdr"`` (thread header inserted by the orchestrator), ``"body"`` (a thread's completion, ending
     in ``</Thread>``) and ``"join"`` (the join suffix, or :data:`CONCLUSION_OPEN` for a block with a
     conclusion, whose text then starts the next sequential piece). ``"".join(texts) ==
-    serialize(traj)``.
+    serialize(traj)``. Source: engineering, the requests of the paper's orchestrator (§3.2).
     """
     pieces: list[tuple[str, str]] = []
     cur = THINK_OPEN
@@ -333,6 +333,8 @@ def parent_gather_loss(
 
 class TrieCollator:
     """Pad packed tries into a batch for a model that honours 4-D masks and ``position_ids``.
+
+    Source: paper §3.3 and App. B (trie batches, FlexAttention); the padding is engineering.
 
     Each example is a :class:`Packed`, a ``Packed.to_dict()`` row, or a dict with ``"units"`` (list
     of :class:`Unit`). Output: ``input_ids``, ``position_ids``, ``parent``, ``loss_mask``, ``tin``,

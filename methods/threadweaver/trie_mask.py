@@ -49,7 +49,10 @@ def flex_block_mask(tin: torch.Tensor, tout: torch.Tensor, device: str | None = 
 
 
 def dense_trie_mask(tin: torch.Tensor, tout: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive ``[B, 1, N, N]`` ancestor mask in ``dtype`` on ``tin``'s device (0 = attend)."""
+    """Additive ``[B, 1, N, N]`` ancestor mask in ``dtype`` on ``tin``'s device (0 = attend).
+
+    Source: paper §3.3 (ancestor mask); the official code also passes a dense mask.
+    """
     allowed = ancestor_mask(tin, tout)  # [B, N, N]
     add = torch.zeros(allowed.shape[0], 1, *allowed.shape[1:], dtype=dtype, device=tin.device)
     return add.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
@@ -57,6 +60,8 @@ def dense_trie_mask(tin: torch.Tensor, tout: torch.Tensor, dtype: torch.dtype) -
 
 def packed_forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Run ``model`` on a :class:`TrieCollator` batch; returns logits ``[B, N, V]``.
+
+    Source: paper §3.3 (mask ``A`` and depth positions); device and dtype handling is engineering.
 
     The mask follows the inputs: a dense mask is moved to ``input_ids``' device and rebuilt in the
     model's dtype when it differs; without ``attention_mask`` (``mask_impl="flex"``) the
