@@ -77,6 +77,14 @@ _ARCHS: dict[str, tuple[type, type]] = {
     "gpt2": (GPT2Config, GPT2LMHeadModel),
     "gpt_neox": (GPTNeoXConfig, GPTNeoXForCausalLM),
 }
+# Every dropout probability of each architecture's config (``dropout=`` sets them all at once).
+_DROPOUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "qwen2": ("attention_dropout",),
+    "llama": ("attention_dropout",),
+    "qwen3": ("attention_dropout",),
+    "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    "gpt_neox": ("attention_dropout", "hidden_dropout"),
+}
 
 
 def _builtin_corpus() -> list[str]:
@@ -222,6 +230,7 @@ def tiny_causal_lm(
     fork_rng: bool = True,
     record: bool = True,
     train: bool = False,
+    dropout: float | None = None,
     **overrides: Any,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast | None]:
     """Builds a random-init causal LM of the given architecture (and its tiny tokenizer).
@@ -250,6 +259,9 @@ def tiny_causal_lm(
             (:func:`common.tracking.record_model_load`).
         train: return the model in train mode (a freshly built ``nn.Module``'s mode) instead of
             eval mode.
+        dropout: sets every dropout probability of the architecture's config to this value
+            (GPT-2: ``resid_pdrop``, ``embd_pdrop``, ``attn_pdrop``; GPT-NeoX: attention and hidden;
+            Llama / Qwen: attention); None keeps the config defaults. ``overrides`` still win.
         **overrides: passed to the config last, so they win (e.g. ``rope_theta``,
             ``tie_word_embeddings``, ``bos_token_id``, GPT-2's ``resid_pdrop``).
 
@@ -259,10 +271,13 @@ def tiny_causal_lm(
 
     Raises:
         ValueError: on an unknown ``arch``, heads that do not divide the hidden size, KV heads for
-            a GPT architecture, or a ``vocab_size`` smaller than the tokenizer.
+            a GPT architecture, a ``vocab_size`` smaller than the tokenizer, or a ``dropout`` outside
+            [0, 1).
     """
     if arch not in _ARCHS:
         raise ValueError(f"arch must be one of {sorted(_ARCHS)}, got {arch!r}")
+    if dropout is not None and not 0.0 <= dropout < 1.0:  # also rejects NaN
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
     gpt = arch in ("gpt2", "gpt_neox")
     if gpt and num_key_value_heads is not None:
         raise ValueError(f"num_key_value_heads: {arch} has no grouped-query attention")
@@ -300,6 +315,8 @@ def tiny_causal_lm(
             eos_token_id=tok.eos_token_id,
             bos_token_id=tok.bos_token_id,
         )
+    if dropout is not None:
+        kwargs.update(dict.fromkeys(_DROPOUT_FIELDS[arch], float(dropout)))
     config_cls, model_cls = _ARCHS[arch]
     config = config_cls(**{**kwargs, **overrides})
     with torch.random.fork_rng(devices=[], enabled=fork_rng):

@@ -96,9 +96,7 @@ def build_policy(
         fork_rng=False,
         record=False,
         train=True,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
+        dropout=0.0,
         bos_token_id=tokenizer.eos_token_id,
     )
     return model

@@ -209,3 +209,29 @@ def test_gpt_architectures_sizes_overrides_and_errors(tiny_tok):
     assert type(neox).__name__ == "GPTNeoXForCausalLM" and neox.config.intermediate_size == 128
     with pytest.raises(ValueError, match="num_key_value_heads"):
         tiny_causal_lm("gpt2", num_key_value_heads=2, vocab_size=50)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "qwen2"])
+def test_dropout_sets_every_dropout_field_and_keeps_the_weights(arch):
+    """``dropout=`` sets each of the architecture's dropout probabilities (and no other config
+    field); the weights equal a build with those fields given one by one; overrides still win."""
+    from common.tiny import _DROPOUT_FIELDS
+
+    fields = _DROPOUT_FIELDS[arch]
+    m, _ = tiny_causal_lm(arch, hidden_size=32, vocab_size=40, dropout=0.25, record=False)
+    ref, _ = tiny_causal_lm(
+        arch, hidden_size=32, vocab_size=40, record=False, **dict.fromkeys(fields, 0.25)
+    )
+    default, _ = tiny_causal_lm(arch, hidden_size=32, vocab_size=40, record=False)
+    assert all(getattr(m.config, f) == 0.25 for f in fields)
+    assert m.config.to_dict() == ref.config.to_dict() != default.config.to_dict()
+    assert all(
+        torch.equal(a, b) for a, b in zip(m.state_dict().values(), ref.state_dict().values())
+    )
+    won, _ = tiny_causal_lm(
+        arch, hidden_size=32, vocab_size=40, dropout=0.25, record=False, **{fields[0]: 0.5}
+    )
+    assert getattr(won.config, fields[0]) == 0.5
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="dropout"):
+            tiny_causal_lm(arch, vocab_size=40, dropout=bad, record=False)
