@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 class WeaselSelector:
     """Runs the Weasel pipeline over AgentLab-format chat records.
 
+    Source: the paper's pipeline (abstract / project page), in the order of the official README
+    (``prune_axtree.py``, ``prepare_scores.py``, ``select_greedy.py``, ``postprocess_dataset.py``).
+
     Args:
         sim: the text similarity (a BERTScore-style scorer).
         cfg: selection settings.

@@ -65,7 +65,10 @@ class SynthStats:
 
 
 def normalize_action(action: str) -> str:
-    """Whitespace removed and double quotes turned into single quotes, for the equality check."""
+    """Whitespace removed and double quotes turned into single quotes, for the equality check.
+
+    Source: our choice (the paper's action check in rationale synthesis is not released).
+    """
     return re.sub(r"\s+", "", action).replace('"', "'")
 
 

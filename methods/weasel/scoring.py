@@ -51,7 +51,10 @@ class TextSimilarity(Protocol):
 
 
 class JaccardSimilarity:
-    """Deterministic token-set Jaccard similarity, a fast stand-in for tests and smoke runs."""
+    """Deterministic token-set Jaccard similarity, a fast stand-in for tests and smoke runs.
+
+    Source: engineering (test stand-in for BERTScore), not in the paper.
+    """
 
     def _tok(self, text: str) -> set[str]:
         return set(re.findall(r"\w+", text.lower()))
@@ -84,6 +87,9 @@ def _check_pairs(cands: Sequence[str], refs: Sequence[str]) -> None:
 
 class TokenMatchSimilarity:
     """BERTScore-style greedy token matching on a local encoder's hidden states.
+
+    Source: the paper's BERTScore (project page), re-implemented after the ``bert-score`` library
+    (F1, no idf, no rescale; that library is not installed here, see the deviations table).
 
     Args:
         model_name_or_path: encoder id or local path; None for the offline MiniLM.

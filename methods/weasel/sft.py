@@ -55,6 +55,8 @@ SFT_RECIPES: dict[str, SFTRecipe] = {
 def load_agentlab_records(path: str | Path) -> list[dict]:
     """Reads an AgentLab-format file: a JSON list (or JSON lines) of ``{"messages": [...]}``.
 
+    Source: engineering (I/O of the AgentLab chat records the official scripts read).
+
     Raises:
         FileNotFoundError: if ``path`` is missing.
         ValueError: if a record lacks a ``messages`` list with user and assistant turns.
@@ -113,6 +115,8 @@ def recipe_trainer_node(
     model: str, world_size: int = 1, per_device_batch: int = 1
 ) -> dict[str, Any]:
     """The ``trainer`` node of :data:`SFT_RECIPES` ``[model]`` for a given device layout.
+
+    Source: paper Table 9 (as cited by a public fork) for the recipe; the layout is engineering.
 
     ``gradient_accumulation_steps`` is set so that ``per_device_batch * world_size * accum``
     equals the recipe's global batch.

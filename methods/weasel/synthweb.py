@@ -209,7 +209,10 @@ def _trajectory(rng: random.Random, site: dict, noise: bool) -> list[dict]:
 def make_synthweb(
     n_train_traj: int = 150, n_test_steps: int = 200, seed: int = 0
 ) -> tuple[list[dict], list[dict], list[dict]]:
-    """``(train records, in-domain test steps, OOD test steps)``; test steps are essential only."""
+    """``(train records, in-domain test steps, OOD test steps)``; test steps are essential only.
+
+    Source: our construction (the CPU toy corpus), not in the paper.
+    """
     rng = random.Random(seed)
     train_sites = [s for s in SITES if not s["ood"]]
     ood_sites = [s for s in SITES if s["ood"]]
@@ -228,6 +231,8 @@ def make_synthweb(
 
 def policy_example(rec: dict, name_first: bool = False) -> dict[str, str]:
     """Compact prompt/completion for the tiny policy: goal, AXTree, last action → action.
+
+    Source: our choice for the toy (deviations table, "toy policy input"), not in the paper.
 
     ``name_first``: write each tree line as ``name role [bid]`` instead of ``[bid] role name``, so
     the bid follows the element name it must be looked up by (a causal model sees the name before
