@@ -22,7 +22,7 @@ def gather_policy_logps(
     """Gather the policy log-probs of the sampled token and of the reference Top-K tokens.
 
     Only K + 1 values per position are needed by the APO loss, so callers that hold full-vocab
-    log-probs can reduce them here once (memory: [B, T, V] -> [B, T, K + 1]).
+    log-probs can reduce them here once (memory: [B, T, V] -> [B, T, K + 1]). Our engineering.
 
     Args:
         logp: policy log-softmax over the vocabulary, [B, T, V].
@@ -85,7 +85,7 @@ def policy_logps_at(
 @torch.no_grad()
 def policy_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Entropy [B, T] of ``softmax(logits / temperature)``, one sequence at a time (no [B, T, V]
-    fp32 copy; a logged diagnostic of ours, no gradient)."""
+    fp32 copy; a logged diagnostic, our engineering, no gradient)."""
     check_tensor("logits", logits, (3,))
     out = []
     for row in logits:  # [T, V]

@@ -89,7 +89,8 @@ def grpo_clipped_loss(
 ) -> torch.Tensor:
     """The plain clipped GRPO/PPO surrogate, −min(A·r, A·clip(r, 1−ε_low, 1+ε_high)) (GRPO, Shao et al. 2024).
 
-    The reference the APO loss must reduce to at λ = 1, β = 0 (no dual clip).
+    The reference the APO loss must reduce to at λ = 1, β = 0 (no dual clip); the paper's GRPO
+    baseline, with TRL's asymmetric ``epsilon`` / ``epsilon_high`` clip.
 
     Args:
         logp_sampled: policy log-probs of the sampled tokens, [B, T].

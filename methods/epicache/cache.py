@@ -37,6 +37,9 @@ ATTN_NAME = "epicache"
 class EpiCache(DynamicCache):
     """A DynamicCache with per-layer eviction and absolute position bookkeeping.
 
+    Our engineering on transformers' ``DynamicCache`` (the official code keeps AdaKV's flattened
+    cache instead).
+
     Attributes:
         seen_tokens: absolute number of tokens processed so far (the next token's RoPE position).
         kept_positions: per layer, ``LongTensor[B, Hk, T_l]`` absolute positions of the committed slots
@@ -269,6 +272,9 @@ def epicache_forward(
     extra_mask: torch.Tensor | None = None,
 ) -> Iterator[_ForwardState]:
     """Runs the enclosed forwards with the ``"epicache"`` attention function.
+
+    Our engineering: a transformers attention-interface registration; the scores it captures are
+    the restricted softmax of the official ``attention/score.py``.
 
     Args:
         model: a HF causal LM (Llama / Qwen2 / Qwen3 family).

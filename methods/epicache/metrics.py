@@ -32,7 +32,9 @@ def token_f1(pred: str, gold: str) -> float:
 
 
 def parse_judge_score(reply: str) -> float | None:
-    """Extracts ``{"score": x}`` from a judge reply, clipped to [0, 1]; None when unparsable."""
+    """Extracts ``{"score": x}`` from a judge reply, clipped to [0, 1]; None when unparsable.
+
+    Our engineering (the reply format our judge prompt asks for)."""
     m = _SCORE_RE.search(reply or "")
     if m is None:
         return None

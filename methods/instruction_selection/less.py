@@ -31,6 +31,8 @@ def rademacher_projection(
 ) -> torch.Tensor:
     """Johnson–Lindenstrauss projection ``X R / sqrt(k)`` with ``R ∈ {±1}^{P×k}`` (LESS, Xia et al. 2024).
 
+    The gradient projection of the LESS baseline the paper compares against.
+
     ``R`` is generated block by block from ``seed`` and the block index, so it is never stored and
     the same ``(P, k, seed)`` always gives the same map; ``E⟨Rᵀx, Rᵀy⟩/k = ⟨x, y⟩``.
 

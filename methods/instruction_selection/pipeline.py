@@ -26,7 +26,9 @@ logger = logging.getLogger(__name__)
 
 
 def selector_fns(cfg: Any) -> dict:
-    """``{selector name: fn(S, B) -> ordering}`` with the run config's settings."""
+    """``{selector name: fn(S, B) -> ordering}`` with the run config's settings.
+
+    Engineering: the paper's selectors and baselines by name."""
     reg_m = (float(cfg.uot_reg_m[0]), float(cfg.uot_reg_m[1]))
     return {
         "rr": round_robin,

@@ -397,7 +397,9 @@ def random_select(N: int, B: int, seed: int = 0) -> list[int]:
 
 
 def top_k(scores: np.ndarray | Sequence[float], B: int) -> list[int]:
-    """The ``B`` highest scores (ties → smaller index); e.g. a 1-D per-candidate score."""
+    """The ``B`` highest scores (ties → smaller index); e.g. a 1-D per-candidate score.
+
+    Our engineering: the budget step that ends every score-based selector."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.ndim != 1 or len(scores) == 0:
         raise ValueError(f"scores must be a non-empty 1-D array, got shape {scores.shape}")

@@ -104,7 +104,7 @@ def _normalise_bid(value: Any) -> str:
 
 def extract_action(reply: str) -> str:
     """The action text of an agent reply: the ``<action>...</action>`` span without its code fence
-    (upstream ``demo/parser.py::parse_response``), else the reply's last non-empty line.
+    (official ``demo/parser.py::parse_response``), else the reply's last non-empty line.
 
     Raises:
         TypeError: if ``reply`` is not a string.
@@ -123,7 +123,7 @@ def parse_action(text: str) -> Action:
     """Parses one action call such as ``"click('59')"`` into an :class:`Action`.
 
     An ``<action>...</action>`` span (the demo's agent reply format) is extracted first, with its
-    ```` ``` ```` / ```` ```python ```` fence lines removed (``demo/parser.py``). Surrounding whitespace,
+    ```` ``` ```` / ```` ```python ```` fence lines removed (official ``demo/parser.py``). Surrounding whitespace,
     backticks and one pair of enclosing quotes (the chat format wraps actions in single quotes) are
     then stripped.
 
