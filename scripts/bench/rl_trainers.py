@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from scripts.bench._harness import _torch_peak, peak_rss, row
+from scripts.bench._harness import peak_memory, peak_rss, row
 
 THRESHOLD = {"apo": 1.3}
 DEFAULT_THRESHOLD = 1.05
@@ -173,9 +173,9 @@ def _step_peaks(trainer) -> list[int]:
     orig, peaks = trainer.training_step, []
 
     def measured(*a, **k):
-        peak, out = _torch_peak(lambda: orig(*a, **k))
-        peaks.append(peak)
-        return out
+        out = []
+        peaks.append(peak_memory(lambda: out.append(orig(*a, **k))))
+        return out[0]
 
     trainer.training_step = measured
     trainer.train()
