@@ -108,6 +108,7 @@ class GeoRLRunConfig(MethodConfig):
         reward: the toy's reward knobs (the paper stage reads them from ``trainer``).
         toy: toy G1 sizes and arms.
         embedder: sentence-transformers id or path for the semantic space; None = offline MiniLM.
+        embedder_cache_size: distinct texts the embedder memoises (LRU; 0 = none).
         train_data: the image-description prompts of the paper stage (an ``image`` column; a local
             ``save_to_disk`` folder or data files through ``train_data.path``).
         text_scenes: > 0 trains a text model on this many generated scenes with keyword grounding
@@ -131,6 +132,7 @@ class GeoRLRunConfig(MethodConfig):
     reward: GeoRLConfig = field(default_factory=GeoRLConfig)
     toy: ToyConfig = field(default_factory=ToyConfig)
     embedder: str | None = None
+    embedder_cache_size: int = 4096
     train_data: DatasetSpec = field(
         default_factory=lambda: DatasetSpec(hub_id="google/docci", split="train")
     )
@@ -140,8 +142,10 @@ class GeoRLRunConfig(MethodConfig):
     trainer: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.text_scenes < 0 or self.lora_r < 0:
-            raise ValueError("method.text_scenes and method.lora_r must be >= 0")
+        if self.text_scenes < 0 or self.lora_r < 0 or self.embedder_cache_size < 0:
+            raise ValueError(
+                "method.text_scenes, method.lora_r and method.embedder_cache_size must be >= 0"
+            )
 
 
 __all__ = ["ClipGraderConfig", "GeoRLConfig", "GeoRLRunConfig", "ToyConfig"]

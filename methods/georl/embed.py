@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -58,7 +59,9 @@ class MiniLMEmbedder:
             package, 384 dims).
         device: Torch device of the encoder.
         batch_size: Encoder batch size.
-        cache: Memoise embeddings per distinct text (useful when groups repeat captions).
+        cache_size: How many distinct texts to memoise, least recently used first out (groups
+            repeat captions within a step; RL completions are mostly new, so the cache is bounded
+            instead of growing with every step). 0 turns it off.
     """
 
     def __init__(
@@ -66,12 +69,15 @@ class MiniLMEmbedder:
         model_name_or_path: str | None = None,
         device: str = "cpu",
         batch_size: int = 64,
-        cache: bool = True,
+        cache_size: int = 4096,
     ) -> None:
         from common.embeddings import Embedder
 
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise ValueError(f"cache_size must be an int >= 0 (0: no cache), got {cache_size!r}")
         self._embedder = Embedder(model_name_or_path, device=device, batch_size=batch_size)
-        self._cache: dict[str, np.ndarray] | None = {} if cache else None
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._empty: np.ndarray | None = None
 
     def _empty_vector(self, dim: int) -> np.ndarray:
@@ -80,6 +86,14 @@ class MiniLMEmbedder:
             self._empty = vec / np.linalg.norm(vec)
         return self._empty
 
+    def _remember(self, new: dict[str, np.ndarray]) -> None:
+        """Insert ``new`` into the LRU cache and evict the oldest entries beyond ``cache_size``."""
+        if not self.cache_size:
+            return
+        self._cache.update(new)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
     def encode(self, texts: Sequence[str]) -> Tensor:
         """Embed ``texts`` -> ``[n, d]`` float32, unit norm.
 
@@ -87,23 +101,27 @@ class MiniLMEmbedder:
         unknown.
         """
         texts = _check_texts(texts)
-        todo = [t for t in dict.fromkeys(texts) if self._cache is None or t not in self._cache]
+        known: dict[str, np.ndarray] = {}
+        for t in dict.fromkeys(texts):
+            if t in self._cache:
+                self._cache.move_to_end(t)
+                known[t] = self._cache[t]
+        todo = [t for t in dict.fromkeys(texts) if t not in known]
         pieces = {t: split_sentences(t) for t in todo}
         flat = [s for t in todo for s in pieces[t]]
         sent_emb = self._embedder.encode(flat) if flat else np.zeros((0, 0))
-        out: dict[str, np.ndarray] = {}
+        new: dict[str, np.ndarray] = {}
         pos = 0
         for t in todo:
             k = len(pieces[t])
             if k:
                 v = np.asarray(sent_emb[pos : pos + k], dtype=np.float64).mean(0)
-                out[t] = v / max(np.linalg.norm(v), 1e-12)
+                new[t] = v / max(np.linalg.norm(v), 1e-12)
             pos += k
-        if self._cache is not None:
-            self._cache.update(out)
-            out = self._cache
-        dim = next((v.shape[0] for v in out.values()), 384)
-        rows = [out[t] if t in out else self._empty_vector(dim) for t in texts]
+        self._remember(new)
+        known.update(new)
+        dim = next((v.shape[0] for v in known.values()), 384)
+        rows = [known[t] if t in known else self._empty_vector(dim) for t in texts]
         return torch.as_tensor(np.stack(rows), dtype=torch.float32)  # [n, d]
 
 

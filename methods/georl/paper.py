@@ -141,7 +141,11 @@ def paper_stage(run: Run) -> dict[str, float]:
         args=args,
         train_dataset=dataset,
         processing_class=processing,
-        embedder=MiniLMEmbedder(mcfg.embedder, device="cuda" if on_gpu else "cpu"),
+        embedder=MiniLMEmbedder(
+            mcfg.embedder,
+            device="cuda" if on_gpu else "cpu",
+            cache_size=mcfg.embedder_cache_size,
+        ),
     )
     trainer.train()
     last: dict[str, float] = {}

@@ -312,7 +312,7 @@ def run_toy(run) -> dict[str, float]:
         if "georl_minilm" in mcfg.toy.arms:
             from methods.georl.embed import MiniLMEmbedder
 
-            embedder = MiniLMEmbedder(mcfg.embedder)
+            embedder = MiniLMEmbedder(mcfg.embedder, cache_size=mcfg.embedder_cache_size)
         metrics: dict[str, dict[str, float]] = {}
         timings: dict[str, float] = {}
         for arm in mcfg.toy.arms:

