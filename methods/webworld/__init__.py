@@ -31,16 +31,18 @@ from methods.webworld.actions import (
 )
 from methods.webworld.bench import (
     DIMENSIONS,
-    BenchSample,
     JudgeResult,
     aggregate,
     evaluate,
     factuality,
+    parse_judge_json,
+    web_turing,
+)
+from methods.webworld.bench_data import (
+    BenchSample,
     load_bench_file,
     load_bench_jsonl,
     load_official_eval,
-    parse_judge_json,
-    web_turing,
 )
 from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory, to_chat
 from methods.webworld.prompts import (

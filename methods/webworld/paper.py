@@ -246,7 +246,8 @@ def bench_stage(run: Any) -> dict[str, float]:
     ``benchmark`` (one file per dimension, chat or upstream layout), judged by ``bench.judge``."""
     from common.config import dataset_source
     from common.tracking import write_results
-    from methods.webworld.bench import evaluate, load_bench_file
+    from methods.webworld.bench import evaluate
+    from methods.webworld.bench_data import load_bench_file
 
     b = run.method.paper.bench
     if run.benchmark is None:

@@ -644,7 +644,7 @@ FIX = Path(__file__).parent.parent / "fixtures" / "webworld"
 
 
 def test_bench_reads_the_official_eval_formats():
-    from methods.webworld.bench import load_bench_file
+    from methods.webworld.bench_data import load_bench_file
 
     base, skipped = load_bench_file(FIX / "base.jsonl")
     assert len(base) == 3 and skipped == 1 and base[0].dim == "base"
@@ -675,7 +675,7 @@ class _RecordingGenerator:
 
 
 def test_bench_samples_with_the_official_settings():
-    from methods.webworld.bench import load_bench_file
+    from methods.webworld.bench_data import load_bench_file
 
     samples, _ = load_bench_file(FIX / "base.jsonl")
     gen = _RecordingGenerator()
