@@ -4,6 +4,7 @@ Reconstructs an explicit linear workflow of agents and tools that reproduces a b
 system's outputs, by MCTS over chains whose expand-vs-descend choice is set by Red-Black pruning.
 """
 
+from .costs import CostMeter, UsageOpenAIChat, charge_llm_call, count_tokens
 from .data import HUB_ID, item_to_pair, load_dataset, load_split, resolve_data_root
 from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
 from .mcts import (
@@ -15,15 +16,11 @@ from .mcts import (
     load_workflow,
 )
 from .primitives import (
-    CostMeter,
     LLMProfileGenerator,
     Primitive,
     PrimitiveSpace,
     ProfileGenerator,
     StaticProfileGenerator,
-    UsageOpenAIChat,
-    charge_llm_call,
-    count_tokens,
     generator_prompt,
     parse_profile,
     render_profile,

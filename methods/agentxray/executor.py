@@ -23,7 +23,8 @@ from typing import Any
 
 from common.sandbox import run_isolated
 
-from .primitives import CostMeter, Primitive, charge_llm_call
+from .costs import CostMeter, charge_llm_call
+from .primitives import Primitive
 from .similarity import codes_to_content, parse_project
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class WorkflowExecutor:
     Args:
         llm: A ``common.llm.ChatLLM`` (``OpenAIChat`` on the paper path, a deterministic stand-in
             in the toy). Agent calls are charged under ``agent`` by
-            :func:`~methods.agentxray.primitives.charge_llm_call`: the API's ``usage`` when the
+            :func:`~methods.agentxray.costs.charge_llm_call`: the API's ``usage`` when the
             client reports it (``UsageOpenAIChat``), else a real tokenizer's count of prompt
             and reply.
         tools: Tool name → ``f(content) -> new content | None`` (None or an exception = FAILURE).

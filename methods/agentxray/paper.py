@@ -23,9 +23,10 @@ from common.config import Run
 from common.tracking import write_results
 
 from .config import PAPER_ARMS, AgentXRayRunConfig
+from .costs import CostMeter
 from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
 from .mcts import AgentXRaySearch, extract_workflow
-from .primitives import CostMeter, LLMProfileGenerator, PrimitiveSpace
+from .primitives import LLMProfileGenerator, PrimitiveSpace
 from .resume import run_journaled
 from .similarity import SIMILARITIES
 from .toy import search_config, summarize_seeds
@@ -70,7 +71,7 @@ def _paper_search(
 
     ``checkpoint_dir``: this search's own folder; a finished row (``row.json``) is returned as is.
     """
-    from .primitives import UsageOpenAIChat
+    from .costs import UsageOpenAIChat
 
     done = Path(checkpoint_dir) / "row.json" if checkpoint_dir else None
     if done is not None and done.exists():

@@ -32,7 +32,8 @@ from common.checkpoint import (
     plain,
 )
 
-from .primitives import CostMeter, Primitive
+from .costs import CostMeter
+from .primitives import Primitive
 
 if TYPE_CHECKING:
     from .mcts import AgentXRaySearch

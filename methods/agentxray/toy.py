@@ -23,14 +23,13 @@ from common.metrics import ci_halfwidth, mean_over_seeds
 from common.tracking import progress, pyplot, save_plot, write_results
 
 from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
+from .costs import CostMeter, count_tokens
 from .executor import WorkflowExecutor
 from .mcts import AgentXRaySearch, extract_workflow
 from .primitives import (
-    CostMeter,
     Primitive,
     PrimitiveSpace,
     StaticProfileGenerator,
-    count_tokens,
     generator_prompt,
     render_profile,
 )

@@ -8,6 +8,7 @@ one trie with an ancestor-only mask and depth positions, and P-GRPO rewards a sh
 
 from .config import ThreadWeaverConfig, ThreadWeaverRunConfig
 from .data_pipeline import PipelineReport, convert_trace
+from .engines import CompletionEngine, EngineCompletion, HFGenerateEngine, VLLMEngine
 from .format import (
     CONCLUSION_TAGS,
     JOIN_SUFFIX,
@@ -22,16 +23,7 @@ from .format import (
     validate,
 )
 from .metrics import Stats, parallel_stats, speedup_report
-from .orchestrator import (
-    CompletionEngine,
-    EngineCompletion,
-    HFGenerateEngine,
-    OrchestratorConfig,
-    ParallelOrchestrator,
-    Rollout,
-    VLLMEngine,
-    tag_ids,
-)
+from .orchestrator import OrchestratorConfig, ParallelOrchestrator, Rollout, tag_ids
 from .pgrpo import extract_last_boxed, group_advantages, is_correct, pgrpo_loss, pgrpo_reward
 from .pgrpo_trainer import OrchestratedRollout, PGRPOConfig, PGRPOReward, PGRPOTrainer
 from .sft import TrieSFTConfig, TrieSFTTrainer, packed_dataset, trie_sft_config

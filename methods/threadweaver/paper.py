@@ -38,9 +38,10 @@ from common.config import DatasetSpec, ModelConfig, Run, model_id, trainer_confi
 from common.tracking import write_results
 
 from .config import ThreadWeaverRunConfig
+from .engines import HFGenerateEngine, VLLMEngine
 from .format import FormatError, parse
 from .metrics import speedup_report
-from .orchestrator import HFGenerateEngine, OrchestratorConfig, ParallelOrchestrator, VLLMEngine
+from .orchestrator import OrchestratorConfig, ParallelOrchestrator
 from .pgrpo import extract_last_boxed, is_correct
 from .trie import Packed, build_packed, extract_units
 

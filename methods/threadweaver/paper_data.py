@@ -162,7 +162,8 @@ def keep_rollouts(
 
 def self_train_stage(run: Run) -> dict[str, float]:
     """``stage=self_train``: stage-2 data, the model's own valid and correct rollouts (§4)."""
-    from .orchestrator import HFGenerateEngine, ParallelOrchestrator, VLLMEngine
+    from .engines import HFGenerateEngine, VLLMEngine
+    from .orchestrator import ParallelOrchestrator
     from .paper import _load, _model_spec, _orch_cfg, load_set, prompt_ids
 
     start, m, s = time.perf_counter(), run.method, run.method.synth

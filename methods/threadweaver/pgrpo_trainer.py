@@ -38,13 +38,9 @@ from common.config import CheckpointingNames
 from common.rl import GroupAdvantageGRPOTrainer
 
 from .config import check_mask_impl, knob
+from .engines import CompletionEngine, HFGenerateEngine
 from .format import JOIN_SUFFIX, validate
-from .orchestrator import (
-    CompletionEngine,
-    HFGenerateEngine,
-    OrchestratorConfig,
-    ParallelOrchestrator,
-)
+from .orchestrator import OrchestratorConfig, ParallelOrchestrator
 from .pgrpo import group_advantages, is_correct, pgrpo_reward
 from .trie import TrieCollator, Unit, build_packed, packed_forward, parent_gather_loss
 
@@ -250,7 +246,7 @@ class OrchestratedRollout:
         cfg: orchestrator settings (budget, join suffix, temperature ...).
         engine_factory: ``trainer -> CompletionEngine``; default: HF ``generate`` on the policy.
             At paper scale wrap TRL's colocated vLLM (``trainer.vllm_generation.llm``) in
-            :class:`~methods.threadweaver.orchestrator.VLLMEngine` so its weights are synced.
+            :class:`~methods.threadweaver.engines.VLLMEngine` so its weights are synced.
         encode_prompt: ``prompt -> ids``; default: chat template for message lists, plain
             tokenization (no special-token additions) for strings.
     """

@@ -33,9 +33,10 @@ from common.tracking import write_results
 from common.train_loop import train_steps
 
 from .config import ThreadWeaverConfig
+from .engines import HFGenerateEngine
 from .format import ParallelBlock, Trajectory, parse, serialize, validate
 from .metrics import parallel_stats, speedup_report
-from .orchestrator import HFGenerateEngine, OrchestratorConfig, ParallelOrchestrator, tag_ids
+from .orchestrator import OrchestratorConfig, ParallelOrchestrator, tag_ids
 from .trie import TrieCollator, build_packed, extract_units, packed_forward, parent_gather_loss
 
 logger = logging.getLogger(__name__)

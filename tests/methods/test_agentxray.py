@@ -33,14 +33,9 @@ from methods.agentxray import (
     syntax_check,
     tfidf_cosine,
 )
+from methods.agentxray.costs import UsageOpenAIChat, count_tokens, estimate_tokens
 from methods.agentxray.executor import agent_messages
-from methods.agentxray.primitives import (
-    UsageOpenAIChat,
-    count_tokens,
-    estimate_tokens,
-    generator_prompt,
-    render_profile,
-)
+from methods.agentxray.primitives import generator_prompt, render_profile
 from methods.agentxray.xraybench import (
     HIDDEN_CHAIN,
     TOY_TOOLS,

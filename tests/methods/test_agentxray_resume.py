@@ -23,7 +23,7 @@ from methods.agentxray import (
     WorkflowExecutor,
     sfe,
 )
-from methods.agentxray.primitives import count_tokens
+from methods.agentxray.costs import count_tokens
 from methods.agentxray.xraybench import HIDDEN_CHAIN, TOY_TOOLS, ToyChat, make_tasks, toy_agent_pool
 
 _BB = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())

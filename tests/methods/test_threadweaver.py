@@ -35,7 +35,7 @@ from methods.threadweaver import (
     tag_ids,
     validate,
 )
-from methods.threadweaver.orchestrator import EngineCompletion
+from methods.threadweaver.engines import EngineCompletion
 from methods.threadweaver.toy import make_codebook, toy_tokenizer, toy_trajectory
 from tests.fake_openai import FakeOpenAI
 
