@@ -31,14 +31,11 @@ from methods.sv_features.sad import (
     SADResult,
     decompose_pairs,
     head_inputs,
-    n_recon,
     random_rotation_basis,
-    relative_contributions,
-    rolls_tovee,
     sparse_attention_decomposition,
-    sparseness,
     sv_contributions,
 )
+from methods.sv_features.sparseness import n_recon, relative_contributions, rolls_tovee, sparseness
 from methods.sv_features.superposition import (
     ToyAttentionAutoencoder,
     ToyConfig,
