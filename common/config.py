@@ -35,7 +35,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 METHODS_DIR = REPO_ROOT / "methods"
-
 MODEL_KINDS = ("causal_lm", "vision_language", "masked_diffusion", "encoder", "vision_encoder")
 
 
@@ -328,10 +327,9 @@ def trainer_config(config_cls: type, node: dict[str, Any] | None = None, **defau
 class CheckpointingNames:
     """Mixin for this project's TRL / HF config subclasses (listed first among the bases).
 
-    TRL's configs default ``gradient_checkpointing=True`` and the paper scripts use that name, which
-    transformers 5 deprecates in favour of ``activation_checkpointing``: an unset new name takes the
-    old one's value before the base ``__post_init__`` runs, so the config means the same and builds
-    without a deprecation warning. An explicitly set ``activation_checkpointing`` wins, as upstream.
+    TRL's configs default ``gradient_checkpointing=True``, a name transformers 5 deprecates for
+    ``activation_checkpointing``: an unset new name takes the old one's value before the base
+    ``__post_init__`` runs (no deprecation warning, same meaning); a set new name wins, as upstream.
     """
 
     def __post_init__(self):
@@ -350,10 +348,8 @@ _RENAMED = (
 def checkpointing_kwargs(config_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with transformers 5's names for activation checkpointing, the value kept.
 
-    TRL's configs default ``gradient_checkpointing=True``, a name transformers 5 deprecates: building
-    one without ``activation_checkpointing`` warns. The old names (still accepted in presets, where
-    the paper's scripts use them) are moved to the new ones, and an unset ``activation_checkpointing``
-    takes the class's default, so the config means the same and builds without a warning.
+    The kwargs-side twin of :class:`CheckpointingNames`: the old names (still accepted in presets)
+    move to the new ones, and an unset new name takes the class's old-name default.
 
     Raises:
         ConfigError: when both the old and the new name of one setting are given.

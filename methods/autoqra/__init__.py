@@ -22,7 +22,8 @@ from .operators import (
     repair_to_budget,
     warm_start,
 )
-from .paper import PaperEvaluator, load_alpaca, load_winogrande, winogrande_accuracy
+from .paper import PaperEvaluator
+from .paper_data import load_alpaca, load_winogrande, winogrande_accuracy
 from .search import (
     AutoQRA,
     EvolutionConfig,

@@ -6,9 +6,7 @@ to ``q_ℓ`` bits (HQQ on GPU, or the fake RTN backend on CPU), attach LoRA of r
 then measure WinoGrande accuracy, 0-shot, by partial scoring: each option is substituted for the blank and
 the log-likelihood of the text after the blank is compared (lm-evaluation-harness's ``winogrande`` rule).
 
-Data come from local files in the benchmarks' own formats (no download at run time): Alpaca is a JSON list
-(or JSON lines) of ``{"instruction", "input", "output"}``; WinoGrande is JSON lines of ``{"sentence"`` with
-one ``_``, ``"option1", "option2", "answer": "1" | "2"}``.
+The Alpaca and WinoGrande readers are in :mod:`methods.autoqra.paper_data`.
 
 Command (GPU): ``icml26 experiment=autoqra_paper model=qwen3_4b`` (the ``paper`` stage; a local file
 through ``method.paper.sft_data.path`` / ``benchmark.sets.winogrande.path``).
@@ -34,93 +32,17 @@ from .apply import build_quantized_lora_model
 from .evaluators import EvalResult
 from .importance import Importance, compute_adapt_sensitivity, compute_quant_sensitivity
 from .memory import MemoryModel
+from .paper_data import (
+    alpaca_features,
+    alpaca_rows,
+    collate,
+    read_records,
+    winogrande_accuracy,
+    winogrande_rows,
+)
 from .space import QRConfig, SearchSpace
 
 logger = logging.getLogger(__name__)
-
-# Instruction-tuning prompt layout of the Alpaca data (instruction, optional input, then the response).
-PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
-PROMPT_NO_INPUT = "### Instruction:\n{instruction}\n\n### Response:\n"
-
-
-def _read_records(path: str | Path) -> list[dict]:
-    """A JSON list or JSON-lines file as a list of dicts."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such data file: {path}")
-    text = path.read_text(encoding="utf-8").strip()
-    if not text:
-        raise ValueError(f"{path} is empty")
-    if text[0] == "[":
-        records = json.loads(text)
-    else:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    if not all(isinstance(r, dict) for r in records):
-        raise ValueError(f"{path} must hold JSON objects (a list or one per line)")
-    return records
-
-
-def load_alpaca(path: str | Path, n: int | None = None) -> list[dict[str, str]]:
-    """Read Alpaca-format records (``instruction``, optional ``input``, ``output``).
-
-    Raises:
-        ValueError: naming the record index when ``instruction`` or ``output`` is missing.
-    """
-    return _alpaca_rows(_read_records(path)[:n], str(path))
-
-
-def _alpaca_rows(records: list[dict], where: str) -> list[dict[str, str]]:
-    for i, r in enumerate(records):
-        for key in ("instruction", "output"):
-            if not isinstance(r.get(key), str):
-                raise ValueError(f"{where}: record {i} has no string field {key!r} (Alpaca format)")
-    return [
-        {"instruction": r["instruction"], "input": r.get("input") or "", "output": r["output"]}
-        for r in records
-    ]
-
-
-def alpaca_prompt(record: dict[str, str]) -> str:
-    """The prompt text of one Alpaca record (the response follows it)."""
-    tpl = PROMPT_WITH_INPUT if record.get("input") else PROMPT_NO_INPUT
-    return tpl.format(**record)
-
-
-def alpaca_features(
-    records: list[dict[str, str]], tokenizer: Any, max_len: int = 512
-) -> list[dict]:
-    """Tokenise for SFT: ``input_ids`` = prompt + response + EOS, ``labels`` = -100 on the prompt.
-
-    Examples whose prompt alone fills ``max_len`` are dropped (they carry no response tokens).
-    """
-    if max_len < 2:
-        raise ValueError(f"max_len must be >= 2, got {max_len}")
-    feats = []
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    for r in records:
-        p = tokenizer.encode(alpaca_prompt(r), add_special_tokens=False)
-        a = tokenizer.encode(r["output"], add_special_tokens=False) + eos
-        ids = (p + a)[:max_len]
-        labels = ([-100] * len(p) + a)[:max_len]
-        if any(x != -100 for x in labels):
-            feats.append({"input_ids": ids, "labels": labels})
-    if not feats:
-        raise ValueError("no Alpaca example has response tokens within max_len")
-    return feats
-
-
-def collate(feats: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad a batch: ``input_ids``, ``attention_mask``, ``labels`` (−100 on padding), ``[B, T]``."""
-    t = max(len(f["input_ids"]) for f in feats)
-    ids = torch.full((len(feats), t), pad_id, dtype=torch.long)
-    labels = torch.full((len(feats), t), -100, dtype=torch.long)
-    mask = torch.zeros((len(feats), t), dtype=torch.long)
-    for i, f in enumerate(feats):
-        n = len(f["input_ids"])
-        ids[i, :n] = torch.tensor(f["input_ids"])
-        labels[i, :n] = torch.tensor(f["labels"])
-        mask[i, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 def sft_train(
@@ -158,68 +80,6 @@ def sft_train(
         desc="autoqra sft",
     )
     return losses[-1] if losses else float("nan")
-
-
-def load_winogrande(path: str | Path, n: int | None = None) -> list[dict]:
-    """Read WinoGrande-format items (``sentence`` with one ``_``, ``option1``, ``option2``, ``answer``).
-
-    Raises:
-        ValueError: naming the item index on a missing field, a blank count other than one, or an
-            answer outside {1, 2}.
-    """
-    return _winogrande_rows(_read_records(path)[:n], str(path))
-
-
-def _winogrande_rows(items: list[dict], where: str = "benchmark") -> list[dict]:
-    out = []
-    for i, it in enumerate(items):
-        for key in ("sentence", "option1", "option2", "answer"):
-            if key not in it:
-                raise ValueError(f"{where}: item {i} has no field {key!r} (WinoGrande format)")
-        if it["sentence"].count("_") != 1:
-            raise ValueError(f"{where}: item {i} sentence must contain exactly one '_' blank")
-        if str(it["answer"]) not in ("1", "2"):
-            raise ValueError(f"{where}: item {i} answer must be '1' or '2', got {it['answer']!r}")
-        out.append({**it, "answer": int(it["answer"])})
-    return out
-
-
-def winogrande_pairs(item: dict) -> tuple[list[str], str]:
-    """Partial scoring inputs: the two contexts (text before the blank + option) and the shared
-    continuation (text after the blank)."""
-    i = item["sentence"].index("_")
-    before, after = item["sentence"][:i], item["sentence"][i + 1 :]
-    contexts = [before + item["option1"], before + item["option2"]]
-    return contexts, " " + after.strip()
-
-
-@torch.no_grad()
-def continuation_logprob(model: torch.nn.Module, tokenizer: Any, context: str, cont: str) -> float:
-    """``Σ log p(cont tokens | context)`` under a causal LM (BOS prepended when the tokenizer has one)."""
-    ctx = tokenizer.encode(context, add_special_tokens=False)
-    if tokenizer.bos_token_id is not None:
-        ctx = [tokenizer.bos_token_id, *ctx]
-    c = tokenizer.encode(cont, add_special_tokens=False)
-    if not ctx or not c:
-        raise ValueError("context and continuation must both tokenise to >= 1 token")
-    device = next(model.parameters()).device
-    ids = torch.tensor([ctx + c], device=device)  # [1, T]
-    logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)  # [T-1, V]
-    tgt = ids[0, 1:]
-    return float(logp[len(ctx) - 1 :].gather(-1, tgt[len(ctx) - 1 :, None]).sum())
-
-
-def winogrande_accuracy(model: torch.nn.Module, tokenizer: Any, items: list[dict]) -> float:
-    """Fraction of items whose higher-likelihood option is the answer (0-shot partial scoring)."""
-    if not items:
-        raise ValueError("items is empty")
-    model.eval()
-    correct = 0
-    for it in items:
-        contexts, cont = winogrande_pairs(it)
-        scores = [continuation_logprob(model, tokenizer, ctx, cont) for ctx in contexts]
-        correct += int(np.argmax(scores)) + 1 == it["answer"]
-    return correct / len(items)
 
 
 @dataclass
@@ -367,7 +227,7 @@ def _dataset_records(spec: Any, what: str, n: int | None) -> list[dict]:
     """The records of a :class:`common.config.DatasetSpec`: its local file (JSON list / JSON lines),
     else ``datasets.load_dataset(hub_id, config, split)`` (cached beforehand when offline)."""
     if spec.path:
-        return _read_records(spec.path)[:n]
+        return read_records(spec.path)[:n]
     if not spec.hub_id:
         raise ValueError(f"{what} needs a hub_id or a local path")
     from datasets import load_dataset
@@ -402,9 +262,9 @@ def paper_stage(run: Any) -> dict[str, float]:
     model = load_model(spec, dtype=dtype, device=device)
     tok = load_tokenizer(spec)
     alpaca = _dataset_records(p.sft_data, "method.paper.sft_data", p.n_train)
-    feats = alpaca_features(_alpaca_rows(alpaca, "method.paper.sft_data"), tok, p.max_len)
+    feats = alpaca_features(alpaca_rows(alpaca, "method.paper.sft_data"), tok, p.max_len)
     (wspec,) = run.benchmark.sets.values()
-    items = _winogrande_rows(_dataset_records(wspec, "benchmark", p.n_eval))
+    items = winogrande_rows(_dataset_records(wspec, "benchmark", p.n_eval))
     layers = model.config.num_hidden_layers
     space = SearchSpace(Q=tuple(c.Q), R=tuple(c.R), num_layers=layers)
     memory = MemoryModel.from_hf_config(

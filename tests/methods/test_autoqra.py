@@ -563,7 +563,7 @@ def tiny_qwen():
 
 
 def test_alpaca_loader_and_sft_labels(paper_files, tiny_qwen):
-    from methods.autoqra.paper import alpaca_features, alpaca_prompt, collate, load_alpaca
+    from methods.autoqra.paper_data import alpaca_features, alpaca_prompt, collate, load_alpaca
 
     _, tok = tiny_qwen
     recs = load_alpaca(paper_files / "alpaca.json")
@@ -585,7 +585,7 @@ def test_alpaca_loader_and_sft_labels(paper_files, tiny_qwen):
 
 
 def test_winogrande_loader_and_partial_scoring(paper_files, tiny_qwen):
-    from methods.autoqra.paper import (
+    from methods.autoqra.paper_data import (
         continuation_logprob,
         load_winogrande,
         winogrande_accuracy,
@@ -624,13 +624,8 @@ def test_winogrande_loader_and_partial_scoring(paper_files, tiny_qwen):
 
 
 def test_paper_evaluator_on_tiny_local_model(paper_files, tiny_qwen, tmp_path):
-    from methods.autoqra.paper import (
-        PaperEvaluator,
-        PaperFidelity,
-        alpaca_features,
-        load_alpaca,
-        load_winogrande,
-    )
+    from methods.autoqra.paper import PaperEvaluator, PaperFidelity
+    from methods.autoqra.paper_data import alpaca_features, load_alpaca, load_winogrande
 
     model, tok = tiny_qwen
     feats = alpaca_features(load_alpaca(paper_files / "alpaca.json"), tok, max_len=64)
