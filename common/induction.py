@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from common.train_loop import train_steps
+
 logger = logging.getLogger(__name__)
 
 
@@ -59,7 +61,8 @@ def induction_warmup(
     lr: float = 3e-3,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Pre-trains a random-init causal LM on :func:`induction_batch` (AdamW, clip 1.0).
+    """Pre-trains a random-init causal LM on :func:`induction_batch` (AdamW, clip 1.0), through
+    :func:`common.train_loop.train_steps`.
 
     Tiny models trained from scratch on a toy whose answer must be copied from the context (a value
     after its key, a page title from the clicked link) tend to sit on a "copy any plausible token"
@@ -79,25 +82,33 @@ def induction_warmup(
         )
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    model.train()
-    loss_ema, acc_ema = float("nan"), 0.0
-    for step in range(steps):
+    ema = {"loss": float("nan"), "acc": 0.0, "last_acc": 0.0}
+
+    def loss_fn(_step: int) -> torch.Tensor:
         ids, targets = induction_batch(rng, batch, n_ctx, lo, hi)
         logits = model(input_ids=ids.to(model.device), use_cache=False).logits[:, n_ctx:]
         gold = targets.to(model.device)
-        loss = torch.nn.functional.cross_entropy(
+        ema["last_acc"] = float((logits.argmax(-1) == gold).float().mean())
+        return torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), gold.reshape(-1)
         )
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        acc = float((logits.argmax(-1) == gold).float().mean())
-        loss_ema = (
-            float(loss.detach()) if step == 0 else 0.9 * loss_ema + 0.1 * float(loss.detach())
-        )
-        acc_ema = 0.9 * acc_ema + 0.1 * acc
+
+    def track(step: int, loss: float) -> None:
+        ema["loss"] = loss if step == 0 else 0.9 * ema["loss"] + 0.1 * loss
+        ema["acc"] = 0.9 * ema["acc"] + 0.1 * ema["last_acc"]
         if step % 100 == 0:
-            logger.info("induction warm-up step %d loss %.3f acc %.3f", step, loss_ema, acc_ema)
+            logger.info(
+                "induction warm-up step %d loss %.3f acc %.3f", step, ema["loss"], ema["acc"]
+            )
+
+    train_steps(
+        model,
+        loss_fn,
+        steps,
+        optimizer=opt,
+        grad_clip=1.0,
+        desc="induction warm-up",
+        callback=track,
+    )
     model.eval()
-    return {"induction_loss": loss_ema, "induction_acc": acc_ema}
+    return {"induction_loss": ema["loss"], "induction_acc": ema["acc"]}

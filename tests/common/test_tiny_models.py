@@ -147,6 +147,33 @@ def test_induction_warmup_updates_the_model_and_checks_its_range():
         induction_warmup(model, 0, 10, steps=-1)
 
 
+def test_induction_warmup_is_adamw_on_the_query_positions():
+    """Same parameters and EMA statistics as the recipe written out by hand: AdamW (betas 0.9,
+    0.98), cross-entropy on the ``n_ctx - 1`` query positions only, gradient clipping at 1.0."""
+    from common.tiny import induction_batch, induction_warmup
+
+    kw = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, vocab_size=30, seed=1)
+    model, _ = tiny_causal_lm("llama", **kw, record=False)
+    ref, _ = tiny_causal_lm("llama", **kw, record=False)
+    stats = induction_warmup(model, 2, 30, steps=3, batch=4, n_ctx=6, lr=1e-2, seed=5)
+    rng = np.random.default_rng(5)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, betas=(0.9, 0.98))
+    loss_ema, acc_ema = 0.0, 0.0
+    for step in range(3):
+        ids, targets = induction_batch(rng, 4, 6, 2, 30)
+        logits = ref(input_ids=ids).logits[:, 6:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 30), targets.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        opt.step()
+        loss_ema = float(loss) if step == 0 else 0.9 * loss_ema + 0.1 * float(loss)
+        acc_ema = 0.9 * acc_ema + 0.1 * float((logits.argmax(-1) == targets).float().mean())
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q), name
+    assert stats == {"induction_loss": loss_ema, "induction_acc": acc_ema}
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_fork_rng_restores_or_continues_from_the_seeded_init(arch):
     """fork_rng=True leaves the caller's stream untouched; False leaves it where
