@@ -100,3 +100,11 @@ def test_runner_writes_one_table_per_bench(tmp_path):
         bench.main(["no_such_bench", "--no-write"])
     with pytest.raises(KeyError, match="rows"):
         bench.check_result("x", {"title": "t", "command": "c"})
+
+
+def test_header_says_how_loaded_the_machine_was():
+    idle = bench.load_note([0.9, 1.1, 1.0], cores=2)
+    shared = bench.load_note([1.0, 9.5, 4.0], cores=2)
+    assert "otherwise idle" in idle and "up to 1.1 on 2 cores" in idle
+    assert "shared" in shared and "up to 9.5 on 2 cores" in shared
+    assert "shared" in bench.load_note([2.1], cores=2) and "idle" in bench.load_note([1.9], cores=2)

@@ -44,9 +44,7 @@ Machine: {machine}.
 Every table is one bench: the method against its baseline on the same inputs in the same process.
 *ratio* = method ÷ baseline; times are medians over repeats (spread: interquartile range, IQR);
 *met* says whether the issue's threshold holds for this run. {quick}
-The numbers below were measured on a shared, loaded machine (other jobs running): ratios measured
-in one process are more robust than absolute times, but small margins (a few %) are within noise.
-Re-run on an idle machine with `python -m scripts.bench all` to refresh.
+{load}
 
 """
 
@@ -104,8 +102,24 @@ def check_result(name: str, res: object) -> dict:
     return res
 
 
+def load_note(loads: list[float], cores: int) -> str:
+    """How loaded the machine was: the 1-minute load averages seen during the run vs the cores."""
+    peak = max(loads)
+    if peak > 1.5 + 0.25 * cores:  # more than the bench's own process and a little noise
+        return (
+            f"The machine was shared (1-minute load up to {peak:.1f} on {cores} cores, other jobs "
+            "running): ratios measured in one process are more robust than absolute times, but small "
+            "margins (a few %) are within noise. Re-run on an idle machine to refresh."
+        )
+    return (
+        f"The machine was otherwise idle (1-minute load up to {peak:.1f} on {cores} cores: the "
+        "bench's own process). Small margins (a few %) can still be noise at these sizes."
+    )
+
+
 def run_benches(names: list[str], quick: bool, out: Path | None, argv: list[str]) -> dict:
     results, sections, summary = {}, [], []
+    loads = [os.getloadavg()[0]]
     for name in names:
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
@@ -133,6 +147,7 @@ def run_benches(names: list[str], quick: bool, out: Path | None, argv: list[str]
             f"{'error' if res.get('error') else f'{n_met} met, {n_not} not met'} | {dt:.0f} s |"
         )
         print(f"[bench] {name}: {dt:.1f} s", file=sys.stderr, flush=True)
+        loads.append(os.getloadavg()[0])
     if out is not None:
         cmd = "python -m scripts.bench " + " ".join(argv)
         text = HEADER.format(
@@ -142,6 +157,7 @@ def run_benches(names: list[str], quick: bool, out: Path | None, argv: list[str]
             quick="**Quick mode (`--quick`): tiny sizes, smoke only; do not read the ratios.**"
             if quick
             else "",
+            load=load_note(loads, os.cpu_count() or 1),
         )
         text += "| bench | thresholds | time |\n|---|---|---|\n" + "\n".join(summary) + "\n\n"
         text += "\n".join(sections)

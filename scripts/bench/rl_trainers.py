@@ -10,7 +10,9 @@ main thread and measured with the torch profiler's memory timeline, see ``_harne
 deterministic: the same bytes on every step and run). The peak resident-memory growth of a
 two-step ``train()`` (``_harness.peak_rss``, the whole process incl. the allocator and Python) is
 reported as information only: it moves by MiBs between identical runs. The rounds alternate GRPO
-and the methods so that a drifting machine load hits all alike.
+and the methods so that a drifting machine load hits all alike; each round starts one trainer
+later (no trainer always runs first or after the same one) and collects the previous trainer's
+garbage before timing.
 
 Thresholds: ≤ 1.05× GRPO (APO ≤ 1.3×, including its teacher-forced reference Top-K pass).
 """
@@ -18,6 +20,7 @@ Thresholds: ≤ 1.05× GRPO (APO ≤ 1.3×, including its teacher-forced referen
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import statistics
 import tempfile
@@ -246,7 +249,7 @@ def run(quick: bool = False) -> dict:
 
     from common.tiny import tiny_causal_lm
 
-    steps, warm, rounds, completion = (3, 1, 1, 4) if quick else (7, 2, 2, 24)
+    steps, warm, rounds, completion = (3, 1, 1, 4) if quick else (7, 2, 6, 24)
     rss_rounds = 1 if quick else 5
     from methods.threadweaver.special_tokens import add_threadweaver_tokens
 
@@ -263,11 +266,14 @@ def run(quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         # process warm-up (first-call costs of torch/TRL), so GRPO, run first, is not penalised
         _build("grpo", specs["grpo"], model, tok, data, 2, completion, tmp)[0].train()
-        for _ in range(rounds):
-            for name, spec in specs.items():
-                tr, timer = _build(name, spec, model, tok, data, steps, completion, tmp)
+        names = list(specs)
+        for r in range(rounds):  # each round starts one trainer later: no trainer owns a slot
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                tr, timer = _build(name, specs[name], model, tok, data, steps, completion, tmp)
+                gc.collect()  # the previous trainer's garbage is not collected inside this one's steps
                 tr.train()
                 times[name] += timer.times[warm:]
+                del tr
         for name, spec in specs.items():  # deterministic: one 2-step run per trainer
             step_peak[name] = _step_peaks(
                 _build(name, spec, model, tok, data, 2, completion, tmp)[0]
@@ -336,7 +342,7 @@ def run(quick: bool = False) -> dict:
         f"n={len(times['grpo'])}), peak tensor memory {max(step_peak['grpo']) / 2**20:.2f} MiB per step, RSS growth {peak['grpo'] / 2**20:.1f} MiB (median of {rss_rounds}). Setup: tiny Qwen2 "
         f"(common.tiny, seed 0), 16 completions (4 prompts × 4) × {completion} tokens, "
         f"min_new_tokens = max_completion_length (equal lengths), loss_type='dapo' (P-GRPO: scale_rewards='none', the only one it implements), {steps} steps per run of which {warm} warm-up, "
-        f"{rounds} round(s) alternating the trainers. P-GRPO runs with parallel_rollouts=False "
+        f"{rounds} round(s) alternating the trainers (rotated start, gc before each). P-GRPO runs with parallel_rollouts=False "
         "(its sequential path through the orchestrator and HFGenerateEngine, not TRL's generate).\n\n"
         + "Load average (1/5/15 min) at the end of this run: "
         + "/".join(f"{x:.1f}" for x in os.getloadavg())
