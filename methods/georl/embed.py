@@ -102,11 +102,13 @@ class MiniLMEmbedder:
         """
         texts = _check_texts(texts)
         known: dict[str, np.ndarray] = {}
+        todo: list[str] = []
         for t in dict.fromkeys(texts):
             if t in self._cache:
                 self._cache.move_to_end(t)
                 known[t] = self._cache[t]
-        todo = [t for t in dict.fromkeys(texts) if t not in known]
+            else:
+                todo.append(t)
         pieces = {t: split_sentences(t) for t in todo}
         flat = [s for t in todo for s in pieces[t]]
         sent_emb = self._embedder.encode(flat) if flat else np.zeros((0, 0))

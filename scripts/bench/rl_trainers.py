@@ -273,7 +273,6 @@ def run(quick: bool = False) -> dict:
                 gc.collect()  # the previous trainer's garbage is not collected inside this one's steps
                 tr.train()
                 times[name] += timer.times[warm:]
-                del tr
         for name, spec in specs.items():  # deterministic: one 2-step run per trainer
             step_peak[name] = _step_peaks(
                 _build(name, spec, model, tok, data, 2, completion, tmp)[0]
