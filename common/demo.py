@@ -25,7 +25,8 @@ class ToyResult:
     the metric's direction; ``verdict``: the doc's reading (``effect``: the method beats the baseline as
     the paper claims; ``negative``: the claim does not show; ``inconclusive``: the gap is within the
     noise); ``command``: the command the doc gives for that run; ``note``: one short line saying why,
-    printed in the tour for a negative or inconclusive toy.
+    printed in the tour for a negative or inconclusive toy; ``minutes``: about how long ``command``
+    takes on the 2-core CPU machine (the tour tells a reader whose demo does not show the effect).
     """
 
     method: float
@@ -34,6 +35,7 @@ class ToyResult:
     verdict: Verdict
     command: str
     note: str = ""
+    minutes: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("method", "baseline"):
@@ -48,6 +50,12 @@ class ToyResult:
             raise ValueError(f"ToyResult.verdict must be one of {VERDICTS}, got {self.verdict!r}")
         if not self.command.startswith("icml26 "):
             raise ValueError(f"ToyResult.command must be an icml26 command, got {self.command!r}")
+        if self.minutes is not None and not (
+            isinstance(self.minutes, int | float)
+            and math.isfinite(self.minutes)
+            and self.minutes > 0
+        ):
+            raise ValueError(f"ToyResult.minutes must be a positive number, got {self.minutes!r}")
         if self.verdict != "effect" and not self.note:
             raise ValueError(f"ToyResult.note must say why the toy is {self.verdict}")
 

@@ -8,13 +8,18 @@ full-toy result of the ``HEADLINE`` pair; both its numbers and its command must 
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
 from common.demo import ToyResult, direction
 from common.registry import REPO_ROOT, discover_methods, get_method
-from scripts.demo import summarize, table
+from scripts.demo import BWRAP_SKIP, captured, fresh_dir, summarize, table
 
 SLUGS = discover_methods()
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
@@ -61,60 +66,153 @@ def test_numbers_parser_reads_table_cells():
     assert 3.0 not in _numbers("v3.1 and x3")  # a digit glued to a word is not a number
 
 
-def _toy(verdict="effect", hib=True, method=0.8, baseline=0.2, note=""):
+def _toy(verdict="effect", hib=True, method=0.8, baseline=0.2, note="", minutes=None):
     note = note or ("the claim does not show" if verdict != "effect" else "")
-    return ToyResult(method, baseline, hib, verdict, "icml26 experiment=x_toy", note)
+    return ToyResult(method, baseline, hib, verdict, "icml26 experiment=x_toy", note, minutes)
 
 
 @pytest.mark.parametrize(
-    ("toy", "value", "base", "agrees", "status"),
+    ("toy", "value", "base", "where", "status"),
     [
-        (_toy(), 0.6, 0.3, True, "effect shown"),
-        (_toy(), 0.3, 0.6, False, "effect not shown at demo size"),
-        (_toy(), 0.5, 0.5, False, "effect not shown at demo size"),  # a tie is not an effect
-        # lower is better: a lower loss agrees, a higher one does not
-        (_toy(hib=False, method=3.7, baseline=4.0), 4.1, 4.5, True, "effect shown"),
-        (
-            _toy(hib=False, method=3.7, baseline=4.0),
-            4.5,
-            4.1,
-            False,
-            "effect not shown at demo size",
-        ),
-        # the toy itself loses: a losing demo agrees, and the row names the doc's verdict
-        (_toy("negative", method=0.2, baseline=0.3), 0.1, 0.4, True, "negative toy (doc)"),
-        (_toy("negative", method=0.2, baseline=0.3), 0.4, 0.1, False, "negative toy (doc)"),
-        (_toy("inconclusive", method=0.59, baseline=0.575), 1.0, 1.0, False, "inconclusive toy"),
+        (_toy(), 0.6, 0.3, "better", "effect shown"),
+        (_toy(minutes=9.2), 0.3, 0.6, "worse", "effect needs the full toy (9.2 min): `icml26"),
+        (_toy(), 0.5, 0.5, "tie", "effect needs the full toy: `icml26"),  # a tie is not an effect
+        # lower is better: a lower loss is better, a higher one is not
+        (_toy(hib=False, method=3.7, baseline=4.0), 4.1, 4.5, "better", "effect shown"),
+        (_toy(hib=False, method=3.7, baseline=4.0), 4.5, 4.1, "worse", "effect needs the full"),
+        # the toy itself loses: the row names the doc's verdict whatever the demo shows, and the
+        # direction is the demo's own (a losing method reads "worse", never "agrees")
+        (_toy("negative", method=0.2, baseline=0.3), 0.1, 0.4, "worse", "negative toy (doc)"),
+        (_toy("negative", method=0.2, baseline=0.3), 0.4, 0.1, "better", "negative toy (doc)"),
+        (_toy("inconclusive", method=0.59, baseline=0.575), 1.0, 1.0, "tie", "inconclusive toy"),
     ],
 )
-def test_summarize_verdicts(toy, value, base, agrees, status):
+def test_summarize_direction_and_status(toy, value, base, where, status):
     row = summarize("m", "m/acc", value, "b/acc", base, toy, 1.0)
-    assert row["agrees"] is agrees
+    assert row["direction"] == where
     assert row["status"].startswith(status)
+    assert row["effect_shown"] is (
+        {"better": True}.get(where, False) if toy.verdict == "effect" else None
+    )
     if toy.verdict != "effect":
         assert toy.note in row["status"]
     assert row["toy_value"] == toy.method and row["command"] == toy.command
 
 
-def test_summarize_error_and_missing_rows():
+def test_summarize_error_missing_and_skipped_rows():
     err = summarize("m", "m/acc", None, "b/acc", None, _toy(), 2.0, "RuntimeError: boom")
-    assert err["status"] == "error" and err["agrees"] is None
+    assert err["status"] == "error" and err["direction"] is None
     missing = summarize("m", "m/acc", 0.4, "b/acc", None, _toy(), 2.0)
-    assert missing["status"] == "missing metric" and missing["agrees"] is None
-    text = table([err, missing])
-    assert "FAILED: RuntimeError: boom" in text
-    assert text.count("\n") == 3  # header, rule, two rows
+    assert missing["status"] == "missing metric" and missing["direction"] is None
+    skipped = summarize("m", "m/acc", None, "b/acc", None, _toy(), 0.1, skipped=BWRAP_SKIP)
+    assert skipped["status"] == BWRAP_SKIP and not skipped["error"]
+    text = table([err, missing, skipped])
+    assert "FAILED: RuntimeError: boom" in text and BWRAP_SKIP in text
+    assert text.count("\n") == 4  # header, rule, three rows
 
 
-def test_table_row_shows_demo_toy_command_and_agreement():
+def test_table_direction_column_reads_in_the_metric_good_direction():
     row = summarize(
         "kore", "kore/hars", 80.0, "lora/hars", 40.0, _toy(method=93.1, baseline=50.6), 3
     )
     line = table([row]).splitlines()[-1]
-    assert "80 vs 40" in line and "93.1 vs 50.6" in line
-    assert "| yes |" in line and "`icml26 experiment=x_toy`" in line
+    assert "80 vs 40" in line and "93.1 vs 50.6 (effect)" in line
+    assert "| method better |" in line and "| effect shown |" in line
+    # a loss that is lower for the method is "better" even though its number is smaller
+    low = summarize("q", "q/loss", 2.5, "u/loss", 2.6, _toy(hib=False, method=2.4, baseline=2.6), 1)
+    assert "| method better |" in table([low])
+    # the method losing on a negative toy never reads as agreement
+    neg = summarize(
+        "s", "s/acc", 0.37, "l/acc", 0.57, _toy("negative", method=0.88, baseline=1.0), 1
+    )
+    line = table([neg]).splitlines()[-1]
+    assert "| method worse |" in line and "negative toy (doc)" in line and "yes" not in line
+    tie = summarize("w", "w/acc", 0.0, "r/acc", 0.0, _toy(), 1)
+    assert "cannot separate (equal)" in table([tie])
     shared = summarize("common", "reward", 0.1, "first", 0.4, None, 1.0)  # no doc: must improve
-    assert shared["agrees"] is False and shared["toy_value"] is None
+    assert shared["effect_shown"] is False and shared["toy_value"] is None
+
+
+def test_fresh_dir_moves_the_previous_run_aside(tmp_path):
+    root = tmp_path / "demo"
+    assert fresh_dir(root) is None and root.is_dir()
+    (root / "old.txt").write_text("1")
+    moved = fresh_dir(root)
+    assert moved == tmp_path / "demo.previous" and (moved / "old.txt").read_text() == "1"
+    assert list(root.iterdir()) == []
+    (root / "new.txt").write_text("2")
+    fresh_dir(root)  # the older .previous is replaced, the last run kept
+    assert sorted(p.name for p in (tmp_path / "demo.previous").iterdir()) == ["new.txt"]
+
+
+def test_captured_sends_every_writer_to_the_log(tmp_path, capfd):
+    import subprocess
+
+    log = tmp_path / "x" / "demo.log"
+    with captured(log):
+        print("py-stdout")
+        print("py-stderr", file=sys.stderr)
+        os.write(1, b"fd1\n")
+        os.write(2, b"fd2\n")
+        subprocess.run([sys.executable, "-c", "print('child')"], check=True)
+    print("after")
+    out, err = capfd.readouterr()
+    text = log.read_text()
+    for needle in ("py-stdout", "py-stderr", "fd1", "fd2", "child"):
+        assert needle in text and needle not in out + err
+    assert "after" in out and "after" not in text
+
+
+def test_demo_console_is_demo_lines_and_table(tmp_path, monkeypatch, capfd):
+    """A one-method tour: the console holds only [demo] lines and the table; the rest is in the log."""
+    import scripts.demo as demo
+
+    monkeypatch.setattr(demo, "RESULTS", tmp_path / "demo")
+    assert demo.main(["salo"]) == 0
+    out, err = capfd.readouterr()
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert lines[0].startswith("[demo] salo (1/1)") and lines[1].startswith("[demo] salo: ")
+    assert all(ln.startswith(("[demo]", "|", "total ")) for ln in lines), out
+    assert err == ""
+    assert (tmp_path / "demo" / "demo.md").exists() and (
+        tmp_path / "demo" / "salo" / "demo.log"
+    ).exists()
+
+
+def path_without(tool: str, scratch: Path) -> str:
+    """``$PATH`` with ``tool`` hidden: each folder that holds it is replaced by a copy of links to
+    everything else in it."""
+    dirs = []
+    for i, d in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
+        if d and (Path(d) / tool).exists():
+            shadow = scratch / f"path{i}"
+            shadow.mkdir(parents=True)
+            for entry in Path(d).iterdir():
+                if entry.name != tool:
+                    (shadow / entry.name).symlink_to(entry)
+            d = str(shadow)
+        dirs.append(d)
+    return os.pathsep.join(dirs)
+
+
+def test_demo_skips_sacopt_without_bubblewrap(tmp_path, monkeypatch, capfd):
+    """bwrap hidden from PATH: sacopt's row says it was skipped and why; the tour still exits 0."""
+    import scripts.demo as demo
+    from common import sandbox
+
+    monkeypatch.setenv("PATH", path_without("bwrap", tmp_path / "shadow"))
+    assert shutil.which("bwrap") is None
+    sandbox._probe.cache_clear()
+    monkeypatch.setattr(demo, "RESULTS", tmp_path / "demo")
+    try:
+        assert demo.main(["sacopt"]) == 0
+    finally:
+        sandbox._probe.cache_clear()
+    out, _ = capfd.readouterr()
+    row = json.loads((tmp_path / "demo" / "demo.json").read_text())["rows"][0]
+    assert row["status"] == BWRAP_SKIP and not row["error"]
+    assert "[demo] sacopt: " in out and BWRAP_SKIP in out
+    assert "Traceback" not in out
 
 
 def test_direction_and_toy_result_checks():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -143,16 +144,18 @@ def _toy_search(
         seed=seed,
     )
     ref = copy.deepcopy(warm).eval() if cfg.mode in ("coevolve_dpo", "coevolve_rl") else None
-    return MCCEOptimizer(
-        toy_problem(),
-        api,
-        local,
-        cfg,
-        init,
-        ref_model=ref,
-        checkpoint_dir=str(ckpt / f"{arm}_seed{seed}"),
-        trainer_args=trainer_args_for(rc, cfg.mode),
-    ).run()
+    # the rounds' trainer folder (TRL's scratch; nothing is saved) is removed with the arm
+    with tempfile.TemporaryDirectory(prefix="mcce_round_") as scratch:
+        return MCCEOptimizer(
+            toy_problem(),
+            api,
+            local,
+            cfg,
+            init,
+            ref_model=ref,
+            checkpoint_dir=str(ckpt / f"{arm}_seed{seed}"),
+            trainer_args=trainer_args_for(rc, cfg.mode, scratch),
+        ).run()
 
 
 def _dpo_accuracies(logs_per_seed: list[list[dict[str, float]]]) -> dict[str, float]:

@@ -126,8 +126,9 @@ def train_policy(
 
     if model is None:
         model = build_policy(tokenizer, "gpt2", n_embd, max_length, seed)
+    scratch = tempfile.TemporaryDirectory(prefix="weasel_sft_")  # TRL's folder; nothing is saved
     args = SFTConfig(
-        output_dir=tempfile.mkdtemp(prefix="weasel_sft_"),
+        output_dir=scratch.name,
         learning_rate=lr,
         num_train_epochs=epochs,
         per_device_train_batch_size=batch_size,
@@ -147,8 +148,9 @@ def train_policy(
     )
     ds = Dataset.from_list(examples)
     t0 = time.time()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
-    trainer.train()
+    with scratch:
+        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
+        trainer.train()
     wall = time.time() - t0
     n_tokens = sum(len(x) for x in trainer.train_dataset["input_ids"]) * epochs
     model.eval()
