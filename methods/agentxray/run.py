@@ -22,4 +22,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=agentxray_toy",
+    minutes=1.8,  # doc toy results: 110 s of run time, shared 2-core machine
 )

@@ -26,4 +26,5 @@ TOY_RESULT = ToyResult(
     verdict="negative",
     command="icml26 experiment=apo_toy",
     note="APO ties GRPO on hard Pass@64 over 3 seeds (0.196 vs 0.200): the collapse happens inside the safe manifold",
+    minutes=2.1,  # doc "Results: toy A1": wall time 128 s, shared 2-core box
 )

@@ -33,4 +33,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=False,
     verdict="effect",
     command="icml26 experiment=autoqra_toy",
+    minutes=1.2,  # doc "Re-measured 2026-12-07": idle, 42 s and again 74 s
 )

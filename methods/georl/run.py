@@ -19,4 +19,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=georl_toy",
+    minutes=5.3,  # doc "Toy results": wall time 316 s, shared (load ~16)
 )

@@ -29,4 +29,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=False,
     verdict="effect",
     command="icml26 experiment=instruction_selection_toy",
+    minutes=4.2,  # doc "Re-run on 2026-12-07": 253 s on the idle machine
 )

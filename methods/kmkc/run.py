@@ -33,4 +33,5 @@ TOY_RESULT = ToyResult(
     verdict="inconclusive",
     command="icml26 experiment=kmkc_toy 'method.toy.seeds=[0,1,2]'",
     note="CGKE ties uniform SFT at equal budget over 3 seeds (+0.7 points, CGKE seed std 6.1)",
+    minutes=2.9,  # doc "Current numbers": 174 s wall on the idle 2-core machine
 )

@@ -25,4 +25,5 @@ TOY_RESULT = ToyResult(
     verdict="effect",
     command="icml26 experiment=llminertia_toy method.stage=sim",
     note="simulated inert LLM: the mechanism only, the gain's size is an assumption",
+    minutes=1.0,  # doc "simulated inert LLM": ~60 s wall with imports, loaded
 )

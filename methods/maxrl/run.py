@@ -28,4 +28,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=maxrl_toy",
+    minutes=3.0,  # doc "Toy T1": 552 s at load ~16, about 3 minutes when idle
 )

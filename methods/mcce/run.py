@@ -28,4 +28,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=mcce_toy",
+    minutes=1.8,  # doc "Toy results": re-run on the idle machine, 106 s wall
 )

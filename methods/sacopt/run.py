@@ -19,4 +19,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=sacopt_toy",
+    minutes=3.0,  # doc toy run: 1015 s at load ~16, "idle needs roughly 2-3 minutes"
 )

@@ -27,4 +27,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=salo_toy",
+    minutes=13.2,  # doc toy results: wall time 793 s, shared (load ~19)
 )

@@ -23,4 +23,5 @@ TOY_RESULT = ToyResult(
     verdict="negative",
     command="icml26 experiment=slicefine_toy",
     note="SliceFine does not match LoRA (0.884 vs 1.000); moving slices beat a static one (0.738)",
+    minutes=2.7,  # doc "Results (toy)": 160 s wall on the idle 2-core CPU
 )

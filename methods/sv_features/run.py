@@ -30,4 +30,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=sv_features_toy method.toys=[single]",
+    minutes=2.4,  # doc "Results (toys)", row A (toy preset): 146 s, load ~14
 )

@@ -20,4 +20,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="effect",
     command="icml26 experiment=swordsman_toy method.toy.n_eval=60 method.toy.n_oracle=60",
+    minutes=14.0,  # doc "Results (CPU toy)": wall time 842 s, shared (load ~17-20)
 )

@@ -41,4 +41,5 @@ TOY_RESULT = ToyResult(
     higher_is_better=False,
     verdict="effect",
     command="icml26 experiment=threadweaver_toy",
+    minutes=8.3,  # doc "Toy results": wall time 498 s (shared, load 9-20)
 )

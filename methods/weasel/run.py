@@ -24,4 +24,5 @@ TOY_RESULT = ToyResult(
     verdict="negative",
     command="icml26 experiment=weasel_toy",
     note="the Weasel subset does not beat the random one out of domain (0.189 vs 0.239, 3 seeds)",
+    minutes=8.1,  # doc "New run (3 seeds)": 484 s on the idle machine
 )
