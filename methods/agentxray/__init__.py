@@ -4,31 +4,35 @@ Reconstructs an explicit linear workflow of agents and tools that reproduces a b
 system's outputs, by MCTS over chains whose expand-vs-descend choice is set by Red-Black pruning.
 """
 
-from .costs import CostMeter, UsageOpenAIChat, charge_llm_call, count_tokens
-from .data import HUB_ID, item_to_pair, load_dataset, load_split, resolve_data_root
-from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
-from .mcts import (
-    AgentXRaySearch,
-    MCTSConfig,
-    Node,
-    SearchResult,
-    extract_workflow,
-    load_workflow,
-)
-from .primitives import (
-    LLMProfileGenerator,
-    Primitive,
-    PrimitiveSpace,
-    ProfileGenerator,
-    StaticProfileGenerator,
-    generator_prompt,
-    parse_profile,
-    render_profile,
-)
-from .resume import SearchCheckpoint
-from .similarity import Similarity, codes_to_content, parse_project, sfe, tfidf_cosine
+from typing import TYPE_CHECKING
 
-RedBlackMCTS = AgentXRaySearch  # our API name
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from .costs import CostMeter, UsageOpenAIChat, charge_llm_call, count_tokens
+    from .data import HUB_ID, item_to_pair, load_dataset, load_split, resolve_data_root
+    from .executor import WorkflowExecutor, compiler_tool, empty_detect, syntax_check
+    from .mcts import (
+        AgentXRaySearch,
+        MCTSConfig,
+        Node,
+        SearchResult,
+        extract_workflow,
+        load_workflow,
+    )
+    from .mcts import AgentXRaySearch as RedBlackMCTS  # our API name
+    from .primitives import (
+        LLMProfileGenerator,
+        Primitive,
+        PrimitiveSpace,
+        ProfileGenerator,
+        StaticProfileGenerator,
+        generator_prompt,
+        parse_profile,
+        render_profile,
+    )
+    from .resume import SearchCheckpoint
+    from .similarity import Similarity, codes_to_content, parse_project, sfe, tfidf_cosine
 
 __all__ = [
     "HUB_ID",
@@ -66,3 +70,5 @@ __all__ = [
     "syntax_check",
     "tfidf_cosine",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

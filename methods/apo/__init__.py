@@ -7,22 +7,27 @@ reference model's Top-K tokens (the "safe manifold"), instead of shape-matching 
 KL penalty; positive-advantage tokens keep the plain GRPO update.
 """
 
-from methods.apo.loss import (
-    ANCHOR_FORMS,
-    ANCHOR_RATIO_TO,
-    CLIP_MODES,
-    aggregate_tokens,
-    anchor_set_mask,
-    apo_per_token_loss,
-    apo_policy_loss,
-    gather_policy_logps,
-    grpo_clipped_loss,
-    kl_on_wrong_penalty,
-    virtual_anchor_ratio,
-)
-from methods.apo.metrics import safe_manifold_mass, topk_coverage
-from methods.apo.topk import reference_topk, topk_from_logits
-from methods.apo.trainer import APOConfig, APOTrainer
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.apo.loss import (
+        ANCHOR_FORMS,
+        ANCHOR_RATIO_TO,
+        CLIP_MODES,
+        aggregate_tokens,
+        anchor_set_mask,
+        apo_per_token_loss,
+        apo_policy_loss,
+        gather_policy_logps,
+        grpo_clipped_loss,
+        kl_on_wrong_penalty,
+        virtual_anchor_ratio,
+    )
+    from methods.apo.metrics import safe_manifold_mass, topk_coverage
+    from methods.apo.topk import reference_topk, topk_from_logits
+    from methods.apo.trainer import APOConfig, APOTrainer
 
 __all__ = [
     "ANCHOR_FORMS",
@@ -43,3 +48,5 @@ __all__ = [
     "topk_from_logits",
     "virtual_anchor_ratio",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

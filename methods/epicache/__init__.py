@@ -6,22 +6,27 @@ embeddings), each scored by attention from that episode's most central segments;
 the cache of the episode closest to the question. Layer budgets follow key-state sensitivity.
 """
 
-from .budget import allocate_layer_budgets, block_attention_mask, profile_layer_sensitivity
-from .cache import EpiCache, epicache_forward
-from .data import QA, Conversation, load_locomo, load_longmemeval, load_realtalk
-from .decode import greedy_decode
-from .episodes import Episodes, build_patched_prompt, cluster_segments, match_episode
-from .metrics import llm_judge_score, normalize_answer, token_f1
-from .pipeline import (
-    AnswerRecord,
-    EpiCacheConfig,
-    EpiCacheSession,
-    baseline_prefix_ids,
-    scoring_prompt_ids,
-)
-from .prefill import blockwise_prefill, peak_tokens_per_head, select_keep
-from .scoring import SCORERS, keydiff_scores, patched_prompt_scores, streaming_scores
-from .segmentation import Segment, Utterance, segment_utterances
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from .budget import allocate_layer_budgets, block_attention_mask, profile_layer_sensitivity
+    from .cache import EpiCache, epicache_forward
+    from .data import QA, Conversation, load_locomo, load_longmemeval, load_realtalk
+    from .decode import greedy_decode
+    from .episodes import Episodes, build_patched_prompt, cluster_segments, match_episode
+    from .metrics import llm_judge_score, normalize_answer, token_f1
+    from .pipeline import (
+        AnswerRecord,
+        EpiCacheConfig,
+        EpiCacheSession,
+        baseline_prefix_ids,
+        scoring_prompt_ids,
+    )
+    from .prefill import blockwise_prefill, peak_tokens_per_head, select_keep
+    from .scoring import SCORERS, keydiff_scores, patched_prompt_scores, streaming_scores
+    from .segmentation import Segment, Utterance, segment_utterances
 
 __all__ = [
     "QA",
@@ -58,3 +63,5 @@ __all__ = [
     "streaming_scores",
     "token_f1",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

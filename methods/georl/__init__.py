@@ -6,38 +6,34 @@ L-ensemble they span (quality-weighted Gram determinant); each description is cr
 closed-form leave-one-out marginal ``-log (L^{-1})_ii``, an unbiased per-sample policy-gradient signal.
 """
 
-from methods.georl.config import GeoRLConfig, GeoRLRunConfig
-from methods.georl.dpp import (
-    l_ensemble,
-    log_volume,
-    loo_advantages,
-    loo_gains,
-    loo_gains_bruteforce,
-)
-from methods.georl.embed import BagOfFactsEmbedder, MiniLMEmbedder, TextEmbedder, split_sentences
-from methods.georl.grounding import (
-    ClipSentenceGrounding,
-    FactPrecision,
-    KeywordGrounding,
-    repetition_rate,
-)
-from methods.georl.reward import GeoRLGroupReward, regroup_by_prompt, score_groups
-from methods.georl.toy import FactSlotToy, ToyConfig, synthetic_scenes
+from typing import TYPE_CHECKING
 
-_LAZY = {
-    "GeoRLGRPOConfig",
-    "GeoRLTrainer",
-    "completion_text",
-}  # methods.georl.trainer imports trl (seconds)
+from common.lazy import lazy_exports
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        from methods.georl import trainer
-
-        return getattr(trainer, name)
-    raise AttributeError(f"module 'methods.georl' has no attribute {name!r}")
-
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.georl.config import GeoRLConfig, GeoRLRunConfig
+    from methods.georl.dpp import (
+        l_ensemble,
+        log_volume,
+        loo_advantages,
+        loo_gains,
+        loo_gains_bruteforce,
+    )
+    from methods.georl.embed import (
+        BagOfFactsEmbedder,
+        MiniLMEmbedder,
+        TextEmbedder,
+        split_sentences,
+    )
+    from methods.georl.grounding import (
+        ClipSentenceGrounding,
+        FactPrecision,
+        KeywordGrounding,
+        repetition_rate,
+    )
+    from methods.georl.reward import GeoRLGroupReward, regroup_by_prompt, score_groups
+    from methods.georl.toy import FactSlotToy, ToyConfig, synthetic_scenes
+    from methods.georl.trainer import GeoRLGRPOConfig, GeoRLTrainer, completion_text
 
 __all__ = [
     "BagOfFactsEmbedder",
@@ -65,3 +61,5 @@ __all__ = [
     "split_sentences",
     "synthetic_scenes",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -8,38 +8,43 @@ embeddings, or LESS gradient features) and (2) selecting from the query–candid
 subset–query distance.
 """
 
-from .distance import candidate_side_distance, query_cover_distance, wasserstein1
-from .experiments import distance_quantiles, spearman_table
-from .less import (
-    LESSCheckpoint,
-    LESSFeaturizer,
-    adam_direction,
-    less_warmup,
-    rademacher_projection,
-)
-from .paper_data import TARGET_TASKS, TASK_CONVERTERS, load_pool, load_queries, load_target_task
-from .representations import RDSPlus, SentenceEmbed, tulu_format
-from .selectors import (
-    doubly_greedy,
-    kde_density,
-    knn_kde,
-    knn_kde_probs,
-    knn_uniform,
-    knn_uniform_probs,
-    random_select,
-    round_robin,
-    top_k,
-    uot,
-    uot_plan,
-)
-from .similarity import cosine_matrix
-from .training import (
-    finetune_subset,
-    less_warmup_trainer,
-    load_trainer_checkpoint,
-    query_loss,
-    train_tulu,
-)
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from .distance import candidate_side_distance, query_cover_distance, wasserstein1
+    from .experiments import distance_quantiles, spearman_table
+    from .less import (
+        LESSCheckpoint,
+        LESSFeaturizer,
+        adam_direction,
+        less_warmup,
+        rademacher_projection,
+    )
+    from .paper_data import TARGET_TASKS, TASK_CONVERTERS, load_pool, load_queries, load_target_task
+    from .representations import RDSPlus, SentenceEmbed, tulu_format
+    from .selectors import (
+        doubly_greedy,
+        kde_density,
+        knn_kde,
+        knn_kde_probs,
+        knn_uniform,
+        knn_uniform_probs,
+        random_select,
+        round_robin,
+        top_k,
+        uot,
+        uot_plan,
+    )
+    from .similarity import cosine_matrix
+    from .training import (
+        finetune_subset,
+        less_warmup_trainer,
+        load_trainer_checkpoint,
+        query_loss,
+        train_tulu,
+    )
 
 __all__ = [
     "TARGET_TASKS",
@@ -78,3 +83,5 @@ __all__ = [
     "uot_plan",
     "wasserstein1",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

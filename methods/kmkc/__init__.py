@@ -5,36 +5,42 @@ region, expand knowledge with region-specific data (CGKE), then calibrate confid
 correctness (CDKC). The calibration objective here is our proposal; the paper's is not public.
 """
 
-from .augment import (
-    AugmentConfig,
-    augment_boundary_expansion,
-    augment_epistemic_foundation,
-    augment_structural_disambiguation,
-    build_cgke_dataset,
-)
-from .cdkc import (
-    CalibrationWeights,
-    cdkc_entropy_loss,
-    cdkc_rollout_weights,
-    correctness_reward,
-)
-from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
-from .metrics import (
-    expected_calibration_error,
-    normalize_answer,
-    qa_correct,
-    self_knowledge_metrics,
-)
-from .profile import BehaviorProfile, SampleOut, build_profile
-from .regions import (
-    REGIONS,
-    RegionConfig,
-    assign_regions,
-    parse_region_reply,
-    rule_region,
-    self_evaluate_region,
-)
-from .signals import mean_token_entropy, sequence_confidence, sequence_nll
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from .augment import (
+        AugmentConfig,
+        augment_boundary_expansion,
+        augment_epistemic_foundation,
+        augment_structural_disambiguation,
+        build_cgke_dataset,
+    )
+    from .cdkc import (
+        CalibrationWeights,
+        cdkc_entropy_loss,
+        cdkc_rollout_weights,
+        correctness_reward,
+    )
+    from .decay_law import DecayFit, bin_by_uncertainty, fit_structural_decay
+    from .metrics import (
+        expected_calibration_error,
+        normalize_answer,
+        qa_correct,
+        self_knowledge_metrics,
+    )
+    from .profile import BehaviorProfile, SampleOut, build_profile
+    from .regions import (
+        REGIONS,
+        RegionConfig,
+        assign_regions,
+        parse_region_reply,
+        rule_region,
+        self_evaluate_region,
+    )
+    from .signals import mean_token_entropy, sequence_confidence, sequence_nll
+    from .trainer import CDKCConfig, CDKCTrainer
 
 __all__ = [
     "REGIONS",
@@ -69,13 +75,4 @@ __all__ = [
     "sequence_nll",
 ]
 
-
-_LAZY = {"CDKCConfig", "CDKCTrainer"}  # import TRL only when the trainer is asked for
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        from . import trainer
-
-        return getattr(trainer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

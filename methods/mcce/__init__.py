@@ -5,53 +5,47 @@ Pareto-selected evolutionary search over molecules; the small model is DPO-train
 synthesised from the shared archive by structural similarity to each prompt's parents.
 """
 
-from .core import Archive, Candidate
-from .dpo_data import build_similarity_pairs, format_response
-from .local import TrainableChat
-from .memory import TrajectoryMemory
-from .metrics import archive_metrics, diversity, hypervolume, top_k_auc, top_k_mean
-from .optimizer import MODES, LLMUnavailableError, MCCEConfig, MCCEOptimizer, MCCEResult
-from .problems import (
-    MoleculeProblem,
-    Problem,
-    fitness,
-    load_nci_smiles,
-    load_seed_smiles,
-    load_tdc_oracle,
-    paper_problem,
-    tanimoto,
-    toy_problem,
-)
-from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
-from .selection import non_dominated_fronts, nsga2_select, nsga2_so_select, official_fronts
-from .toy_world import (
-    SelfiesExplorer,
-    TinyLMChat,
-    build_selfies_tokenizer,
-    pretrain_tiny_lm,
-    tiny_gpt,
-)
+from typing import TYPE_CHECKING
 
-_TRAIN = (
-    "MCCEDPOConfig",
-    "MCCEGRPOConfig",
-    "MCCESFTConfig",
-    "dpo_loss_closed_form",
-    "round_args",
-    "run_dpo_round",
-    "run_rl_round",
-    "run_sft_round",
-)
+from common.lazy import lazy_exports
 
-
-def __getattr__(name: str):
-    """The training-round names load TRL on first use, so the search alone imports quickly."""
-    if name in _TRAIN:
-        from . import train
-
-        return getattr(train, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from .core import Archive, Candidate
+    from .dpo_data import build_similarity_pairs, format_response
+    from .local import TrainableChat
+    from .memory import TrajectoryMemory
+    from .metrics import archive_metrics, diversity, hypervolume, top_k_auc, top_k_mean
+    from .optimizer import MODES, LLMUnavailableError, MCCEConfig, MCCEOptimizer, MCCEResult
+    from .problems import (
+        MoleculeProblem,
+        Problem,
+        fitness,
+        load_nci_smiles,
+        load_seed_smiles,
+        load_tdc_oracle,
+        paper_problem,
+        tanimoto,
+        toy_problem,
+    )
+    from .prompts import ParseStats, PromptBuilder, parse_candidates, pick_parents
+    from .selection import non_dominated_fronts, nsga2_select, nsga2_so_select, official_fronts
+    from .toy_world import (
+        SelfiesExplorer,
+        TinyLMChat,
+        build_selfies_tokenizer,
+        pretrain_tiny_lm,
+        tiny_gpt,
+    )
+    from .train import (
+        MCCEDPOConfig,
+        MCCEGRPOConfig,
+        MCCESFTConfig,
+        dpo_loss_closed_form,
+        round_args,
+        run_dpo_round,
+        run_rl_round,
+        run_sft_round,
+    )
 
 __all__ = [
     "MODES",
@@ -101,3 +95,5 @@ __all__ = [
     "top_k_mean",
     "toy_problem",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -8,45 +8,50 @@ a code fragment per anchor, back-translate each fragment into words, compare wit
 regenerate only the fragments that disagree — fixing silent modelling errors a solver never sees.
 """
 
-from methods.sacopt.backend import ExecResult, assemble_program, run_sandboxed
-from methods.sacopt.codegen import LLMCoder, generate_fragment, reconstruct, static_check
-from methods.sacopt.data import (
-    CLEAN_BENCHMARKS,
-    ORProblem,
-    load_clean_benchmark,
-    write_problem_dirs,
-)
-from methods.sacopt.debug import debug_loop
-from methods.sacopt.extract import (
-    ExtractionError,
-    constraint_check,
-    extract_constraints,
-    extract_objective,
-    extract_parameters,
-    extract_state,
-    extract_variables,
-    redundancy_pass,
-    self_check,
-)
-from methods.sacopt.loop import LoopTrace, SACOptLoop
-from methods.sacopt.paper import format_paper_table, load_problems, run_benchmark
-from methods.sacopt.parsing import (
-    parse_code_block,
-    parse_delimited_block,
-    parse_json_from_end,
-    parse_list_from_end,
-    parse_score,
-)
-from methods.sacopt.pipeline import SACOptConfig, is_correct, solve_problem
-from methods.sacopt.schema import (
-    Anchor,
-    Parameter,
-    ProblemState,
-    Variable,
-    shape_string_to_list,
-    validate_state,
-)
-from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier, Verifier
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.sacopt.backend import ExecResult, assemble_program, run_sandboxed
+    from methods.sacopt.codegen import LLMCoder, generate_fragment, reconstruct, static_check
+    from methods.sacopt.data import (
+        CLEAN_BENCHMARKS,
+        ORProblem,
+        load_clean_benchmark,
+        write_problem_dirs,
+    )
+    from methods.sacopt.debug import debug_loop
+    from methods.sacopt.extract import (
+        ExtractionError,
+        constraint_check,
+        extract_constraints,
+        extract_objective,
+        extract_parameters,
+        extract_state,
+        extract_variables,
+        redundancy_pass,
+        self_check,
+    )
+    from methods.sacopt.loop import LoopTrace, SACOptLoop
+    from methods.sacopt.paper import format_paper_table, load_problems, run_benchmark
+    from methods.sacopt.parsing import (
+        parse_code_block,
+        parse_delimited_block,
+        parse_json_from_end,
+        parse_list_from_end,
+        parse_score,
+    )
+    from methods.sacopt.pipeline import SACOptConfig, is_correct, solve_problem
+    from methods.sacopt.schema import (
+        Anchor,
+        Parameter,
+        ProblemState,
+        Variable,
+        shape_string_to_list,
+        validate_state,
+    )
+    from methods.sacopt.verify import EmbeddingVerifier, LLMJudgeVerifier, Verifier
 
 __all__ = [
     "CLEAN_BENCHMARKS",
@@ -93,3 +98,5 @@ __all__ = [
     "validate_state",
     "write_problem_dirs",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

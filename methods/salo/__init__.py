@@ -7,19 +7,30 @@ middle layers with global max pooling, trained on plain harmful/benign prompts a
 false-positive rate on safe calibration prompts (XSTest).
 """
 
-from methods.salo.baselines import LastTokenProbe, MeanPoolMLP, RepEDirection, refusal_score
-from methods.salo.calibrate import auroc, calibrate_threshold, detection_rate
-from methods.salo.monitor import SALOMonitor
-from methods.salo.operator import SALO, load_detector, save_detector
-from methods.salo.tracing import causal_trace
-from methods.salo.train import SALOConfig, TrainConfig, score_detector, train_detector, train_salo
-from methods.salo.volume import (
-    build_chat,
-    check_window,
-    collect_volumes,
-    extract_volume,
-    pad_collate,
-)
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.salo.baselines import LastTokenProbe, MeanPoolMLP, RepEDirection, refusal_score
+    from methods.salo.calibrate import auroc, calibrate_threshold, detection_rate
+    from methods.salo.monitor import SALOMonitor
+    from methods.salo.operator import SALO, load_detector, save_detector
+    from methods.salo.tracing import causal_trace
+    from methods.salo.train import (
+        SALOConfig,
+        TrainConfig,
+        score_detector,
+        train_detector,
+        train_salo,
+    )
+    from methods.salo.volume import (
+        build_chat,
+        check_window,
+        collect_volumes,
+        extract_volume,
+        pad_collate,
+    )
 
 __all__ = [
     "SALO",
@@ -45,3 +56,5 @@ __all__ = [
     "train_detector",
     "train_salo",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

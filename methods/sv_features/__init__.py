@@ -7,45 +7,55 @@ sparse attention decomposition (SAD): few singular-vector terms carry each firin
 unlike in a randomly rotated basis.
 """
 
-from methods.sv_features.alignment import (
-    feature_sv_cosines,
-    interference_norm,
-    lsq_optimal_omega,
-    match_pairs_to_ranks,
-    orthogonality_gap,
-    svd_alignment,
-    whitened_feature_dirs,
-)
-from methods.sv_features.heads import (
-    HeadFactors,
-    factored_svd,
-    fold_norm,
-    head_factors,
-    ov_matrix,
-    ov_svd,
-    qk_matrix,
-    rope_rotations,
-)
-from methods.sv_features.sad import (
-    ROPE_BASES,
-    SADResult,
-    decompose_pairs,
-    head_inputs,
-    random_rotation_basis,
-    sparse_attention_decomposition,
-    sv_contributions,
-)
-from methods.sv_features.sparseness import n_recon, relative_contributions, rolls_tovee, sparseness
-from methods.sv_features.superposition import (
-    ToyAttentionAutoencoder,
-    ToyConfig,
-    multi_pair_pairs,
-    pair_template,
-    sample_features,
-    toy_metrics,
-    train_toy,
-)
-from methods.sv_features.toy_sad import MatchTaskConfig, run_match_toy
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.sv_features.alignment import (
+        feature_sv_cosines,
+        interference_norm,
+        lsq_optimal_omega,
+        match_pairs_to_ranks,
+        orthogonality_gap,
+        svd_alignment,
+        whitened_feature_dirs,
+    )
+    from methods.sv_features.heads import (
+        HeadFactors,
+        factored_svd,
+        fold_norm,
+        head_factors,
+        ov_matrix,
+        ov_svd,
+        qk_matrix,
+        rope_rotations,
+    )
+    from methods.sv_features.sad import (
+        ROPE_BASES,
+        SADResult,
+        decompose_pairs,
+        head_inputs,
+        random_rotation_basis,
+        sparse_attention_decomposition,
+        sv_contributions,
+    )
+    from methods.sv_features.sparseness import (
+        n_recon,
+        relative_contributions,
+        rolls_tovee,
+        sparseness,
+    )
+    from methods.sv_features.superposition import (
+        ToyAttentionAutoencoder,
+        ToyConfig,
+        multi_pair_pairs,
+        pair_template,
+        sample_features,
+        toy_metrics,
+        train_toy,
+    )
+    from methods.sv_features.toy_sad import MatchTaskConfig, run_match_toy
 
 __all__ = [
     "ROPE_BASES",
@@ -84,3 +94,5 @@ __all__ = [
     "train_toy",
     "whitened_feature_dirs",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -6,26 +6,31 @@ positions (so blocks follow constituents), and inside a block the parallel-unmas
 block's remaining entropy drops relative to its start.
 """
 
-from methods.swordsman.adapters import (
-    DLMAdapter,
-    DreamAdapter,
-    HFDiffusionAdapter,
-    HFMaskedLMAdapter,
-    LLaDAAdapter,
-)
-from methods.swordsman.alignment import boundary_alignment
-from methods.swordsman.config import SwordsmanConfig
-from methods.swordsman.decoder import (
-    DecodeResult,
-    fixed_block_generate,
-    swordsman_generate,
-    vanilla_generate,
-)
-from methods.swordsman.partition import next_block_length
-from methods.swordsman.threshold import SCHEDULES, dynamic_threshold
-from methods.swordsman.toy_world import GrammarPosteriorLM, PhraseGrammar, tiny_mdm, train_mdm
-from methods.swordsman.uncertainty import token_entropy, uncertainty
-from methods.swordsman.unmask import select_transfer
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.swordsman.adapters import (
+        DLMAdapter,
+        DreamAdapter,
+        HFDiffusionAdapter,
+        HFMaskedLMAdapter,
+        LLaDAAdapter,
+    )
+    from methods.swordsman.alignment import boundary_alignment
+    from methods.swordsman.config import SwordsmanConfig
+    from methods.swordsman.decoder import (
+        DecodeResult,
+        fixed_block_generate,
+        swordsman_generate,
+        vanilla_generate,
+    )
+    from methods.swordsman.partition import next_block_length
+    from methods.swordsman.threshold import SCHEDULES, dynamic_threshold
+    from methods.swordsman.toy_world import GrammarPosteriorLM, PhraseGrammar, tiny_mdm, train_mdm
+    from methods.swordsman.uncertainty import token_entropy, uncertainty
+    from methods.swordsman.unmask import select_transfer
 
 __all__ = [
     "SCHEDULES",
@@ -50,3 +55,5 @@ __all__ = [
     "uncertainty",
     "vanilla_generate",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

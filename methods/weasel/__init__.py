@@ -8,38 +8,43 @@ state/response diversity (greedy max-sum diversification), and prune each kept a
 a window around the gold action's target element before fine-tuning.
 """
 
-from .data import (
-    StepRecord,
-    Trajectory,
-    build_subset,
-    parse_agentlab_prompt,
-    parse_records,
-    segment_by_goal,
-)
-from .pipeline import WeaselConfig, WeaselSelector
-from .pruning import (
-    PruneStats,
-    extract_target_bid,
-    prune_axtree_centered,
-    prune_axtree_prefix,
-    prune_record,
-)
-from .reasoning import SynthesisConfig, SynthStats, synthesize_rationales
-from .scoring import (
-    JaccardSimilarity,
-    TextSimilarity,
-    TokenMatchSimilarity,
-    distance_matrix,
-    importance,
-)
-from .select import (
-    brute_force_select,
-    compute_budget,
-    greedy_select,
-    greedy_select_many,
-    greedy_select_naive,
-    objective,
-)
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from .data import (
+        StepRecord,
+        Trajectory,
+        build_subset,
+        parse_agentlab_prompt,
+        parse_records,
+        segment_by_goal,
+    )
+    from .pipeline import WeaselConfig, WeaselSelector
+    from .pruning import (
+        PruneStats,
+        extract_target_bid,
+        prune_axtree_centered,
+        prune_axtree_prefix,
+        prune_record,
+    )
+    from .reasoning import SynthesisConfig, SynthStats, synthesize_rationales
+    from .scoring import (
+        JaccardSimilarity,
+        TextSimilarity,
+        TokenMatchSimilarity,
+        distance_matrix,
+        importance,
+    )
+    from .select import (
+        brute_force_select,
+        compute_budget,
+        greedy_select,
+        greedy_select_many,
+        greedy_select_naive,
+        objective,
+    )
 
 __all__ = [
     "JaccardSimilarity",
@@ -70,3 +75,5 @@ __all__ = [
     "segment_by_goal",
     "synthesize_rationales",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -9,62 +9,67 @@ window (official ``demo/world_model_context.py``), the WebWorld-Bench judge metr
 lookahead (§5.2), agent-trajectory synthesis (§5.1) and generated A11y websites for the CPU toy.
 """
 
-from methods.webworld.a11y import (
-    A11yNode,
-    convert_sample,
-    from_xml,
-    parse_a11y,
-    to_a11y,
-    to_html,
-    to_markdown,
-    to_playwright,
-    to_xml,
-)
-from methods.webworld.actions import (
-    ACTION_NAMES,
-    BID_ACTIONS,
-    Action,
-    ActionParseError,
-    extract_action,
-    parse_action,
-    render_action,
-)
-from methods.webworld.bench import (
-    DIMENSIONS,
-    JudgeResult,
-    aggregate,
-    evaluate,
-    factuality,
-    parse_judge_json,
-    web_turing,
-)
-from methods.webworld.bench_data import (
-    BenchSample,
-    load_bench_file,
-    load_bench_jsonl,
-    load_official_eval,
-)
-from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory, to_chat
-from methods.webworld.prompts import (
-    CONTINUE_TURN,
-    FIRST_TURN,
-    SYSTEM_PROMPT,
-    build_messages,
-    strip_reasoning,
-)
-from methods.webworld.search import llm_value_fn, lookahead_search, parse_value_reply
-from methods.webworld.simulator import WebWorldSimulator, detect_format
-from methods.webworld.synthesis import agent_sft_dataset, instantiate_goal, synthesize
-from methods.webworld.toy_sites import ToyBrowser, ToySite, crawl, make_sites, page_title
-from methods.webworld.train import (
-    TRAIN_CHAT_TEMPLATE,
-    chat_dataset,
-    last_turn_dataset,
-    site_tokenizer,
-    stage1_config,
-    stage2_config,
-    train_world_model,
-)
+from typing import TYPE_CHECKING
+
+from common.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public API; each name is imported on first use (common/lazy.py)
+    from methods.webworld.a11y import (
+        A11yNode,
+        convert_sample,
+        from_xml,
+        parse_a11y,
+        to_a11y,
+        to_html,
+        to_markdown,
+        to_playwright,
+        to_xml,
+    )
+    from methods.webworld.actions import (
+        ACTION_NAMES,
+        BID_ACTIONS,
+        Action,
+        ActionParseError,
+        extract_action,
+        parse_action,
+        render_action,
+    )
+    from methods.webworld.bench import (
+        DIMENSIONS,
+        JudgeResult,
+        aggregate,
+        evaluate,
+        factuality,
+        parse_judge_json,
+        web_turing,
+    )
+    from methods.webworld.bench_data import (
+        BenchSample,
+        load_bench_file,
+        load_bench_jsonl,
+        load_official_eval,
+    )
+    from methods.webworld.data import Trajectory, drop_noop_transitions, filter_trajectory, to_chat
+    from methods.webworld.prompts import (
+        CONTINUE_TURN,
+        FIRST_TURN,
+        SYSTEM_PROMPT,
+        build_messages,
+        strip_reasoning,
+    )
+    from methods.webworld.search import llm_value_fn, lookahead_search, parse_value_reply
+    from methods.webworld.simulator import WebWorldSimulator, detect_format
+    from methods.webworld.synthesis import agent_sft_dataset, instantiate_goal, synthesize
+    from methods.webworld.toy_sites import ToyBrowser, ToySite, crawl, make_sites, page_title
+    from methods.webworld.train import (
+        TRAIN_CHAT_TEMPLATE,
+        chat_dataset,
+        last_turn_dataset,
+        site_tokenizer,
+        stage1_config,
+        stage2_config,
+        train_world_model,
+    )
 
 __all__ = [
     "ACTION_NAMES",
@@ -124,3 +129,5 @@ __all__ = [
     "train_world_model",
     "web_turing",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)
