@@ -237,15 +237,27 @@ def register_schemas() -> None:
 
 # ----- validation ------------------------------------------------------------------------------
 def _close(name: str, options) -> str:
-    near = difflib.get_close_matches(name, list(options), n=3)
-    return f" (did you mean {', '.join(near)}?)" if near else ""
+    """`` (did you mean a, b?)`` for the nearest names (difflib); else every name, when few."""
+    options = [str(o) for o in options]
+    near = difflib.get_close_matches(name, options, n=3)
+    if near:
+        return f" (did you mean {', '.join(near)}?)"
+    return f" (valid keys: {', '.join(options)})" if len(options) <= 40 else ""
 
 
-def check_keys(node: DictConfig, prefix: str) -> None:
+def unknown_key_message(key: str, typ: type) -> str:
+    """One line naming ``key`` (a dotted path), the dataclass that lacks it and its nearest fields."""
+    names = [f.name for f in dataclasses.fields(typ)]
+    return f"{key}: not a field of {typ.__name__}{_close(key.rsplit('.', 1)[-1], names)}"
+
+
+def check_keys(node: DictConfig, prefix: str = "") -> None:
     """Rejects keys that no dataclass field declares, at any depth (``+method.bogus=1`` too).
 
-    Hydra's ``+key=value`` appends a key even to a structured config; this walks the composed
-    node against the dataclass types OmegaConf recorded for it.
+    Hydra's ``+key=value`` and ``++key=value`` append with ``force_add``, which opens a
+    struct-mode structured config for the new key by design, so Hydra composes them silently;
+    this walks the composed node against the dataclass types OmegaConf recorded for it.
+    ``check_keys(cfg)`` walks the whole config from the root (:class:`RootConfig`).
 
     Raises:
         ConfigError: naming the key, its dataclass and the closest field names.
@@ -253,13 +265,12 @@ def check_keys(node: DictConfig, prefix: str) -> None:
     typ = OmegaConf.get_type(node)
     names = {f.name for f in dataclasses.fields(typ)} if dataclasses.is_dataclass(typ) else None
     for key in node:
+        path = f"{prefix}.{key}" if prefix else str(key)
         if names is not None and key not in names:
-            raise ConfigError(
-                f"{prefix}.{key}: not a field of {typ.__name__}{_close(str(key), names)}"
-            )
+            raise ConfigError(unknown_key_message(path, typ))
         child = node._get_node(key)
         if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
-            check_keys(child, f"{prefix}.{key}")
+            check_keys(child, path)
 
 
 def _import_attr(target: str):
@@ -371,7 +382,8 @@ def checkpointing_kwargs(config_cls: type, kwargs: dict[str, Any]) -> dict[str, 
 def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
     """Converts a composed config into a typed :class:`Run`, before anything heavy runs.
 
-    Checks, beyond the structured-config types: the stage is one of the method's ``STAGES``
+    Checks, beyond the structured-config types: every key is a field of its dataclass
+    (:func:`check_keys`, which catches keys appended with ``+``), the stage is one of the method's ``STAGES``
     (``stage=paper`` maps to its single paper stage or stops naming the sub-stages), every trainer
     node only sets fields of its TRL config, the model's kind and the benchmark's format are ones
     the method supports. ``__post_init__`` checks of the dataclasses run here too.
@@ -385,6 +397,7 @@ def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
         if name not in schemas:
             raise ConfigError(f"method {name!r} has no config schema; known: {sorted(schemas)}")
         schema = schemas[name]
+    check_keys(cfg)
     stage = OmegaConf.select(cfg, "method.stage")
     stages = schema.STAGES
     if stage == "paper" and "paper" not in stages:
@@ -397,10 +410,6 @@ def validate(cfg: DictConfig, schema: type[MethodConfig] | None = None) -> Run:
         raise ConfigError(
             f"method.stage={stage!r} is not a stage of {name}; valid: {', '.join(stages)}"
         )
-    check_keys(cfg.method, "method")
-    for group in ("model", "benchmark"):
-        if cfg.get(group) is not None:
-            check_keys(cfg[group], group)
     try:
         method = OmegaConf.to_object(cfg.method)
     except (TypeError, ValueError) as err:

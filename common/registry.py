@@ -13,6 +13,7 @@ A method is registered by convention, not by import-time side effects: every fol
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -23,7 +24,14 @@ from types import ModuleType
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from common.config import ConfigError, method_schemas, register_schemas, validate
+from common.config import (
+    ConfigError,
+    check_keys,
+    method_schemas,
+    register_schemas,
+    unknown_key_message,
+    validate,
+)
 from common.tracking import reset_models_loaded
 
 logger = logging.getLogger(__name__)
@@ -64,39 +72,86 @@ def get_method(slug: str) -> ModuleType:
     return module
 
 
-def compose(overrides: list[str] | None = None, run_dir: str | Path | None = None) -> DictConfig:
+def compose(
+    overrides: list[str] | None = None, run_dir: str | Path | None = None, *, full: bool = True
+) -> DictConfig:
     """Composes ``configs/config.yaml`` with Hydra overrides, outside ``@hydra.main`` (tests, tour).
 
     The method, model, benchmark and root schemas are registered first, so a misspelt key or a
-    wrong type raises here; a selected method's stage, trainer nodes, model kind and benchmark
-    format are then checked by :func:`common.config.validate`.
+    wrong type raises here; every key, one appended with ``+``/``++`` included, is checked against
+    its dataclass (:func:`common.config.check_keys`); a selected method's stage, trainer nodes,
+    model kind and benchmark format are then checked by :func:`common.config.validate`.
 
     Args:
         overrides: e.g. ``["experiment=maxrl_toy", "method.t1.steps=3"]``.
         run_dir: the output folder written into ``cfg.run_dir``.
+        full: False stops after the key check (no :func:`~common.config.validate`, which imports
+            the methods' TRL configs): what ``icml26 --cfg job`` needs before it prints.
+
+    Raises:
+        common.config.ConfigError: one line naming the key and what is wrong with it.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     register_schemas()
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    from hydra.errors import HydraException
-
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
             cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
-        except HydraException as err:  # keep OmegaConf's reason (key, expected type) in one line
-            cause = f": {err.__cause__}".replace("\n", " ") if err.__cause__ else ""
-            raise ConfigError(f"{err}{cause}") from err
+        except HydraException as err:
+            raise ConfigError(hydra_error_message(err)) from err
     if run_dir is not None:
         with open_dict(cfg):
             cfg.run_dir = str(run_dir)
+    check_keys(cfg)
     name = OmegaConf.select(cfg, "method.name")
-    if name in method_schemas():
-        validate(cfg)
+    if full and name in method_schemas():
+        try:
+            validate(cfg)
+        except OmegaConfBaseException as err:  # e.g. a missing value (???) or interpolation
+            raise ConfigError(_one_line(str(err))) from err
     return cfg
+
+
+def _one_line(text: str) -> str:
+    """Hydra's and OmegaConf's multi-line messages on one line (a listed option block: a, b, c)."""
+    out: list[str] = []
+    listing = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        indented = raw[:1].isspace()
+        out.append((", " if listing and indented else " ") + line if out else line)
+        listing = indented
+    return "".join(out)
+
+
+def hydra_error_message(err: BaseException) -> str:
+    """One line for a Hydra composition error; an unknown key reads as :func:`check_keys` says.
+
+    A plain ``method.bogus=1`` makes Hydra suggest ``+method.bogus=1`` (which would only be
+    rejected later); the key, its dataclass and the nearest field names are more useful.
+    """
+    cause = err.__cause__
+    while cause is not None:
+        typ, key = getattr(cause, "object_type", None), getattr(cause, "key", None)
+        full_key = getattr(cause, "full_key", None)
+        if (
+            typ is not None
+            and dataclasses.is_dataclass(typ)
+            and full_key
+            and key not in {f.name for f in dataclasses.fields(typ)}
+        ):
+            return unknown_key_message(str(full_key), typ)
+        cause = cause.__cause__
+    reason = f": {err.__cause__}" if err.__cause__ else ""  # OmegaConf's reason (key, type)
+    return _one_line(f"{err}{reason}".split("\nConfig search path:")[0])
 
 
 def default_output_root() -> Path:
