@@ -365,6 +365,14 @@ def _canonical(name: str) -> str:
     raise ValueError(f"unknown benchmark {name!r}; choose from {sorted(CLEAN_BENCHMARKS)}")
 
 
+# How to provide the data, for the messages of a missing benchmark (here and paper.py).
+DATA_HINT = (
+    "set SACOPT_DATA to the LLM4OR static/clean_benchmarks folder (configs/benchmark/or_clean7.yaml "
+    "reads it for every set; scripts/reproduce/sacopt.sh clones github.com/LLM4OR/LLM4OR into "
+    "data/LLM4OR), or point benchmark.sets.<set>.path at it"
+)
+
+
 def load_clean_benchmark(name: str, root: str | Path) -> Converted:
     """Load one cleaned benchmark from ``root`` into :class:`ORProblem` records.
 
@@ -401,7 +409,7 @@ def load_clean_benchmark(name: str, root: str | Path) -> Converted:
         if folder is None:
             raise ValueError(
                 f"benchmark {canon}: found neither {root / rel} (LLM4OR clean_benchmarks layout) "
-                f"nor {root / canon}/<id>/answer.txt (SAC-Opt processed layout)"
+                f"nor {root / canon}/<id>/answer.txt (SAC-Opt processed layout); {DATA_HINT}"
             )
         problems, excluded = convert_problem_dirs(folder, canon)
     for r in excluded:

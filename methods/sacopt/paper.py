@@ -220,6 +220,26 @@ def format_paper_table(table: dict[str, dict[str, float]], cfg: SACOptConfig) ->
     return "\n".join(lines) + "\n"
 
 
+def _check_data_folders(sets: dict[str, tuple[str, int | None]]) -> None:
+    """Stops before any API call when a set's data folder is missing, naming how to set it.
+
+    Raises:
+        ConfigError: naming the first missing ``benchmark.sets.<set>.path``, ``SACOPT_DATA``
+            and the fix.
+    """
+    from common.config import ConfigError
+    from methods.sacopt.data import DATA_HINT
+
+    missing = [(n, root) for n, (root, _) in sets.items() if not Path(root).expanduser().is_dir()]
+    if missing:
+        name, root = missing[0]
+        more = f" (and {len(missing) - 1} more sets)" if len(missing) > 1 else ""
+        raise ConfigError(
+            f"benchmark.sets.{name}.path={root!r}{more}: no such folder "
+            f"({Path(root).expanduser().resolve()}); {DATA_HINT}"
+        )
+
+
 def paper_stage(run: Run) -> dict[str, float]:
     """The ``paper`` stage: :func:`run_benchmark` on every set of ``run.benchmark`` (format
     ``or_clean``; a set's ``path`` is the cleaned-benchmarks folder, its ``limit`` the first k
@@ -230,5 +250,6 @@ def paper_stage(run: Run) -> dict[str, float]:
     sets = None
     if run.benchmark is not None:
         sets = {n: (dataset_source(sp), sp.limit) for n, sp in run.benchmark.sets.items()}
+        _check_data_folders(sets)
     metrics = run_benchmark(run.method, out_dir=run.run_dir, sets=sets)
     return write_results(run.run_dir, "sacopt", metrics, cfg=run.cfg)

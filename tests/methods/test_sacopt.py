@@ -804,6 +804,25 @@ def test_paper_config_composes_to_the_paper_settings():
         SACOptConfig(max_problems=0)
 
 
+def test_missing_data_names_sacopt_data_and_the_config_key(tmp_path, monkeypatch):
+    """Without the cleaned benchmarks the paper stage stops before any API call, naming the
+    env var the preset reads (``SACOPT_DATA``) and the key it sets (issue 41)."""
+    from common.config import ConfigError
+    from common.registry import compose, run_method
+    from methods.sacopt import load_clean_benchmark
+
+    monkeypatch.setenv("SACOPT_DATA", str(tmp_path / "nowhere"))
+    cfg = compose(["experiment=sacopt_paper"], run_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError) as info:
+        run_method(cfg)
+    message = str(info.value)
+    assert message.startswith(f"benchmark.sets.NL4Opt.path='{tmp_path / 'nowhere'}' (and 6 more")
+    assert "SACOPT_DATA" in message and "benchmark.sets.<set>.path" in message
+    (tmp_path / "empty").mkdir()  # a folder without the benchmark's file: the loader says so too
+    with pytest.raises(ValueError, match=r"found neither .*SACOPT_DATA.*benchmark\.sets"):
+        load_clean_benchmark("IndustryOR", tmp_path / "empty")
+
+
 def test_gurobipy_backend_falls_back_to_highs_when_unavailable():
     pytest.importorskip("highspy")
     try:
