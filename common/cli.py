@@ -7,14 +7,16 @@
         experiment=maxrl_paper method.stage=train       # the same under accelerate
     icml26 --help                                       # methods, stages and presets
 
-The composed config is checked against the schemas of :mod:`common.config` before any model
-loads; ``--cfg job`` prints it.
+The composed config is checked against the schemas of :mod:`common.config` before Hydra prints it
+(``--cfg job``) or creates the run folder; a config error prints one ``icml26: config error: ...``
+line and exits with status 2.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -67,6 +69,48 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def _compose_check(argv: list[str]) -> None:
+    """Composes and checks the command line's config before Hydra prints it or makes a run folder.
+
+    Hydra creates the run folder (with ``cli.log``) before the task function runs, and prints
+    ``--cfg job`` without running it at all; and its ``+``/``++`` overrides append a key even to a
+    struct-mode schema node (by design: ``force_add``). So the same overrides go through
+    :func:`common.registry.compose` first: every key against its dataclass (``+method.bogus=1``
+    too) and, for a run, the whole :func:`common.config.validate`; ``--cfg``/``--info`` get the
+    key check only (nothing heavy imported). Under ``--multirun`` each swept key is checked with
+    its first value (each job validates its own). Options that change the config source
+    (``--config-name`` ...) skip the check; Hydra then has its say.
+
+    Raises:
+        ConfigError: one line naming the key and what is wrong.
+    """
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from common.registry import compose
+
+    args = get_args_parser().parse_args(argv)
+    if (
+        args.hydra_help
+        or args.shell_completion
+        or args.config_path
+        or args.config_name
+        or args.config_dir
+        or args.experimental_rerun
+    ):
+        return
+    overrides = args.overrides
+    if args.multirun:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        overrides = [
+            f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
+            if o.is_sweep_override()
+            else o.input_line
+            for o in parsed
+        ]
+    compose(overrides, full=not (args.cfg or args.info))
+
+
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
@@ -74,15 +118,23 @@ def _hydra_main(cfg: DictConfig) -> None:
     if cfg.get("run_dir") is None:
         with open_dict(cfg):
             cfg.run_dir = HydraConfig.get().runtime.output_dir
+    error_file = Path(cfg.run_dir) / "error.txt"
+    error_file.unlink(missing_ok=True)  # a reused run_dir= keeps no earlier run's error
     try:
         metrics = run_method(cfg)
-    except ConfigError as err:
-        print(f"icml26: config error: {err}", file=sys.stderr)
-        sys.exit(2)
+    except ConfigError as err:  # raised by a stage (data it needs): the run folder says why
+        if error_file.parent.is_dir():
+            error_file.write_text(f"icml26: config error: {err}\n")
+        _config_error(err)
     width = max((len(k) for k in metrics), default=10)
     print(f"\n{OmegaConf.select(cfg, 'method.name')} -> {cfg.run_dir}")
     for k, v in metrics.items():
         print(f"  {k:<{width}}  {v:.4g}")
+
+
+def _config_error(err: Exception) -> None:
+    print(f"icml26: config error: {err}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main() -> None:
@@ -95,6 +147,10 @@ def main() -> None:
     run_dir = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("run_dir=")), None)
     if run_dir and not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
         sys.argv.append(f"hydra.run.dir={run_dir}")  # Hydra's own files go there too, not ./outputs
+    try:
+        _compose_check(sys.argv[1:])  # before Hydra prints the config or creates the run folder
+    except ConfigError as err:
+        _config_error(err)
     _hydra_main()
 
 

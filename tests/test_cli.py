@@ -2,6 +2,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ def test_unknown_method_lists_known():
 
 def test_unknown_method_on_the_command_line_fails_with_the_list():
     out = _cli("method=no_such_method")
-    assert out.returncode != 0
+    assert out.returncode == 2
+    assert out.stderr.startswith("icml26: config error: ") and out.stderr.count("\n") == 1
     assert "Could not find 'method/no_such_method'" in out.stderr
     for slug in discover_methods()[:3]:
         assert slug in out.stderr  # Hydra lists the available options of the group
@@ -224,3 +226,117 @@ def test_cli_run_dir_is_the_only_folder_written(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (run / "results.json").exists()
     assert not any(work.iterdir()), sorted(p.name for p in work.iterdir())
+
+
+# ---- config errors stop the CLI before Hydra prints or makes a run folder (issue 41) ----------
+def _cli_in(cwd: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``icml26 args`` from ``cwd`` (not the checkout), with its duration in seconds."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", **env}
+    start = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "scripts.run", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env=env,
+    )
+    return out, time.monotonic() - start
+
+
+def _one_config_error(out: subprocess.CompletedProcess) -> str:
+    """The one stderr line of a config error (exit status 2, no traceback), without its prefix."""
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr[-2000:]
+    assert out.stderr.startswith("icml26: config error: ")
+    return out.stderr.removeprefix("icml26: config error: ")
+
+
+@pytest.mark.parametrize("cfg", ["job", "all"])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("+method.bogus=1", "method.bogus: not a field of MaxRLRunConfig (valid keys: name, stage"),
+        ("+method.t1.bogus=1", "method.t1.bogus: not a field of ClassificationToyConfig (valid"),
+        ("++method.t1.stepz=1", "method.t1.stepz: not a field of ClassificationToyConfig (did you"),
+    ],
+)
+def test_cfg_rejects_an_appended_unknown_key_before_printing(tmp_path, cfg, override, message):
+    """``--cfg`` prints the config without running the task: the key check comes before it.
+
+    Fast: only the schemas load (the full run imported torch and TRL first, ~55 s here)."""
+    out, seconds = _cli_in(tmp_path, "--cfg", cfg, "experiment=maxrl_toy", override)
+    assert _one_config_error(out).startswith(message)
+    assert out.stdout == "" and seconds < 30
+    assert not any(tmp_path.iterdir())
+
+
+def test_cfg_prints_a_valid_override(tmp_path):
+    out, _ = _cli_in(tmp_path, "--cfg", "job", "experiment=maxrl_toy", "method.t1.steps=5")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "bogus" not in out.stdout and "    steps: 5\n" in out.stdout
+
+
+def test_the_key_check_imports_nothing_heavy(tmp_path):
+    """``--cfg`` checks keys from the schemas alone: no torch, transformers or TRL import."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['icml26', '--cfg', 'job', 'experiment=maxrl_toy', '+method.bogus=1']\n"
+        "from common.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n"
+        "    print(exit.code, sorted({'torch', 'transformers', 'trl'} & set(sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert out.stdout.strip() == "2 []", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("override", "where", "message"),
+    [
+        ("+method.bogus=1", "run_dir", "method.bogus: not a field of MaxRLRunConfig"),
+        ("method.stage=bogus", "hydra.run.dir", "method.stage='bogus' is not a stage of maxrl"),
+        ("seed=abc", "default", "Value 'abc' of type 'str' could not be converted to Integer"),
+        ("method.t1.bogus=1", "default", "method.t1.bogus: not a field of Classification"),
+    ],
+)
+def test_a_config_error_leaves_no_run_folder(tmp_path, override, where, message):
+    """Checked before Hydra creates the run folder (and its cli.log): nothing is written, not
+    at ``run_dir=``, ``hydra.run.dir=``, Hydra's default ``./outputs`` nor $ICML26_OUTPUT_DIR."""
+    work, run = tmp_path / "cwd", tmp_path / "run"
+    work.mkdir()
+    args = ["experiment=maxrl_toy", override]
+    if where != "default":
+        args.append(f"{where}={run}")
+    out, _ = _cli_in(work, *args, ICML26_OUTPUT_DIR=str(tmp_path / "out"))
+    assert message in _one_config_error(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"] and not any(work.iterdir())
+
+
+def test_multirun_checks_keys_before_the_sweep_folder(tmp_path):
+    out, _ = _cli_in(tmp_path, "-m", "experiment=maxrl_toy", "seed=1,2", "+method.bogus=1")
+    assert "method.bogus: not a field of MaxRLRunConfig" in _one_config_error(out)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_stage_config_error_is_written_into_its_run_folder(tmp_path):
+    """A ConfigError the stage raises (here sacopt's missing data) comes after Hydra made the
+    folder: the folder then holds the message in ``error.txt`` beside Hydra's files."""
+    run = tmp_path / "run"
+    (run).mkdir()
+    (run / "error.txt").write_text("an earlier run's error")
+    env = {k: v for k, v in os.environ.items() if k != "SACOPT_DATA"}
+    out = subprocess.run(
+        [sys.executable, "-m", "scripts.run", "experiment=sacopt_paper", f"run_dir={run}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**env, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"},
+    )
+    message = _one_config_error(out)
+    assert "SACOPT_DATA" in message and "benchmark.sets.NL4Opt.path" in message
+    assert (run / "error.txt").read_text() == out.stderr
+    assert sorted(p.name for p in run.iterdir()) == [".hydra", "cli.log", "error.txt"]
