@@ -13,6 +13,7 @@
 #   DATA=/path/AgentXRay-Datasets/data scripts/reproduce/agentxray.sh   # local copies instead of the hub
 # Extra arguments go to icml26 (Hydra overrides). Output: outputs/agentxray_paper*/results.{json,md}.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 
 BACKEND="openai"

@@ -3,6 +3,7 @@
 # checkpoints and data. One launch per arm, same seed and settings (configs/experiment/apo_paper.yaml).
 # Usage: bash scripts/reproduce/apo.sh [model] [num_gpus]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 MODEL=${1:-Qwen/Qwen2.5-Math-7B}
 NGPU=${2:-8}
 export APO_DATA=${APO_DATA:-data/apo}

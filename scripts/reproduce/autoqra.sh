@@ -6,6 +6,7 @@
 #      and Llama-3.1-8B. Needs `pip install hqq` and the checkpoints / data cached (or local copies:
 #      ALPACA=alpaca_data.json, WINO=winogrande dev JSONL).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 OUT=${OUT:-outputs/autoqra_toy}
 SEEDS=${SEEDS:-0}

@@ -5,6 +5,7 @@
 #   icml26 experiment=epicache_paper method.stage=eval      # EpiCache on benchmark=realtalk|locomo|longmemeval
 # Usage: bash scripts/reproduce/epicache.sh [preset] [benchmark]   (preset: epicache_paper | epicache_paper_llama)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 PRESET=${1:-epicache_paper}
 BENCH=${2:-realtalk}

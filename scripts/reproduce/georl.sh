@@ -3,6 +3,7 @@
 # docs/methods/georl.md). Needs: 8 GPUs, `pip install -e .[vllm]`, and offline copies (or network) of
 # Qwen/Qwen2.5-VL-7B-Instruct, openai/clip-vit-large-patch14 and the google/docci images.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 
 NPROC=${NPROC:-8}

@@ -11,6 +11,7 @@
 # EXP picks the model: instruction_selection_paper (Llama-2-7B), instruction_selection_paper_llama32_3b,
 # instruction_selection_paper_qwen3_4b.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 EXP=${EXP:-instruction_selection_paper}
 TARGETS=${TARGETS:-"bbh codex gsm8k tydiqa mmlu_pro"}

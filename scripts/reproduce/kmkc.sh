@@ -8,6 +8,7 @@
 #        two rounds, then the 11 QA sets of benchmark=flashrag11 (accuracy, ECE, self-knowledge).
 #        The FlashRAG sets are exported to $FLASHRAG_DIR/<set>/{train,dev}.jsonl first (network).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 
 stage=${1:-toy}

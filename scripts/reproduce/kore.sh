@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # KORE reproduction (arXiv 2510.19316). Usage: scripts/reproduce/kore.sh [toy|paper|qwen|evoke] [overrides...]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 STAGE=${1:-toy}
 shift || true
 CONFIG=${ACCELERATE_CONFIG:-configs/accelerate/deepspeed_zero3.yaml}

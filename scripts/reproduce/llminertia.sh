@@ -9,6 +9,7 @@
 #   four HaluEval sets, each backbone served by `vllm serve` (OpenAI-compatible).
 # The three backbones: the repo's two + a larger one (our choice; the paper's third is unknown).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 
 : "${OPENAI_API_KEY:=EMPTY}"

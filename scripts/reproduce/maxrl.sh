@@ -4,6 +4,7 @@
 # efficiency (Fig. 5). GPU only (pip install -e ".[vllm]"); the paper used 32 H200 with verl, here
 # accelerate + FSDP with vLLM colocated. SMOLLM=1 runs the SmolLM2-360M / GSM8K setting (Table 5).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 ACC=${ACC:-configs/accelerate/multi_gpu_fsdp.yaml}
 OUT=${OUT:-outputs/maxrl_paper}

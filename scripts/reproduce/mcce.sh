@@ -14,6 +14,7 @@
 # and resumes from there if restarted. The round's TRL settings are the dpo/sft/grpo trainer nodes
 # (e.g. method.dpo.learning_rate=1e-6, fields of methods.mcce.train.MCCEDPOConfig).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 
 : "${OPENAI_API_KEY:?set OPENAI_API_KEY (or API_BASE_URL for an OpenAI-compatible server)}"

@@ -15,6 +15,7 @@
 # Extra arguments are passed to every icml26 call (Hydra overrides, e.g. method.workers=16).
 # Output: outputs/sacopt_paper_<arm>/{results.json, results.md, paper_table.md, results_<ds>_seed<k>.jsonl}
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 
 BACKEND="openai"

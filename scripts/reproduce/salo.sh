@@ -14,6 +14,7 @@
 #   '+method.paper.autodan.autodan_user={path: autodan.json, placement: user}'
 # or GCG regenerated on the model: method.paper.gcg_generate.n_prompts=520
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 stage="${1:-toy}"
 shift || true

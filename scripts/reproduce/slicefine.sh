@@ -7,6 +7,7 @@
 #                   benchmark=vtab1k). Needs the VTAB-1K folders (NOAH/VPT layout) under
 #                   data/vtab-1k or benchmark.sets.<task>.path=<dir>.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 CONFIG=${ACCELERATE_CONFIG:-configs/accelerate/single_gpu.yaml}
 stage=${1:-glue}

@@ -8,6 +8,7 @@
 # machine with network access or a filled HF_HOME; CPU is enough for GPT-2, a GPU helps for Pythia.
 # Extra arguments are Hydra overrides, e.g. method.real.tau=0.7, method.real.head=[8,9], method.real.fold_ln=true or model.path=<dir>.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 stage="${1:-toy}"
 shift || true

@@ -9,6 +9,7 @@
 # Each run evaluates Swordsman and the Fast-dLLM baseline (blocks of 32, tau 0.9) on GSM8K (5-shot),
 # MATH (minerva_math, 4-shot), HumanEval (0-shot), MBPP (3-shot): method.eval.tasks.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 export HF_ALLOW_CODE_EVAL=1 HF_DATASETS_TRUST_REMOTE_CODE=true
 OUT=${OUT:-outputs/swordsman_paper}
 CACHES=${CACHES:-"none dual"}

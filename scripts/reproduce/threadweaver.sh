@@ -14,6 +14,7 @@
 #
 # Not scripted here: stage 0 (sampling Qwen3-8B sequential traces on Polaris-53K).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 DATA=${DATA:-data/threadweaver}
 OUT=${OUT:-outputs/threadweaver_paper}

@@ -3,6 +3,7 @@
 # and for evaluation AgentLab/BrowserGym with self-hosted WebArena / WorkArena.
 #   EXP=weasel_paper (Qwen2.5-7B-Instruct) | weasel_paper_qwen3_8b
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 EXP=${EXP:-weasel_paper}
 DATA=${DATA:-data/agenttrek_agentlab.json}  # chat records [system, user, assistant]

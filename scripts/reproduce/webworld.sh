@@ -8,6 +8,7 @@
 # method.paper.size=14B). Bench files: WEBWORLD_BENCH=<folder with long.json, base.jsonl, ...>.
 # Needs: pip install -e ".[vllm]" deepspeed on the GPU machine.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
 STAGE=${1:-toy}
 shift || true
