@@ -45,6 +45,7 @@ __all__ = [
     "child_limits",
     "run_isolated",
     "sandbox_available",
+    "sandbox_unavailable_reason",
     "scrubbed_env",
 ]
 
@@ -177,6 +178,11 @@ def _probe() -> str | None:
 def sandbox_available() -> bool:
     """Whether :func:`run_isolated` can isolate here (bubblewrap installed and working)."""
     return _probe() is None
+
+
+def sandbox_unavailable_reason() -> str | None:
+    """None when :func:`run_isolated` can isolate here, else why not and how to fix it."""
+    return _probe()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

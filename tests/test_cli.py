@@ -215,6 +215,7 @@ def test_run_method_without_run_dir_writes_outside_the_checkout(tmp_path, monkey
     assert _untracked_and_ignored() <= before, "the run wrote into the checkout"
 
 
+@pytest.mark.slow
 def test_cli_run_dir_is_the_only_folder_written(tmp_path):
     """``run_dir=`` set: results land there, and no ``./outputs`` (Hydra's default) appears in cwd."""
     work, run = tmp_path / "cwd", tmp_path / "run"

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from common.registry import compose, discover_methods, get_method, run_method
+from common.threads import torch_threads
+from tests.tiny_runs import TINY_OVERRIDES
 
 SLUGS = discover_methods()
 
@@ -31,20 +33,37 @@ def test_public_api(slug):
     assert len(set(names)) == len(names), "__all__ has duplicates"  # order: ruff RUF022
 
 
-@pytest.mark.parametrize("slug", SLUGS)
-def test_demo_run_writes_results(slug, run_dir):
+def _run_and_check(slug: str, overrides: list[str], run_dir: Path) -> None:
     module = get_method(slug)
     assert isinstance(module.DEMO_OVERRIDES, list)
     key, base_key = module.HEADLINE
-    cfg = compose([f"experiment={slug}_toy", *module.DEMO_OVERRIDES], run_dir=run_dir)
+    cfg = compose([f"experiment={slug}_toy", *module.DEMO_OVERRIDES, *overrides], run_dir=run_dir)
     assert cfg.method.name == slug
-    metrics = run_method(cfg)
+    with torch_threads(1):
+        metrics = run_method(cfg)
     assert metrics and all(isinstance(v, float) for v in metrics.values())
     assert key in metrics and base_key in metrics, f"HEADLINE keys missing from {sorted(metrics)}"
     assert math.isfinite(metrics[key]) and math.isfinite(metrics[base_key])
     payload = json.loads((run_dir / "results.json").read_text())
     assert payload["method"] == slug and payload["metrics"]
     assert (run_dir / "results.md").read_text().count("|") > 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", SLUGS)
+def test_demo_run_writes_results(slug, run_dir):
+    """The tour's row at demo size (``make demo``'s config), end to end."""
+    _run_and_check(slug, [], run_dir)
+
+
+def test_every_method_has_a_tiny_run():
+    assert sorted(TINY_OVERRIDES) == SLUGS
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_tiny_run_writes_results(slug, run_dir):
+    """The quick tier's end-to-end run: the demo config shrunk to seconds (tests/tiny_runs.py)."""
+    _run_and_check(slug, TINY_OVERRIDES[slug], run_dir)
 
 
 def test_no_reference_to_the_working_notes():

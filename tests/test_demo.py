@@ -13,13 +13,13 @@ import os
 import re
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
 from common.demo import ToyResult, direction
 from common.registry import REPO_ROOT, discover_methods, get_method
 from scripts.demo import BWRAP_SKIP, captured, fresh_dir, summarize, table
+from tests.markers import path_without
 
 SLUGS = discover_methods()
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
@@ -168,31 +168,15 @@ def test_demo_console_is_demo_lines_and_table(tmp_path, monkeypatch, capfd):
     import scripts.demo as demo
 
     monkeypatch.setattr(demo, "RESULTS", tmp_path / "demo")
-    assert demo.main(["salo"]) == 0
+    assert demo.main(["maxrl"]) == 0
     out, err = capfd.readouterr()
     lines = [ln for ln in out.splitlines() if ln.strip()]
-    assert lines[0].startswith("[demo] salo (1/1)") and lines[1].startswith("[demo] salo: ")
+    assert lines[0].startswith("[demo] maxrl (1/1)") and lines[1].startswith("[demo] maxrl: ")
     assert all(ln.startswith(("[demo]", "|", "total ")) for ln in lines), out
     assert err == ""
     assert (tmp_path / "demo" / "demo.md").exists() and (
-        tmp_path / "demo" / "salo" / "demo.log"
+        tmp_path / "demo" / "maxrl" / "demo.log"
     ).exists()
-
-
-def path_without(tool: str, scratch: Path) -> str:
-    """``$PATH`` with ``tool`` hidden: each folder that holds it is replaced by a copy of links to
-    everything else in it."""
-    dirs = []
-    for i, d in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
-        if d and (Path(d) / tool).exists():
-            shadow = scratch / f"path{i}"
-            shadow.mkdir(parents=True)
-            for entry in Path(d).iterdir():
-                if entry.name != tool:
-                    (shadow / entry.name).symlink_to(entry)
-            d = str(shadow)
-        dirs.append(d)
-    return os.pathsep.join(dirs)
 
 
 def test_demo_skips_sacopt_without_bubblewrap(tmp_path, monkeypatch, capfd):
@@ -228,3 +212,19 @@ def test_direction_and_toy_result_checks():
         ToyResult(1.0, 0.5, True, "effect", "python run.py")
     with pytest.raises(ValueError, match="higher_is_better"):
         ToyResult(1.0, 0.5, 1, "effect", "icml26 experiment=x_toy")
+
+
+@pytest.mark.slow
+def test_sandbox_tests_skip_with_the_reason_without_bubblewrap(tmp_path):
+    """On a machine without bwrap (not root), a sandbox test skips and says why; it does not fail."""
+    import subprocess
+
+    env = {**os.environ, "PATH": path_without("bwrap", tmp_path / "shadow")}
+    test = "tests/methods/test_sacopt.py::test_sandbox_kills_an_infinite_loop"
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "1 skipped" in r.stdout and "bubblewrap (`bwrap`) is not installed" in r.stdout
+    assert "apt-get install bubblewrap" in r.stdout

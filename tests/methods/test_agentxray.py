@@ -43,6 +43,7 @@ from methods.agentxray.xraybench import (
     make_tasks,
     toy_agent_pool,
 )
+from tests.markers import needs_bwrap
 
 A = Primitive("agent", "A")
 T = Primitive("tool", "t0")
@@ -423,6 +424,7 @@ def test_parse_project_cases():
 
 
 # ----------------------------------------------------------------------------- sandbox and bad input
+@needs_bwrap
 def test_compiler_runs_in_subprocess_with_timeout():
     tool = compiler_tool(timeout=1.0)
     ok = "File: main.py\n```python\nx = 1\n```"
@@ -435,6 +437,7 @@ def test_compiler_runs_in_subprocess_with_timeout():
         compiler_tool(timeout=0)
 
 
+@needs_bwrap
 def test_compiler_limits_memory_and_hides_the_environment(monkeypatch):
     """A memory bomb is stopped by the address-space limit; API keys never reach the child."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")

@@ -108,6 +108,7 @@ def _run_child(tmp: Path, name: str, folder: Path | None, kill_at: int | None) -
     return p.exitcode
 
 
+@pytest.mark.slow
 def test_kill9_at_any_call_then_resume_gives_the_uninterrupted_run(tmp_path):
     count_tokens("warm the tokenizer up before forking")
     assert _run_child(tmp_path, "ref", None, None) == 0

@@ -380,6 +380,7 @@ class _Killer:
         return self.inner.evaluate(cfg, fidelity)
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_is_exact_in_both_stages(tmp_path):
     """A run stopped at evaluation N and resumed equals the uninterrupted one: same records, Pareto
     set, HV history, operator counts, selection and BO history, the same evaluation calls split

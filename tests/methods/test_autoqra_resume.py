@@ -106,6 +106,7 @@ def _files(folder: Path) -> dict[str, str]:
     return {n: (folder / n).read_text() for n in names}
 
 
+@pytest.mark.slow
 def test_kill9_at_any_evaluation_then_resume_is_exact(tmp_path):
     from common.threads import torch_threads
 

@@ -207,6 +207,7 @@ def _kill_and_resume(tmp_path: Path, base: dict, kills: list[int]) -> str:
     return expected
 
 
+@pytest.mark.slow
 # ------------------------------------------------------------------------------ the tests
 def test_kill_at_oracle_and_llm_calls_then_resume_is_lossless(tmp_path):
     """Kills at call 1 (the initial population's oracle call, before any checkpoint), call 3 (an
@@ -219,6 +220,7 @@ def test_kill_at_oracle_and_llm_calls_then_resume_is_lossless(tmp_path):
     assert labels[5].startswith("llm")
 
 
+@pytest.mark.slow
 def test_resume_restores_torch_generators_and_trained_weights(tmp_path):
     """The local model is a tiny GPT sampled through its own torch Generator and trained (stand-in
     round) on the global torch and numpy generators; killed inside the generation after a

@@ -46,6 +46,7 @@ from methods.sacopt.toy_world import (
     parse_fragment,
     render_fragment,
 )
+from tests.markers import needs_bwrap
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -142,6 +143,7 @@ def _blank_farmer() -> ProblemState:
 # ----------------------------------------------------------------------------- Must show 1
 
 
+@needs_bwrap
 def test_planted_errors_are_detected_and_only_those_anchors_change():
     llm = farmer_llm()
     loop = SACOptLoop(LLMCoder(llm), LLMJudgeVerifier(llm), t_max=5, verify_objective=True)
@@ -173,6 +175,7 @@ def test_without_objective_verification_the_wrong_sense_survives():
     )  # the repo's behaviour (our choice (docs deviations))
 
 
+@needs_bwrap
 def test_farmer_example_solves_to_30400_and_a_flipped_sense_changes_it():
     res = run_sandboxed(assemble_program(farmer_state()), timeout_s=60, mem_mb=2048)
     assert res.status == "optimal" and res.objective == pytest.approx(30400)
@@ -182,6 +185,7 @@ def test_farmer_example_solves_to_30400_and_a_flipped_sense_changes_it():
     assert res2.status == "optimal" and res2.objective == pytest.approx(34400)  # silent error
 
 
+@needs_bwrap
 @pytest.mark.parametrize("seed", [1, 2])
 def test_assembled_programs_match_scipy_highs_on_random_lp_and_milp(seed):
     rng = np.random.default_rng(seed)
@@ -214,6 +218,7 @@ def test_assembled_programs_match_scipy_highs_on_random_lp_and_milp(seed):
     assert res.status == "optimal" and res.objective == pytest.approx(-ref.fun, rel=1e-6)
 
 
+@needs_bwrap
 def test_infeasible_and_unbounded_are_reported_not_crashed():
     s = farmer_state()
     s.constraints.append(Anchor("constraint", "cows <= 5", code="model.addConstr(x[0] <= 5)"))
@@ -229,11 +234,13 @@ def test_infeasible_and_unbounded_are_reported_not_crashed():
 # ----------------------------------------------------------------------------- Must show 2
 
 
+@needs_bwrap
 def test_sandbox_kills_an_infinite_loop():
     res = run_sandboxed("while True:\n    pass\n", timeout_s=1.0, mem_mb=512)
     assert res.status == "error" and res.timed_out and res.runtime_s < 10
 
 
+@needs_bwrap
 def test_sandbox_stops_a_memory_bomb():
     res = run_sandboxed(
         "x = bytearray(8 * 1024**3)\nprint('SACOPT_RESULT {}')", timeout_s=20, mem_mb=512
@@ -241,6 +248,7 @@ def test_sandbox_stops_a_memory_bomb():
     assert res.status == "error" and "MemoryError" in res.stderr
 
 
+@needs_bwrap
 def test_sandbox_blocks_writes_outside_its_workdir(tmp_path):
     target = tmp_path / "pwned.txt"
     for code in (
@@ -258,6 +266,7 @@ def test_sandbox_blocks_writes_outside_its_workdir(tmp_path):
     assert ok.status == "optimal"  # writing inside the work dir is fine
 
 
+@needs_bwrap
 def test_sandbox_refuses_network_and_hides_secrets():
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -279,6 +288,7 @@ def test_sandbox_refuses_network_and_hides_secrets():
         srv.close()
 
 
+@needs_bwrap
 def test_sandbox_error_cases_and_arguments():
     assert run_sandboxed("print('hello')").status == "error"  # no result line
     assert run_sandboxed("raise SystemExit(3)").returncode == 3
@@ -408,6 +418,7 @@ def test_debug_loop_stops_after_three_attempts_and_records_each_stderr():
     assert "boom 1" in llm.calls[0][-1]["content"]
 
 
+@needs_bwrap
 def test_debug_loop_fixes_a_crash_in_the_sandbox():
     state = farmer_state()
     state.constraints[1].code = "model.addConstr(x[2] <= MaxChicken)"  # NameError
@@ -684,6 +695,7 @@ def _extraction_llm(missing_score=False):
     return ScriptedChat(reply)
 
 
+@needs_bwrap
 def test_solve_problem_end_to_end_with_scripted_llm():
     llm = _extraction_llm()
     cfg = SACOptConfig(timeout_s=60, mem_mb=2048)
@@ -764,6 +776,7 @@ def test_constraint_check_keeps_removes_and_modifies():
 # ----------------------------------------------------------------------------- toy run
 
 
+@needs_bwrap
 def test_toy_run_writes_results_and_sacopt_beats_one_pass(tmp_path):
     from common.registry import compose, run_method
     from methods.sacopt.run import DEMO_OVERRIDES, HEADLINE
@@ -823,6 +836,7 @@ def test_missing_data_names_sacopt_data_and_the_config_key(tmp_path, monkeypatch
         load_clean_benchmark("IndustryOR", tmp_path / "empty")
 
 
+@needs_bwrap
 def test_gurobipy_backend_falls_back_to_highs_when_unavailable():
     pytest.importorskip("highspy")
     try:
@@ -1014,6 +1028,7 @@ class _FakeOpenAI:
         self.httpd.server_close()
 
 
+@needs_bwrap
 def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_path, monkeypatch):
     """experiment=sacopt_paper end to end: converters -> OpenAIChat over HTTP -> SAC-Opt ->
     sandbox -> mean ± std over seeds. Seed 1's model cannot extract anything, so the table

@@ -1001,6 +1001,7 @@ def test_paper_stage_loads_the_attention_implementation_of_the_mask(tmp_path, ti
         paper._load(run, training=True)
 
 
+@pytest.mark.slow
 def test_flex_block_mask_forward_matches_dense_and_follows_the_inputs(toy_tok, toy_setup):
     """Issue 29: the trie mask is built on the inputs' device in the model's dtype; the flex
     BlockMask (forward works on CPU) gives the dense mask's logits."""

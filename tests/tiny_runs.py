@@ -1,0 +1,68 @@
+"""Each method's toy shrunk to seconds: the quick tier's one end-to-end run per method.
+
+``TINY_OVERRIDES[slug]`` goes on top of ``experiment=<slug>_toy`` and the method's ``DEMO_OVERRIDES``
+(``tests/test_contract.py::test_tiny_run_writes_results``). Only sizes shrink (steps, samples, seeds,
+arms kept to the ``HEADLINE`` pair): the run goes through the same stage code as the toy and must
+still write both ``HEADLINE`` metrics. The demo-size run itself is ``test_demo_run_writes_results``
+(``make test-all``).
+
+    python -m tests.tiny_runs maxrl [extra overrides ...]   # time one run (wall and CPU seconds)
+"""
+
+from __future__ import annotations
+
+TINY_OVERRIDES: dict[str, list[str]] = {
+    "agentxray": [],
+    "apo": [],
+    "autoqra": [],
+    "epicache": [],
+    "georl": [],
+    "instruction_selection": [],
+    "kmkc": [],
+    "kore": [],
+    "llminertia": [],
+    "maxrl": [],
+    "mcce": [],
+    "sacopt": [],
+    "salo": [],
+    "slicefine": [],
+    "sv_features": [],
+    "swordsman": [],
+    "threadweaver": [],
+    "weasel": [],
+    "webworld": [],
+}
+
+
+def main(argv: list[str]) -> None:
+    import math
+    import os
+    import tempfile
+    import time
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("ICML26_PROGRESS", "0")
+    from common.registry import compose, get_method, run_method
+    from common.threads import torch_threads
+
+    slug, extra = argv[0], argv[1:]
+    module = get_method(slug)
+    overrides = [f"experiment={slug}_toy", *module.DEMO_OVERRIDES, *TINY_OVERRIDES[slug], *extra]
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = compose(overrides, run_dir=run_dir)
+        t0, c0 = time.perf_counter(), time.process_time()
+        with torch_threads(1):
+            metrics = run_method(cfg)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    key, base = module.HEADLINE
+    ok = all(k in metrics and math.isfinite(metrics[k]) for k in (key, base))
+    print(
+        f"{slug}: wall {wall:.1f} s, cpu {cpu:.1f} s; {key}={metrics.get(key)} "
+        f"{base}={metrics.get(base)}; headline keys {'present' if ok else 'MISSING'}"
+    )
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
