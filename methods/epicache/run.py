@@ -12,8 +12,8 @@ STAGES = {
     "eval": paper.eval_stage,
 }
 DEMO_OVERRIDES: list[str] = [
-    "method.train_steps=300",  # a toy LM that answers from its cache
-    "method.train_induction_steps=150",
+    "method.train_steps=200",  # a toy LM that answers from its cache (150 is not enough)
+    "method.train_induction_steps=100",
     "method.n_eval=1",
     "method.n_init=1",
     "method.n_questions=8",
