@@ -20,6 +20,7 @@ from pathlib import Path
 
 from common.config import Run
 from common.metrics import ci_halfwidth, mean_over_seeds
+from common.threads import torch_threads
 from common.tracking import progress, pyplot, save_plot, write_results
 
 from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
@@ -231,6 +232,7 @@ def _plot(metrics: dict[str, dict[str, float]], run_dir: str) -> None:
     save_plot(fig, Path(run_dir) / "agentxray_toy.png")
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def run_toy(run: Run) -> dict[str, float]:
     """``stage=toy``: every arm × N × noise × seed on XRayBench-lite."""
     rc: AgentXRayRunConfig = run.method

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from common.metrics import spearman
+from common.threads import torch_threads
 from common.train_loop import train_steps as _train_loop
 
 from .less import _supervised_ids
@@ -309,6 +310,7 @@ def _quantile_metrics(cfg, sims, evaluate, is_target, seed, metrics, run_dir) ->
     return curves
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def run_toy(run: Any) -> dict[str, float]:
     """``stage=toy``: every representation x selector and Random on one synthetic pool; writes the
     results, the quantile table and the plot."""

@@ -27,6 +27,7 @@ import torch
 
 from common.llm import ScriptedChat
 from common.metrics import spearman
+from common.threads import torch_threads
 from common.tracking import progress, pyplot, write_results
 
 from .arms import baseline_arms, check_prompt_set, make_pipeline, plain_kw
@@ -403,6 +404,7 @@ def write_trained_report(rows: list[dict], steps_rows: list[dict], run_dir: str)
 # ----------------------------------------------------------------------------- stages
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def trained_stage(run) -> dict[str, float]:
     """``stage=toy``: the trained tiny-GPT-2 toy."""
     rc = run.method
@@ -414,6 +416,7 @@ def trained_stage(run) -> dict[str, float]:
     )
 
 
+@torch_threads(1)
 def sim_stage(run) -> dict[str, float]:
     """``stage=sim``: the simulated inert LLM (mechanism only; seconds)."""
     rc = run.method

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from common.config import Run
+from common.threads import torch_threads
 from common.tracking import write_results
 
 from .config import ARM_MODES, MCCERunConfig
@@ -260,6 +261,7 @@ def _plot(
 HV_NOTE = "HV: top-100 by F, t(x) minimisation form, ref 1.1 (max 1.1^m)."
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def run_toy(run: Run) -> dict[str, float]:
     """``stage=toy``: every arm × seed on the CPU toy."""
     rc: MCCERunConfig = copy.deepcopy(run.method)

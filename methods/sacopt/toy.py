@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.config import Run
+from common.threads import torch_threads
 from common.tracking import write_results
 from methods.sacopt.backend import ExecResult, assemble_program, run_sandboxed
 from methods.sacopt.debug import debug_loop
@@ -170,6 +171,7 @@ def run_toy(
     return metrics
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def toy_stage(run: Run) -> dict[str, float]:
     """The ``toy`` stage: every arm on the toy LPs; results.json / results.md in ``run.run_dir``."""
     metrics = run_toy(run.method, seed=run.seed, run_dir=run.run_dir)

@@ -22,6 +22,7 @@ import time
 import torch
 
 from common.config import Run
+from common.threads import torch_threads
 from common.tracking import write_results
 
 from .baselines import LastTokenProbe, MeanPoolMLP, RepEDirection, refusal_score
@@ -131,6 +132,7 @@ def _attack_inputs(world: ToyWorld, toy, direct: list[str], gcg_prompts, gcg_sfx
     }
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def run_toy(run: Run) -> dict[str, float]:
     """``stage=toy``: runs the toy and writes ``results.json`` / ``results.md`` into the run folder."""
     t0 = time.time()

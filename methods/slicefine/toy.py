@@ -18,6 +18,7 @@ import time
 import torch
 from torch import nn
 
+from common.threads import torch_threads
 from common.train_loop import train_steps
 from methods.slicefine.config import ToyConfig
 from methods.slicefine.diagnostics import local_ticket_test, spectral_balance, task_energy
@@ -272,6 +273,7 @@ def _seed_means(per_arm: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
     return mean_over_seeds(per_seed, std_keys=("accuracy",))
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def run_toy(run) -> dict[str, float]:
     """``stage=toy``: every arm on the same data and seeds; writes results and the loss curves.
 

@@ -28,6 +28,7 @@ from collections import defaultdict
 import torch
 
 from common.config import Run
+from common.threads import torch_threads
 from common.tiny import tiny_causal_lm
 from common.tracking import write_results
 from common.train_loop import train_steps
@@ -361,6 +362,7 @@ _TOY_NOTES = (
 )
 
 
+@torch_threads(1)  # tiny matmuls: extra OpenMP threads only spin on a busy machine
 def toy_stage(run: Run) -> dict[str, float]:
     """``stage=toy``: the codebook-spelling toy; writes ``results.json`` / ``results.md``."""
     t0 = time.time()
