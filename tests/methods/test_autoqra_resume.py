@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 L, SEED = 6, 0
 # The surrogate never fits here (min 100 pairs): a fit's first torch optimiser costs each child
