@@ -59,15 +59,6 @@ def _alarm(_signum, _frame):
     raise _Timeout
 
 
-def _tiny_dirs(root: Path) -> dict[str, str]:
-    from common.tiny import save_tiny, tiny_causal_lm, tiny_llava
-
-    dirs = {f"tiny_{a}": str(save_tiny(*tiny_causal_lm(a, seed=0), root / a)) for a in
-            ("qwen2", "llama", "qwen3")}  # fmt: skip
-    dirs["tiny_llava"] = str(save_tiny(*tiny_llava(seed=0), root / "llava"))
-    return dirs
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="method slugs (default: all)")
@@ -79,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from common.registry import REPO_ROOT, compose, run_method
-    from tests.test_paper_presets import _cases, _format
+    from scripts.paper_smoke import cases as smoke_cases
+    from scripts.paper_smoke import format_override, smoke_module, tiny_model_dirs
 
     sys.path.insert(0, str(REPO_ROOT))
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -88,15 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     vllm = args.device == "cuda" and importlib.util.find_spec("vllm") is not None
     print(f"device: {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}; "
           f"vLLM engine paths: {'on' if vllm else 'skipped (vllm is not importable here)'}")  # fmt: skip
-    cases = [c for c in _cases() if args.only is None or c[0] in args.only]
+    cases = [c for c in smoke_cases() if args.only is None or c[0] in args.only]
     status: dict[str, list[str]] = defaultdict(list)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="icml26_gpu_smoke_") as tmp:
-        tiny = _tiny_dirs(Path(tmp) / "models")
+        tiny = tiny_model_dirs(Path(tmp) / "models")
         for i, (slug, preset, stage) in enumerate(cases):
             case_dir = Path(tmp) / f"case{i}"
             case_dir.mkdir()
-            module = importlib.import_module(f"tests.methods.test_{slug}")
+            module = smoke_module(slug)
             key = stage if preset == f"{slug}_paper" else f"{preset}/{stage}"
             values = {"tmp": str(case_dir), "repo": str(REPO_ROOT), **tiny}
             t0 = time.monotonic()
@@ -106,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 setup = getattr(module, "paper_smoke_setup", None)
                 if setup is not None:
                     values.update(setup(case_dir))
-                overrides = [_format(o, values) for o in module.PAPER_SMOKE[key]]
+                overrides = [format_override(o, values) for o in module.PAPER_SMOKE[key]]
                 if args.device == "cuda":
                     overrides = gpu_overrides(overrides, vllm)
                 cfg = compose(

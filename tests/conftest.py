@@ -72,13 +72,9 @@ def _seed():
 def tiny_model_dirs(tmp_path_factory):
     """Folders with a saved tiny model + tokenizer per architecture, loadable by ``from_pretrained``.
 
-    The paper-preset contract test points ``model.path`` at these (``{tiny_qwen2}`` etc.).
+    The paper-preset contract test points ``model.path`` at these (``{tiny_qwen2}`` etc.); the
+    same function builds them for ``python -m scripts.paper_smoke``.
     """
-    from common.tiny import save_tiny, tiny_causal_lm, tiny_llava
+    from scripts.paper_smoke import tiny_model_dirs as save_tiny_models
 
-    root = tmp_path_factory.mktemp("tiny_models")
-    dirs = {}
-    for arch in ("qwen2", "llama", "qwen3"):
-        dirs[f"tiny_{arch}"] = str(save_tiny(*tiny_causal_lm(arch, seed=0), root / arch))
-    dirs["tiny_llava"] = str(save_tiny(*tiny_llava(seed=0), root / "llava"))
-    return dirs
+    return save_tiny_models(tmp_path_factory.mktemp("tiny_models"))

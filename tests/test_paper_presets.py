@@ -1,7 +1,10 @@
 """Every paper preset, as shipped, runs end to end on the CPU (one or two steps of each stage).
 
 Each method's test module (``tests/methods/test_<slug>.py``) declares ``PAPER_SMOKE``: a paper stage
-(or ``"<preset>/<stage>"`` for a variant preset) -> the Hydra overrides that shrink the run. Those
+(or ``"<preset>/<stage>"`` for a variant preset) -> the Hydra overrides that shrink the run; the
+cases, placeholders and tiny models come from ``scripts/paper_smoke.py``, which runs the same cases
+for a reader (``python -m scripts.paper_smoke <slug> <stage>``) and writes them into each method
+doc's "Run a paper stage on a tiny local model" block. Those
 overrides may only point the model and the data at local files (tiny models, fixtures in the
 benchmarks' real formats), shrink sizes (steps, lengths, batch, sample counts) or switch engines and
 precision off (bf16, vLLM): never an algorithm key; :func:`_check_override` enforces it. An optional
@@ -13,7 +16,6 @@ Placeholders in overrides: ``{tmp}``, ``{repo}``, ``{tiny_qwen2}``, ``{tiny_llam
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 
@@ -21,6 +23,7 @@ import pytest
 
 from common.config import ConfigError, method_schemas
 from common.registry import CONFIG_DIR, REPO_ROOT, compose, discover_methods, run_method
+from scripts.paper_smoke import cases, format_override, smoke_module
 
 # Leaf names an override may set: paths, sizes and device/engine switches (see the module doc).
 _ALLOWED_LEAF = re.compile(
@@ -30,21 +33,6 @@ _ALLOWED_LEAF = re.compile(
     r"conversations|queries|questions|items|rounds|iterations|pop|gens|evals|budget)($|_)"
 )
 _ALGORITHM_KEYS = {"loss_type", "beta", "epsilon", "learning_rate", "lr", "temperature", "top_p"}
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def _smoke_module(slug: str):
-    return importlib.import_module(f"tests.methods.test_{slug}")
-
-
-def _cases() -> list[tuple[str, str, str]]:
-    cases = []
-    for slug in discover_methods():
-        smoke = getattr(_smoke_module(slug), "PAPER_SMOKE", None) or {}
-        for key in smoke:
-            preset, _, stage = key.rpartition("/")
-            cases.append((slug, preset or f"{slug}_paper", stage))
-    return cases
 
 
 def _check_override(override: str) -> None:
@@ -62,19 +50,15 @@ def _check_override(override: str) -> None:
     )
 
 
-def _format(override: str, values: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), override)
-
-
-@pytest.mark.parametrize(("slug", "preset", "stage"), _cases())
+@pytest.mark.parametrize(("slug", "preset", "stage"), cases())
 def test_paper_preset_runs_end_to_end(slug, preset, stage, tmp_path, tiny_model_dirs):
-    module = _smoke_module(slug)
+    module = smoke_module(slug)
     key = stage if preset == f"{slug}_paper" else f"{preset}/{stage}"
     values = {"tmp": str(tmp_path), "repo": str(REPO_ROOT), **tiny_model_dirs}
     setup = getattr(module, "paper_smoke_setup", None)
     if setup is not None:
         values.update(setup(tmp_path))
-    overrides = [_format(o, values) for o in module.PAPER_SMOKE[key]]
+    overrides = [format_override(o, values) for o in module.PAPER_SMOKE[key]]
     for o in overrides:
         _check_override(o)
     assert (CONFIG_DIR / "experiment" / f"{preset}.yaml").exists()
