@@ -50,6 +50,7 @@ def _check_override(override: str) -> None:
     )
 
 
+@pytest.mark.slow  # paper-preset contract runs: make test-all
 @pytest.mark.parametrize(("slug", "preset", "stage"), cases())
 def test_paper_preset_runs_end_to_end(slug, preset, stage, tmp_path, tiny_model_dirs):
     module = smoke_module(slug)
