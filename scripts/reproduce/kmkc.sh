@@ -7,6 +7,7 @@
 #        fallback) -> CGKE SFT (TRL SFTTrainer) -> CDKC (CDKCTrainer, TRL GRPO with colocated vLLM),
 #        two rounds, then the 11 QA sets of benchmark=flashrag11 (accuracy, ECE, self-knowledge).
 #        The FlashRAG sets are exported to $FLASHRAG_DIR/<set>/{train,dev}.jsonl first (network).
+#        The files and fields the paper stages read: docs/methods/kmkc.md, "Data format".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"  # the checkout's .venv first on PATH
 cd "$(dirname "$0")/../.."
