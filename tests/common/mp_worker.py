@@ -11,8 +11,12 @@ with the same global batch see the same rollouts and must end with the same para
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import gc
 import json
 import os
+import signal
+import weakref
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -126,7 +130,7 @@ def _pgrpo(out: Path, per_device: int):
     )  # fmt: skip
 
 
-def main() -> None:
+def main() -> weakref.ref | None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--trainer",
@@ -212,9 +216,36 @@ def main() -> None:
         }
         torch.save(state, out / "params.pt")
     acc.wait_for_everyone()
-    if torch.distributed.is_initialized():  # a clean gloo teardown (no abort at interpreter exit)
+    wrapped = trainer.model_wrapped  # DistributedDataParallel with 2 processes: holds the Reducer
+    return weakref.ref(wrapped) if wrapped is not model else None
+
+
+def teardown(wrapped: weakref.ref | None) -> None:
+    """Frees the DDP model, then destroys the process group: in that order, or a rank can hang.
+
+    DDP's C++ Reducer holds a reference to the gloo process group, and pybind frees the Reducer with
+    the GIL held. When the process group was destroyed first (``destroy_process_group`` while the
+    trainer was still alive), the Reducer's reference is the last one: ``~ProcessGroupGloo`` then
+    joins gloo's worker threads with the GIL held, while a worker thread that has just finished the
+    final barrier waits for the GIL to free the tensors of an earlier all-gather (their Python
+    objects). Both wait forever: the 2-process stall of issue 41 (py-spy: main thread in
+    ``~Reducer -> ~ProcessGroupGloo -> std::thread::join``, gloo thread in
+    ``~AsyncBarrierWork -> ~AsyncAllgatherWork -> decref_pyobject -> gil_scoped_acquire``). Freeing
+    the trainer first leaves the last reference with the Python ``ProcessGroup`` object, whose
+    destructor releases the GIL before joining; the group is still destroyed while the interpreter is
+    alive (left to interpreter exit, a gloo thread taking the GIL aborts the process).
+    """
+    gc.collect()  # the trainer and its DDP model went with main()'s frame; cycles go here
+    if wrapped is not None and wrapped() is not None:
+        raise RuntimeError(
+            "the DDP model outlived the trainer: destroying the process group now could hang "
+            f"(referrers: {[type(r).__name__ for r in gc.get_referrers(wrapped())]})"
+        )
+    if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    # `kill -USR1` prints every thread's Python stack (the test does it before killing a hung run).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    teardown(main())
