@@ -48,6 +48,17 @@ THIRD_PARTY_FILTERS: tuple[WarningFilter, ...] = (
             "is pinned by constraints.txt and its use is tested (tests/common/test_bf16_step.py)."
         ),
     ),
+    WarningFilter(
+        message=r"`torch\.jit\.script_method` is deprecated",
+        category=DeprecationWarning,
+        module=r"torch\.jit\._script",
+        reason=(
+            "torch's own torch/utils/mkldnn.py decorates its 14 Mkldnn* ScriptModule methods with the "
+            "deprecated script_method when imported, and torch._inductor imports it (compile_fx -> "
+            "fx_passes.pre_grad -> torch.fx.experimental.optimization) whenever flex attention is "
+            "compiled (ThreadWeaver's trie mask). The project never calls script_method."
+        ),
+    ),
 )
 
 

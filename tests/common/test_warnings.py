@@ -78,6 +78,20 @@ def test_peft_internal_deprecation_is_filtered_and_only_it(tiny_qwen2):
     assert len(ws) == 1
 
 
+def test_torch_internal_script_method_deprecation_is_filtered_and_only_it():
+    """torch.utils.mkldnn (imported by torch._inductor for flex attention) uses torch's deprecated
+    script_method 14 times at import; the same text raised from our own modules still shows."""
+    msg = "`torch.jit.script_method` is deprecated. Please switch to `torch.compile` or `torch.export`."
+
+    def from_module(module):
+        return lambda: warnings.warn_explicit(msg, DeprecationWarning, "x.py", 1, module=module)
+
+    _, ws = _caught(from_module("torch.jit._script"))
+    assert not ws
+    _, ws = _caught(from_module("methods.threadweaver.trie"))
+    assert len(ws) == 1
+
+
 def test_salo_same_conv_matches_torch_same_padding_without_warning():
     from methods.salo.operator import _SameConv2d
 
