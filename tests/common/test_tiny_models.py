@@ -167,7 +167,7 @@ def test_induction_warmup_is_adamw_on_the_query_positions():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
         opt.step()
-        loss_ema = float(loss) if step == 0 else 0.9 * loss_ema + 0.1 * float(loss)
+        loss_ema = loss.item() if step == 0 else 0.9 * loss_ema + 0.1 * loss.item()
         acc_ema = 0.9 * acc_ema + 0.1 * float((logits.argmax(-1) == targets).float().mean())
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert torch.equal(p, q), name
