@@ -286,6 +286,7 @@ def _induction_args(cfg: TrainedToyConfig, out_dir: str, ratio: float) -> Induct
         seed=cfg.seed,
         report_to="none",
         logging_steps=10,
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning without a GPU only warns
     )
 
 

@@ -498,6 +498,7 @@ def test_continued_pretrain_raises_association_with_share():
             bf16=False,
             lr_scheduler_type="constant",
             report_to="none",
+            dataloader_pin_memory=False,  # CPU: pinning would only warn
         )
         continued_pretrain(m, tok, corpus, cfg)
         gains[ratio] = association_logprob(m.eval(), tok, world.test) - before
