@@ -123,51 +123,6 @@ def weasel() -> dict:
     }
 
 
-def threadweaver() -> dict:
-    """A tiny Qwen3 and its tokenizer with the ThreadWeaver tags registered, a chat-templated prompt,
-    and a response in the paper's format (one two-thread parallel block, §3.1). The model is
-    trie-SFT'd on that one response (100 Adam steps, under 1 s), so the block's rollout forks."""
-    import torch
-
-    from common.tiny import tiny_causal_lm, tiny_tokenizer
-    from methods.threadweaver import (
-        TrieCollator,
-        add_threadweaver_tokens,
-        build_packed,
-        extract_units,
-        packed_forward,
-        parent_gather_loss,
-        parse,
-    )
-    from methods.threadweaver.paper import prompt_ids
-
-    torch.manual_seed(0)
-    model, tok = tiny_causal_lm("qwen3", hidden_size=32, tokenizer=tiny_tokenizer())
-    add_threadweaver_tokens(model, tok)
-    response_text = (
-        "<think>\nTwo sums, done independently.\n"
-        "<Parallel>\n<Outlines>\n<Outline>1: compute 3 + 4</Outline>\n"
-        "<Outline>2: compute 5 + 6</Outline>\n</Outlines>"
-        "\n<Thread>\n1: 3 + 4 = 7\n</Thread><Thread>\n2: 5 + 6 = 11\n</Thread>\n</Parallel>\n"
-        "so the total is 7 + 11 = 18\n</think>\nThe answer is \\boxed{18}."
-    )
-    prompt = prompt_ids(tok, "What is (3 + 4) + (5 + 6)?")
-    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    _, units = extract_units(prompt, parse(response_text), enc, eos_id=tok.eos_token_id)
-    batch = TrieCollator(tok.pad_token_id)([build_packed(units)])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(100):
-        logits = packed_forward(model, batch)
-        loss = parent_gather_loss(logits, batch["input_ids"], batch["parent"], batch["loss_mask"])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    torch.manual_seed(0)  # the block's sampled rollout (temperature 1, App. B) is reproducible
-    return {"model": model, "tok": tok, "prompt_ids": prompt, "response_text": response_text}
-
-
 def agentxray() -> None:
     """A local copy of one AgentXRay subset in the hub's layout (``<root>/metagpt/{train,test}.json``,
     raw items with ``code_files`` outputs, as ``shiowen/AgentXRay-Datasets`` publishes them) in the
