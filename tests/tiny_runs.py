@@ -6,7 +6,8 @@ arms kept to the ``HEADLINE`` pair): the run goes through the same stage code as
 still write both ``HEADLINE`` metrics. The demo-size run itself is ``test_demo_run_writes_results``
 (``make test-all``).
 
-    python -m tests.tiny_runs maxrl [extra overrides ...]   # time one run (wall and CPU seconds)
+    python -m tests.tiny_runs maxrl [extra overrides ...]          # time the tiny run (wall, CPU s)
+    python -m tests.tiny_runs --demo maxrl [extra overrides ...]   # time the demo size instead
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ def main(argv: list[str]) -> None:
     from common.registry import compose, get_method, run_method
     from common.threads import torch_threads
 
-    slug, extra = argv[0], argv[1:]
+    demo = argv[:1] == ["--demo"]
+    slug, extra = argv[int(demo)], argv[int(demo) + 1 :]
     module = get_method(slug)
-    overrides = [f"experiment={slug}_toy", *module.DEMO_OVERRIDES, *TINY_OVERRIDES[slug], *extra]
+    tiny = [] if demo else TINY_OVERRIDES[slug]
+    overrides = [f"experiment={slug}_toy", *module.DEMO_OVERRIDES, *tiny, *extra]
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = compose(overrides, run_dir=run_dir)
         t0, c0 = time.perf_counter(), time.process_time()
