@@ -1,22 +1,13 @@
 """Config schemas shared by every method: the stage switch, the model and benchmark groups.
 
 The CLI composes ``configs/config.yaml`` against these dataclasses (Hydra structured configs), so a
-misspelt key or a wrong type fails while the config is composed, before any model loads:
-
-* :class:`RootConfig` types the top level (``seed``, ``run_dir``, ``logger``, ``model``,
-  ``benchmark``, ``method``);
-* :class:`MethodConfig` is the base of every method's run-config schema
-  (``methods/<slug>/config.py``), registered in Hydra's ConfigStore as ``method/<slug>``; its
-  ``stage`` field is the one switch between the toy and the paper's stages;
-* :class:`ModelConfig` types ``configs/model/*.yaml`` (a checkpoint by hub id, with a local-path
-  override), :class:`BenchmarkConfig` types ``configs/benchmark/*.yaml`` (an evaluation suite of one
-  or more sets in one ``format``, each by hub id with a local-path override).
-
-:func:`validate` checks what a schema cannot express (a known stage, trainer-node keys that exist
-in the method's TRL config, a model kind and benchmark format the method supports) and returns the
-typed :class:`Run` that a stage function receives.
-
-This module imports nothing heavy (no torch) so that the CLI can load every method's schema fast.
+misspelt key or a wrong type fails at composition, before any model loads. :class:`RootConfig` types
+the top level; :class:`MethodConfig` is the base of every ``methods/<slug>/config.py`` schema
+(ConfigStore ``method/<slug>``; its ``stage`` is the one switch between toy and paper stages);
+:class:`ModelConfig` and :class:`BenchmarkConfig` type ``configs/model/`` and ``configs/benchmark/``.
+:func:`validate` checks what a schema cannot express (known stage, trainer-node keys of the TRL
+config, supported model kind and benchmark format) and returns the typed :class:`Run` a stage
+receives. Nothing heavy is imported here (no torch), so the CLI loads every schema fast.
 """
 
 from __future__ import annotations
