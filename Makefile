@@ -1,5 +1,8 @@
 # `make demo`, `make test` and `make test-all` create .venv if missing, install (CPU torch first),
 # install bubblewrap when they can (root + apt-get), then run.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.icml26-installed
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
