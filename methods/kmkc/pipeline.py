@@ -231,13 +231,16 @@ def sft_cgke(model: Any, tokenizer: Any, dataset: Any, cfg: PaperConfig, out: Pa
     The ``messages`` rows are split into a conversational prompt (every turn but the last) and
     completion (the assistant turn), for which TRL computes the completion-only loss.
     """
+    import torch
     from trl import SFTConfig, SFTTrainer
 
     pc = dataset.map(
         lambda row: {"prompt": row["messages"][:-1], "completion": row["messages"][-1:]},
         remove_columns=dataset.column_names,
     )
+    # pinned memory only with an accelerator (on CPU, torch's DataLoader warns and ignores it)
     kwargs = {"report_to": "none", "save_strategy": "no"}
+    kwargs["dataloader_pin_memory"] = torch.accelerator.is_available()
     kwargs.update(cfg.sft)
     trainer = SFTTrainer(
         model=model,
@@ -257,6 +260,7 @@ def calibrate_cdkc(
     out: Path,
 ) -> Any:
     """CDKC on the original seed questions, each row carrying its region (paper App. B)."""
+    import torch
     from datasets import Dataset
 
     from .trainer import CDKCConfig, CDKCTrainer
@@ -269,6 +273,7 @@ def calibrate_cdkc(
         }
     )
     kwargs = {"report_to": "none", "save_strategy": "no"}
+    kwargs["dataloader_pin_memory"] = torch.accelerator.is_available()  # as in sft_cgke
     kwargs.update(cfg.cdkc)
     trainer = CDKCTrainer(
         model=model,

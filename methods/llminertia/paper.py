@@ -175,6 +175,8 @@ def induce_stage(run) -> dict[str, float]:
     The official ``examples/train_full/llama3_full_pt.yaml`` settings are the ``trainer`` node of
     ``configs/experiment/llminertia_induce.yaml`` (fields of :class:`InductionConfig`).
     """
+    import torch
+
     from common.config import model_id, trainer_config
     from common.models import load_model, load_tokenizer
 
@@ -193,6 +195,7 @@ def induce_stage(run) -> dict[str, float]:
         seed=run.seed,
         report_to=[],
         logging_steps=10,
+        dataloader_pin_memory=torch.accelerator.is_available(),  # on CPU torch only warns
     )
     model = load_model(spec, dtype=run.model.dtype, device="cpu")
     tok = load_tokenizer(spec, padding_side="right")

@@ -286,7 +286,7 @@ def _induction_args(cfg: TrainedToyConfig, out_dir: str, ratio: float) -> Induct
         seed=cfg.seed,
         report_to="none",
         logging_steps=10,
-        dataloader_pin_memory=torch.cuda.is_available(),  # pinning without a GPU only warns
+        dataloader_pin_memory=torch.accelerator.is_available(),  # on CPU torch only warns
     )
 
 
