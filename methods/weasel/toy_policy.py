@@ -124,28 +124,33 @@ def train_policy(
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    from common.config import checkpointing_kwargs
+
     if model is None:
         model = build_policy(tokenizer, "gpt2", n_embd, max_length, seed)
     scratch = tempfile.TemporaryDirectory(prefix="weasel_sft_")  # TRL's folder; nothing is saved
-    args = SFTConfig(
-        output_dir=scratch.name,
-        learning_rate=lr,
-        num_train_epochs=epochs,
-        per_device_train_batch_size=batch_size,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_length=max_length,
-        completion_only_loss=True,
-        save_strategy="no",
-        report_to="none",
-        logging_steps=10,
-        use_cpu=True,
-        bf16=False,
-        dataloader_pin_memory=False,
-        disable_tqdm=True,
-        seed=seed,
-        data_seed=seed,
-    )
+    # TRL's SFTConfig defaults gradient_checkpointing=True, a name transformers 5 deprecates:
+    # checkpointing_kwargs passes the same value under activation_checkpointing (no warning)
+    kwargs = {
+        "output_dir": scratch.name,
+        "learning_rate": lr,
+        "num_train_epochs": epochs,
+        "per_device_train_batch_size": batch_size,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "max_length": max_length,
+        "completion_only_loss": True,
+        "save_strategy": "no",
+        "report_to": "none",
+        "logging_steps": 10,
+        "use_cpu": True,
+        "bf16": False,
+        "dataloader_pin_memory": False,
+        "disable_tqdm": True,
+        "seed": seed,
+        "data_seed": seed,
+    }
+    args = SFTConfig(**checkpointing_kwargs(SFTConfig, kwargs))
     ds = Dataset.from_list(examples)
     t0 = time.time()
     with scratch:
