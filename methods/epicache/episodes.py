@@ -7,12 +7,14 @@ Shape letters: K segments, E episodes, D embedding dimension.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 
 from .segmentation import Segment
 
@@ -84,7 +86,16 @@ def cluster_segments(
         logger.warning("only %d segments: shrinking n_episodes from %d to %d", k, n_episodes, k)
         n_episodes = k
     km = KMeans(n_clusters=n_episodes, random_state=seed, n_init=n_init, init="k-means++")
-    labels = km.fit_predict(emb)
+    distinct = len(np.unique(emb, axis=0))
+    with warnings.catch_warnings():
+        if distinct < n_episodes:  # repeated segments: some episodes get no member (handled below)
+            logger.warning(
+                "%d distinct segment embeddings for n_episodes=%d: some episodes stay empty",
+                distinct,
+                n_episodes,
+            )  # said once here instead of sklearn's ConvergenceWarning
+            warnings.filterwarnings("ignore", "Number of distinct clusters", ConvergenceWarning)
+        labels = km.fit_predict(emb)
     centroids = np.stack(
         [
             emb[labels == e].mean(0) if (labels == e).any() else km.cluster_centers_[e]
