@@ -17,7 +17,6 @@ import difflib
 import enum
 import importlib
 import importlib.util
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -168,33 +167,13 @@ def dataset_source(spec: DatasetSpec) -> str:
 
 
 # ----- schema discovery and registration -------------------------------------------------------
-def _load_light(slug: str):
-    """Imports ``methods/<slug>/config.py`` without running the package's heavy ``__init__``.
-
-    The module is registered under its real name, so a later ``import methods.<slug>`` reuses it.
-    """
-    name = f"methods.{slug}.config"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = METHODS_DIR / slug / "config.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception:
-        del sys.modules[name]
-        raise
-    return module
-
-
 def method_schemas() -> dict[str, type[MethodConfig]]:
     """``slug -> run-config schema`` for every method folder with a ``config.py`` schema."""
     out = {}
     for folder in sorted(METHODS_DIR.iterdir()):
         if not (folder / "run.py").exists() or not (folder / "config.py").exists():
             continue
-        module = _load_light(folder.name)
+        module = importlib.import_module(f"methods.{folder.name}.config")  # packages load lazily
         schemas = [
             obj
             for obj in vars(module).values()
@@ -214,16 +193,24 @@ def method_schemas() -> dict[str, type[MethodConfig]]:
     return out
 
 
+_STORED: dict[str, Any] = {}
+
+
 def register_schemas() -> None:
-    """Stores the root, model, benchmark and every method schema in Hydra's ConfigStore."""
+    """Stores the root, model, benchmark and every method schema in Hydra's ConfigStore, once per
+    store and set of schemas (converting the dataclasses costs ~1 s, most of a compose)."""
     from hydra.core.config_store import ConfigStore
 
-    cs = ConfigStore.instance()
+    cs, schemas = ConfigStore.instance(), method_schemas()
+    key = (id(cs), tuple((slug, id(schema)) for slug, schema in schemas.items()))
+    if _STORED.get("key") == key:
+        return
     cs.store(name="root_schema", node=RootConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="benchmark", name="benchmark_schema", node=BenchmarkConfig)
-    for slug, schema in method_schemas().items():
+    for slug, schema in schemas.items():
         cs.store(group="method", name=slug, node=schema)
+    _STORED["key"] = key
 
 
 # ----- validation ------------------------------------------------------------------------------
