@@ -16,6 +16,7 @@ Placeholders in overrides: ``{tmp}``, ``{repo}``, ``{tiny_qwen2}``, ``{tiny_llam
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -130,6 +131,12 @@ def test_model_swap_and_unsupported_kinds(slug):
                 compose(overrides)
 
 
+@functools.cache
+def _benchmark_format(stem: str) -> str:
+    """A benchmark group's ``format``, composed once per session (shared by the 19 swap tests)."""
+    return compose(["benchmark=" + stem]).benchmark.format
+
+
 @pytest.mark.parametrize("slug", sorted(method_schemas()))
 def test_benchmark_swap_or_rejection(slug):
     """Every benchmark either composes with the method (same format) or is rejected by name."""
@@ -137,7 +144,7 @@ def test_benchmark_swap_or_rejection(slug):
     stage = _composable_stage(slug, schema)
     for path in sorted((CONFIG_DIR / "benchmark").glob("*.yaml")):
         overrides = [f"experiment={slug}_paper", f"method.stage={stage}", f"benchmark={path.stem}"]
-        fmt = compose(["benchmark=" + path.stem]).benchmark.format
+        fmt = _benchmark_format(path.stem)
         if fmt in schema.BENCHMARK_FORMATS:
             assert compose(overrides).benchmark.name == path.stem
         else:
