@@ -15,12 +15,13 @@ export TOKENIZERS_PARALLELISM ?= false
 # here; elsewhere the sandbox tests skip and the demo's sacopt row says why (apt-get install bubblewrap).
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && echo "[sandbox] installing bubblewrap with apt-get" \
 	  && (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 \
 	  && apt-get install -y -q bubblewrap >/dev/null 2>&1)) ; } \
 	  || echo "bubblewrap not installed (needs root and apt-get): sandbox tests and the demo's sacopt row skip"
 
 $(PY):
-	python3 -m venv $(VENV)
+	@python3 -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	@echo "[install] $(VENV): CPU torch, then the project with its extras (a few minutes, once)"

@@ -322,6 +322,7 @@ def test_multirun_checks_keys_before_the_sweep_folder(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a full CLI subprocess up to the stage (about 5 s): make test-all
 def test_a_stage_config_error_is_written_into_its_run_folder(tmp_path):
     """A ConfigError the stage raises (here sacopt's missing data) comes after Hydra made the
     folder: the folder then holds the message in ``error.txt`` beside Hydra's files."""

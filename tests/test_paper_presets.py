@@ -16,13 +16,15 @@ Placeholders in overrides: ``{tmp}``, ``{repo}``, ``{tiny_qwen2}``, ``{tiny_llam
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
 
 import pytest
+from omegaconf import open_dict
 
-from common.config import ConfigError, method_schemas
+from common.config import ConfigError, method_schemas, validate
 from common.registry import CONFIG_DIR, REPO_ROOT, compose, discover_methods, run_method
 from scripts.paper_smoke import cases, format_override, smoke_module
 
@@ -132,21 +134,44 @@ def test_model_swap_and_unsupported_kinds(slug):
 
 
 @functools.cache
-def _benchmark_format(stem: str) -> str:
-    """A benchmark group's ``format``, composed once per session (shared by the 19 swap tests)."""
-    return compose(["benchmark=" + stem]).benchmark.format
+def _benchmark_group(stem: str):
+    """A benchmark group's node, composed once per session (shared by the swap tests)."""
+    return compose(["benchmark=" + stem]).benchmark
 
 
+def _benchmark_stems() -> list[str]:
+    return sorted(path.stem for path in (CONFIG_DIR / "benchmark").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("slug", sorted(method_schemas()))
+def test_benchmark_swap_is_accepted_or_rejected_by_validation(slug):
+    """Every benchmark group, put in place of the paper preset's, passes :func:`validate` when its
+    format is one the method supports and is rejected by name otherwise (the preset is composed once;
+    the full Hydra composition of every pair is the slow test below)."""
+    schema = method_schemas()[slug]
+    stage = _composable_stage(slug, schema)
+    base = compose([f"experiment={slug}_paper", f"method.stage={stage}"])
+    for stem in _benchmark_stems():
+        cfg = copy.deepcopy(base)
+        with open_dict(cfg):
+            cfg.benchmark = copy.deepcopy(_benchmark_group(stem))
+        if _benchmark_group(stem).format in schema.BENCHMARK_FORMATS:
+            assert validate(cfg).benchmark.name == stem
+        else:
+            with pytest.raises(ConfigError, match=f"benchmark={stem}"):
+                validate(cfg)
+
+
+@pytest.mark.slow  # 22 Hydra compositions per method (about 3.5 s each method): make test-all
 @pytest.mark.parametrize("slug", sorted(method_schemas()))
 def test_benchmark_swap_or_rejection(slug):
     """Every benchmark either composes with the method (same format) or is rejected by name."""
     schema = method_schemas()[slug]
     stage = _composable_stage(slug, schema)
-    for path in sorted((CONFIG_DIR / "benchmark").glob("*.yaml")):
-        overrides = [f"experiment={slug}_paper", f"method.stage={stage}", f"benchmark={path.stem}"]
-        fmt = _benchmark_format(path.stem)
-        if fmt in schema.BENCHMARK_FORMATS:
-            assert compose(overrides).benchmark.name == path.stem
+    for stem in _benchmark_stems():
+        overrides = [f"experiment={slug}_paper", f"method.stage={stage}", f"benchmark={stem}"]
+        if _benchmark_group(stem).format in schema.BENCHMARK_FORMATS:
+            assert compose(overrides).benchmark.name == stem
         else:
-            with pytest.raises(ConfigError, match=f"benchmark={path.stem}"):
+            with pytest.raises(ConfigError, match=f"benchmark={stem}"):
                 compose(overrides)

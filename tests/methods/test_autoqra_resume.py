@@ -178,6 +178,7 @@ def test_resume_with_other_settings_is_refused_naming_the_key(tmp_path):
     assert len(_calls(log)) == n_done
 
 
+@pytest.mark.slow  # two CLI subprocess runs (about 8 s): make test-all
 def test_cli_toy_honours_checkpoint_dir_and_refuses_another_seed(tmp_path):
     import pytest
 

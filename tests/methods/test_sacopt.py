@@ -1028,6 +1028,7 @@ class _FakeOpenAI:
         self.httpd.server_close()
 
 
+@pytest.mark.slow  # paper-preset driver over seven benchmarks (about 13 s): make test-all
 @needs_bwrap
 def test_paper_driver_runs_all_seven_benchmarks_through_an_openai_endpoint(tmp_path, monkeypatch):
     """experiment=sacopt_paper end to end: converters -> OpenAIChat over HTTP -> SAC-Opt ->

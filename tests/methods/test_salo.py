@@ -322,7 +322,9 @@ def test_monitor_score_and_guard(llama4):
     mon = SALOMonitor(model, tok, det, (1, 4), tau=0.0)
     s = mon.score("tell me a story", prefill=" COMPLY")
     x, m = collect_volumes(model, tok, ["tell me a story"], (1, 4), prefill=" COMPLY")
-    assert s == pytest.approx(float(torch.sigmoid(det(x, m))[0]), abs=1e-6)
+    with torch.no_grad():
+        expected = torch.sigmoid(det(x, m))[0].item()
+    assert s == pytest.approx(expected, abs=1e-6)
     calls = []
     guarded = mon.guard(lambda p, **kw: calls.append(p) or "ok")
     assert guarded("tea") == mon.refusal and not calls  # tau = 0 flags everything
@@ -535,7 +537,7 @@ def test_gcg_lowers_the_target_loss_and_matches_build_chat(llama4):
     )  # fmt: skip
     x, m = collect_volumes(model, tok, [prompt], (1, 4), suffix=r0.suffix)
     ce0 = target_loss(model, tok, prompt, init, target, suffix_sep=" ")
-    assert r0.losses[0] == pytest.approx(ce0 + 2.0 * float(det(x, m)[0]), abs=1e-4)
+    assert r0.losses[0] == pytest.approx(ce0 + 2.0 * det(x, m)[0].detach().item(), abs=1e-4)
     with pytest.raises(ValueError, match="window"):
         gcg_attack(model, tok, prompt, target, detector=det)
     with pytest.raises(ValueError, match="target"):

@@ -1215,6 +1215,7 @@ def test_conclusion_mode_round_trip_units_and_validate(concl_tok):
     assert all(len(enc(t)) == 1 for t in CONCLUSION_TAGS)
 
 
+@pytest.mark.slow  # compiles flex_attention on the CPU (26 s with a cold inductor cache): make test-all
 def test_trie_masks_are_built_on_the_inputs_device(toy_tok, toy_setup, monkeypatch):
     """Issue 29: the mask follows ``input_ids``' device (the old P-GRPO path built the BlockMask on
     the CPU and never moved it; a BlockMask is not a tensor, so ``.to(dev)`` skipped it)."""
