@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from methods.webworld.data import chat_messages
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -39,10 +41,11 @@ class BenchSample:
 def load_bench_jsonl(
     path: str | Path, dim: str | None = None, max_samples: int | None = None
 ) -> tuple[list[BenchSample], int]:
-    """Reads a chat-format JSONL file (``{"messages": [...]}`` per line, the WebWorldData layout);
+    """Reads a chat-format JSONL file (one chat per line: ``{"messages": [...]}`` or the ShareGPT
+    ``{"conversations": [...]}`` of ``Qwen/WebWorldData``, :data:`methods.webworld.data.CHAT_LAYOUTS`);
     the last assistant turn is the ground truth. Corrupt or malformed lines are skipped and counted.
 
-    Source: engineering (the ``Qwen/WebWorldData`` chat layout), not in the paper.
+    Source: engineering (the ``Qwen/WebWorldData`` chat layouts), not in the paper.
 
     Returns:
         ``(samples, n_skipped)``.
@@ -55,8 +58,8 @@ def load_bench_jsonl(
             if not line.strip():
                 continue
             try:
-                msgs = json.loads(line)["messages"]
-                if msgs[-1]["role"] != "assistant" or msgs[-2]["role"] != "user":
+                msgs = chat_messages(json.loads(line))
+                if len(msgs) < 2 or msgs[-2]["role"] != "user":
                     raise ValueError("must end with user, assistant")
                 m = re.search(r"Action: '(.*)'", msgs[-2]["content"], re.S)
                 action = m.group(1) if m else ""
@@ -187,7 +190,7 @@ def load_bench_file(
                     row = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(row, dict) and "messages" not in row and "observation" in row:
+                if isinstance(row, dict) and "observation" in row:
                     return load_official_eval(path, dim, max_samples)
                 break
     return load_bench_jsonl(path, dim, max_samples)

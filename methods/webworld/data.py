@@ -6,7 +6,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Trajectory", "drop_noop_transitions", "filter_trajectory", "to_chat"]
+__all__ = [
+    "CHAT_LAYOUTS",
+    "Trajectory",
+    "chat_messages",
+    "drop_noop_transitions",
+    "filter_trajectory",
+    "to_chat",
+]
+
+# ShareGPT speaker -> chat role (``Qwen/WebWorldData`` rows are ``conversations: [{from, value}]``).
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+CHAT_LAYOUTS = (
+    "{'messages': [{'role': 'system'|'user'|'assistant', 'content': str}, ...]} (chat) or "
+    "{'conversations': [{'from': 'system'|'human'|'gpt', 'value': str}, ...]} (ShareGPT, "
+    "the layout of Qwen/WebWorldData)"
+)
 
 
 @dataclass
@@ -137,3 +152,44 @@ def to_chat(traj: Trajectory, **templates: str) -> dict:
     if not isinstance(traj, Trajectory):
         raise TypeError(f"traj must be a Trajectory, got {type(traj).__name__}")
     return {"messages": build_messages(traj.states[0], traj.actions, traj.states[1:], **templates)}
+
+
+def chat_messages(row: Any) -> list[dict]:
+    """The ``[{"role", "content"}]`` turns of one chat row, in either layout of :data:`CHAT_LAYOUTS`.
+
+    ShareGPT speakers map ``human -> user``, ``gpt -> assistant``, ``system -> system``; a top-level
+    ``system`` string (LLaMA-Factory's ShareGPT column) becomes a leading system turn. Source:
+    the ``Qwen/WebWorldData`` card (https://huggingface.co/datasets/Qwen/WebWorldData) and its rows.
+
+    Raises:
+        ValueError: naming what is wrong (no known layout, an unknown speaker, a non-string turn,
+            or a chat that does not end with an assistant turn).
+    """
+    if not isinstance(row, dict):
+        raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
+    if "messages" in row:
+        turns, role_key, text_key, roles = row["messages"], "role", "content", None
+    elif "conversations" in row:
+        turns, role_key, text_key, roles = row["conversations"], "from", "value", SHAREGPT_ROLES
+    else:
+        raise ValueError(f"no 'messages' or 'conversations' key (keys: {sorted(row)[:8]})")
+    if not isinstance(turns, list) or not turns:
+        raise ValueError(f"{role_key!r} turns must be a non-empty list, got {turns!r:.80}")
+    msgs = []
+    if roles is not None and isinstance(row.get("system"), str) and row["system"]:
+        msgs.append({"role": "system", "content": row["system"]})
+    for i, t in enumerate(turns):
+        if not isinstance(t, dict) or not isinstance(t.get(text_key), str):
+            raise ValueError(
+                f"turn {i} must be an object with a string {text_key!r}, got {t!r:.80}"
+            )
+        who = t.get(role_key)
+        role = who if roles is None else roles.get(who)
+        if role not in ("system", "user", "assistant"):
+            raise ValueError(f"turn {i}: unknown {role_key!r} value {who!r}")
+        msgs.append({"role": role, "content": t[text_key]})
+    if msgs[-1]["role"] != "assistant":
+        raise ValueError(
+            f"the chat must end with an assistant turn, ends with {msgs[-1]['role']!r}"
+        )
+    return msgs

@@ -38,42 +38,63 @@ __all__ = [
 ]
 
 
-def iter_chats(source: str, max_samples: int | None = None) -> Iterator[dict]:
+def iter_chats(
+    source: str, max_samples: int | None = None, max_leading_bad: int = 20
+) -> Iterator[dict]:
     """Yields ``{"messages": [...]}`` chats from ``hf:<repo>`` (streamed) or a local JSONL path.
 
-    Corrupt JSONL lines and chats that do not end with an assistant turn are skipped (and
-    logged with a count at the end).
+    Rows may be in either layout of :data:`methods.webworld.data.CHAT_LAYOUTS` (chat
+    ``messages``, or the ShareGPT ``conversations`` of ``Qwen/WebWorldData``). Once a chat has been
+    read, corrupt lines and malformed rows are skipped and counted in one warning at the end.
+
+    Raises:
+        ValueError: when the first ``max_leading_bad`` rows are all unusable, naming the first bad
+            row and the expected layouts (before streaming the rest of a ~52 GB file).
     """
+    from methods.webworld.data import CHAT_LAYOUTS, chat_messages
+
     n = bad = 0
-    if source.startswith("hf:"):
-        from datasets import load_dataset
-
-        rows: Any = load_dataset(source[3:], split="train", streaming=True)
-    else:
-
-        def _lines():
-            nonlocal bad
-            with open(source, encoding="utf-8") as fh:
-                for line in fh:
-                    if not line.strip():
-                        continue
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError:
-                        bad += 1
-
-        rows = _lines()
-    for row in rows:
-        msgs = row.get("messages") if isinstance(row, dict) else None
-        if not msgs or msgs[-1].get("role") != "assistant":
+    first_error = ""
+    for i, row in enumerate(_rows(source)):
+        try:
+            if isinstance(row, json.JSONDecodeError):
+                raise ValueError(f"not JSON ({row.msg})")
+            msgs = chat_messages(row)
+        except ValueError as err:
             bad += 1
+            first_error = first_error or f"row {i}: {err}"
+            if n == 0 and bad >= max_leading_bad:
+                raise ValueError(
+                    f"{source}: the first {bad} rows are all unusable (first: {first_error}); "
+                    f"each row must be {CHAT_LAYOUTS}"
+                ) from err
             continue
-        yield {"messages": [{"role": m["role"], "content": m["content"]} for m in msgs]}
+        yield {"messages": msgs}
         n += 1
         if max_samples is not None and n >= max_samples:
             break
     if bad:
-        logger.warning("%s: skipped %d corrupt or malformed rows", source, bad)
+        logger.warning(
+            "%s: skipped %d corrupt or malformed rows (first: %s)", source, bad, first_error
+        )
+
+
+def _rows(source: str) -> Iterator[Any]:
+    """Rows of ``hf:<repo>`` (streamed train split) or a JSONL file; a corrupt line is yielded as
+    its :class:`json.JSONDecodeError` so that the caller counts it."""
+    if source.startswith("hf:"):
+        from datasets import load_dataset
+
+        yield from load_dataset(source[3:], split="train", streaming=True)
+        return
+    with open(source, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                yield err
 
 
 def load_chats(
