@@ -163,26 +163,63 @@ def _longmemeval_custom(conv: dict) -> Conversation:
     return Conversation(utts, qa, "", str(conv.get("conversation_id", "")))
 
 
+_CONTEXT_MARKERS = re.compile(r"(TIMESTAMP|SESSION|CONVERSATION|User|Assistant):\s?(.*)")
+
+
 def _longmemeval_prompts(rec: dict, n: int) -> Conversation:
-    """One SCBench-style record: ``prompts = [context, q1, ...]``, ``ground_truth``, ``task_types``."""
+    """One SCBench-style record: ``prompts = [context, q1, ...]``, ``ground_truth``, ``task_types``.
+
+    The context is the official ``build_conversation_context`` text: ``TIMESTAMP:`` / ``SESSION:`` /
+    ``CONVERSATION:`` lines, then one ``User: `` / ``Assistant: `` line per turn whose content keeps
+    its own newlines, so every line up to the next marker continues the turn (the blank line that
+    closes a session is trimmed). A content line that itself starts with ``User:`` cannot be told
+    apart from a new turn; the builder's JSON has no such ambiguity.
+    """
     context, *questions = rec["prompts"]
-    utts, sess, ts = [], "0", None
+    utts: list[Utterance] = []
+    sess, ts, cur = "0", None, None
     for row in context.splitlines():
-        if row.startswith("TIMESTAMP:"):
-            ts = row.split(":", 1)[1].strip()
-            continue
-        if row.startswith("SESSION:"):
-            sess = row.split(":", 1)[1].strip()
-            continue
-        m = re.match(r"(User|Assistant):\s*(.*)", row)
-        if m:
-            utts.append(Utterance(m.group(1).lower(), m.group(2), sess, ts))
+        m = _CONTEXT_MARKERS.fullmatch(row)
+        key = m.group(1) if m else None
+        if key in ("User", "Assistant"):
+            cur = Utterance(key.lower(), m.group(2), sess, ts)
+            utts.append(cur)
+        elif key is not None:
+            cur = None
+            if key == "TIMESTAMP":
+                ts = m.group(2).strip()
+            elif key == "SESSION":
+                sess = m.group(2).strip()
+        elif cur is not None:
+            cur.text += "\n" + row
+    for u in utts:
+        u.text = u.text.rstrip("\n")
     answers = [", ".join(a) if isinstance(a, list) else str(a) for a in rec["ground_truth"]]
     types = [
         LONGMEMEVAL_TYPES.get(int(t), str(t)) for t in rec.get("task_types", [0] * len(questions))
     ]
+    if not len(questions) == len(answers) == len(types):
+        raise ValueError(
+            f"record {n}: {len(questions)} questions (prompts[1:]), {len(answers)} ground_truth and "
+            f"{len(types)} task_types must have the same length"
+        )
     qa = [QA(q, a, t) for q, a, t in zip(questions, answers, types)]
     return Conversation(utts, qa, "", str(rec.get("conversation_id", n)))
+
+
+def _read_longmemeval(path: Path) -> object:
+    """The parsed file: the official converter's ``torch.save`` list (``.pt``), JSON or JSON lines."""
+    if path.suffix == ".pt":
+        import torch
+
+        # The converter saves plain lists/dicts of str/int (no tensors), which the safe unpickler
+        # of weights_only=True accepts; it refuses arbitrary pickled objects.
+        return torch.load(path, weights_only=True)
+    text = path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def load_longmemeval(path: str | Path) -> list[Conversation]:
@@ -191,15 +228,12 @@ def load_longmemeval(path: str | Path) -> list[Conversation]:
     * The builder's JSON: ``{"conversations": [{"conversation_id", "conversation_timeline":
       [{"timestamp", "session_id", "session": [{"role", "content"}, ...]}, ...], "qa_pairs":
       [{"question", "answer", "question_type"}, ...]}, ...]}``.
-    * The converted SCBench-style records (a JSON list or JSON lines): ``{"prompts": [context, q1,
-      ...], "ground_truth": [...], "task_types": [int, ...]}``, the context holding ``TIMESTAMP:`` /
-      ``SESSION:`` / ``User:`` / ``Assistant:`` lines.
+    * The converted SCBench-style records: ``{"prompts": [context, q1, ...], "ground_truth": [...],
+      "task_types": [int, ...], "options", "conversation_id", "total_tokens", "metadata"}``, as the
+      official ``data/longmemeval/convert_longmemeval.py`` writes them (a ``torch.save`` list,
+      ``.pt``), or the same records as a JSON list or JSON lines.
     """
-    text = Path(path).read_text()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = _read_longmemeval(Path(path))
     if isinstance(data, dict) and "conversations" in data:
         return [_longmemeval_custom(c) for c in data["conversations"]]
     if isinstance(data, dict):
@@ -213,3 +247,11 @@ def load_longmemeval(path: str | Path) -> list[Conversation]:
         else:
             raise ValueError(f"{path}: record {n} is neither a custom history nor SCBench-style")
     return out
+
+
+# benchmark.format -> loader (configs/benchmark/{locomo,realtalk,longmemeval}.yaml)
+BENCHMARK_LOADERS = {
+    "locomo": load_locomo,
+    "realtalk": load_realtalk,
+    "longmemeval": load_longmemeval,
+}

@@ -131,17 +131,17 @@ def evaluate_benchmark(run: Run, judge=None, embedder=None) -> dict[str, float]:
             none).
         embedder: anything with ``encode(list[str])`` (default: ``common.embeddings.Embedder``).
     """
-    from .data import load_locomo, load_longmemeval, load_realtalk
+    from .data import BENCHMARK_LOADERS
     from .metrics import llm_judge_score, token_f1
     from .pipeline import EpiCacheSession
 
     t0 = time.perf_counter()
     mcfg: EpiCacheRunConfig = run.method
-    loaders = {"locomo": load_locomo, "realtalk": load_realtalk, "longmemeval": load_longmemeval}
     if run.benchmark is None:
         raise ValueError("stage=eval needs a benchmark: benchmark=locomo | realtalk | longmemeval")
-    load = loaders[run.benchmark.format]
-    model, tok, _ = _load(run)
+    load = BENCHMARK_LOADERS[run.benchmark.format]
+    loaded = {name: load(dataset_source(spec)) for name, spec in run.benchmark.sets.items()}
+    model, tok, _ = _load(run)  # after the data: a bad file fails before the model loads
     if embedder is None:
         from common.embeddings import Embedder
 
@@ -154,7 +154,7 @@ def evaluate_benchmark(run: Run, judge=None, embedder=None) -> dict[str, float]:
     judge = judge if judge is not None else _judge(mcfg)
     metrics: dict[str, dict[str, float]] = {}
     for set_name, spec in run.benchmark.sets.items():
-        convs = load(dataset_source(spec))
+        convs = loaded[set_name]
         limit = mcfg.n_eval or spec.limit
         if limit:
             convs = convs[:limit]
