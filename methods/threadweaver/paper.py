@@ -75,12 +75,13 @@ PROMPT_SUFFIX = " Let's think step by step and output the final answer within \\
 
 
 def _answer_of(row: dict) -> str:
+    from common.tasks.math_sets import answer_text
+
     for key in ("answer", "final_answer", "expected_answer"):
-        val = row.get(key)
-        if isinstance(val, (list, tuple)):
-            val = val[0] if val else None
-        if val not in (None, ""):
-            return str(val).strip().strip("$").strip()
+        # answer_text: AMC23's float 27.0 -> "27"; OlympiadBench's ["$-2$", "$2$"] -> "-2, 2"
+        val = answer_text(row[key]) if row.get(key) not in (None, "", []) else ""
+        if val:
+            return val.strip("$").strip()
     boxed = extract_last_boxed(str(row.get("solution") or ""))
     if boxed:
         return boxed

@@ -819,7 +819,7 @@ def test_paper_loaders_read_hub_layouts(tmp_path):
                                        "olympiadbench")] == [32, 32, 8, 1, 4, 8]  # fmt: skip
     got = {n: [r["answer"] for r in load_problems(p)] for n, p in files.items()}
     assert got == {"math500": ["7", "\\frac{1}{2}"], "aime24": ["4", "5"], "aime25": ["6", "8"],
-                   "amc23": ["9.0", "1.0"], "minerva": ["3e8", "2"],
+                   "amc23": ["9", "1"], "minerva": ["3e8", "2"],
                    "olympiadbench": ["10", "11"]}  # fmt: skip
     assert load_problems(files["amc23"])[0]["problem"] == "Find 9."
     (tmp_path / "bad.jsonl").write_text('{"text": "x"}')
