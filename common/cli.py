@@ -6,6 +6,8 @@
     accelerate launch --config_file configs/accelerate/single_gpu.yaml -m common.cli \\
         experiment=maxrl_paper method.stage=train       # the same under accelerate
     icml26 --help                                       # methods, stages and presets
+    icml26 check experiment=maxrl_paper                 # what the run will touch, and is it here
+    icml26 fetch experiment=maxrl_paper                 # download what is missing (network)
 
 The composed config is checked against the schemas of :mod:`common.config` before Hydra prints it
 (``--cfg job``) or creates the run folder; a config error prints one ``icml26: config error: ...``
@@ -32,6 +34,8 @@ EXAMPLES = [
     ("icml26 experiment=maxrl_paper method.stage=train", "a stage of the paper's setting"),
     ("icml26 experiment=maxrl_paper model=qwen3_1p7b_base", "another checkpoint"),
     ("icml26 --cfg job experiment=maxrl_toy", "print the composed config"),
+    ("icml26 check experiment=maxrl_paper", "list its models, data, files; exit 1 if missing"),
+    ("icml26 fetch experiment=maxrl_paper", "download the missing ones (network, HF_TOKEN)"),
     ("icml26 --hydra-help", "Hydra's own options"),
 ]
 
@@ -138,7 +142,12 @@ def _config_error(err: Exception) -> None:
 
 
 def main() -> None:
-    """Console-script entry point (``icml26``)."""
+    """Console-script entry point (``icml26``); ``icml26 check|fetch ...`` go to
+    :mod:`common.artifacts_cli`."""
+    if sys.argv[1:2] in (["check"], ["fetch"]):
+        from common.artifacts_cli import main as artifacts_main
+
+        sys.exit(artifacts_main(sys.argv[1], sys.argv[2:]))
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         print(usage())
         return
