@@ -4,6 +4,12 @@
 checkpoint and ``load_model("tiny-qwen2")`` in tests all go through the same function. Device and dtype
 come from accelerate's process state, so the same call works under ``accelerate launch``. A hub id
 that is not available offline fails with a message saying how to provide the weights.
+
+``kind`` picks the auto class (``causal_lm``, ``vision_language``, ``sequence_classification``,
+``image_classification``) or, for ``masked_diffusion`` (LLaDA, Dream), the checkpoint's own remote code
+through the compatibility layer of :mod:`common.model_compat`. :func:`init_empty_model` builds the
+same class from the config alone on the meta device (no weights read or allocated), for checks of
+what a checkpoint is before any download.
 """
 
 from __future__ import annotations
@@ -17,21 +23,38 @@ from typing import Literal
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForImageClassification,
     AutoModelForImageTextToText,
+    AutoModelForSequenceClassification,
     AutoProcessor,
     AutoTokenizer,
     PreTrainedModel,
 )
 
-from common import tiny
+from common import model_compat, tiny
 from common.tracking import record_model_load
 
 logger = logging.getLogger(__name__)
 
 TINY_PREFIX = "tiny-"
 TINY_ARCHS = ("qwen2", "llama", "qwen3")
-ModelKind = Literal["causal_lm", "vision_language"]
+ModelKind = Literal[
+    "causal_lm",
+    "vision_language",
+    "masked_diffusion",
+    "sequence_classification",
+    "image_classification",
+]
+#: ``kind`` -> the auto class; ``masked_diffusion`` resolves the checkpoint's own class instead.
+AUTO_CLASSES: dict[str, type | None] = {
+    "causal_lm": AutoModelForCausalLM,
+    "vision_language": AutoModelForImageTextToText,
+    "masked_diffusion": None,
+    "sequence_classification": AutoModelForSequenceClassification,
+    "image_classification": AutoModelForImageClassification,
+}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -123,7 +146,9 @@ def load_model(
         dtype: ``"auto"`` (bf16 on capable GPUs, else fp32), ``"float32"``, ``"bfloat16"``,
             ``"float16"`` or a ``torch.dtype``.
         device: target device; None asks accelerate for this process's device.
-        kind: ``"causal_lm"`` or ``"vision_language"`` (hub/path models only).
+        kind: ``"causal_lm"``, ``"vision_language"``, ``"sequence_classification"``,
+            ``"image_classification"``, or ``"masked_diffusion"`` (the checkpoint's remote code,
+            loaded through :mod:`common.model_compat`); hub/path models only.
         seed: initialisation seed of tiny models.
         **kwargs: passed to ``from_pretrained`` (e.g. ``attn_implementation``) or, for tiny
             specs, to ``tiny_causal_lm`` (sizes).
@@ -142,21 +167,61 @@ def load_model(
     elif arch is not None:
         model, _ = tiny.tiny_causal_lm(arch, seed=seed, **kwargs)
     else:
-        classes = {
-            "causal_lm": AutoModelForCausalLM,
-            "vision_language": AutoModelForImageTextToText,
-        }
-        if kind not in classes:
-            raise ValueError(f"kind must be one of {sorted(classes)}, got {kind!r}")
-        try:
-            model = classes[kind].from_pretrained(spec, dtype=torch_dtype, **kwargs)
-        except OSError as err:
-            if Path(spec).is_dir():
-                raise
-            raise _not_available(spec, err) from err
+        with weights_hint(spec):
+            model = _from_pretrained(spec, kind, torch_dtype, kwargs)
         logger.info("loaded %s (%s) on %s", spec, torch_dtype, dev)
         record_model_load(spec, cls=type(model).__name__, dtype=torch_dtype)
     return model.to(device=dev, dtype=torch_dtype)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in AUTO_CLASSES:
+        raise ValueError(f"kind must be one of {sorted(AUTO_CLASSES)}, got {kind!r}")
+
+
+def _from_pretrained(spec: str, kind: str, dtype: torch.dtype, kwargs: dict) -> PreTrainedModel:
+    """``from_pretrained`` through the auto class of ``kind`` (remote code for masked diffusion)."""
+    _check_kind(kind)
+    if AUTO_CLASSES[kind] is not None:
+        return AUTO_CLASSES[kind].from_pretrained(spec, dtype=dtype, **kwargs)
+    revision = kwargs.get("revision")
+    config = AutoConfig.from_pretrained(spec, trust_remote_code=True, revision=revision)
+    cls = model_compat.remote_model_class(config)
+    with model_compat.remote_code_compat(config):
+        model = cls.from_pretrained(spec, config=config, dtype=dtype, **kwargs)
+    return model_compat.finish_remote_load(model, config)
+
+
+def init_empty_model(
+    spec: str, kind: ModelKind = "causal_lm", dtype: str | torch.dtype = "bfloat16", **config_kwargs
+) -> PreTrainedModel:
+    """The model ``load_model(spec, kind=kind)`` would build, from its config alone, on ``meta``.
+
+    Reads only ``config.json`` (and, for ``masked_diffusion``, the checkpoint's modelling files):
+    no weights are read or allocated, so an 8B checkpoint's class, sizes and parameter count can be
+    checked in a second.
+
+    Args:
+        spec: hub id or local folder holding ``config.json``.
+        kind: as in :func:`load_model`.
+        dtype: parameter dtype of the empty model.
+        **config_kwargs: passed to ``AutoConfig.from_pretrained`` (e.g. ``revision``).
+
+    Raises:
+        ModelNotAvailableError: the config is neither local nor in the Hugging Face cache.
+        ValueError: on an unknown kind or dtype.
+    """
+    _check_kind(kind)
+    torch_dtype = resolve_dtype(dtype, torch.device("cpu"))
+    remote = AUTO_CLASSES[kind] is None
+    with weights_hint(spec):
+        config = AutoConfig.from_pretrained(spec, trust_remote_code=remote, **config_kwargs)
+    with torch.device("meta"):
+        if remote:
+            cls = model_compat.remote_model_class(config)
+            with model_compat.remote_code_compat(config):
+                return cls._from_config(config, dtype=torch_dtype)
+        return AUTO_CLASSES[kind].from_config(config, dtype=torch_dtype)
 
 
 def load_tokenizer(spec: str, padding_side: str = "left", **kwargs):
