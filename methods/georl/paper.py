@@ -45,7 +45,8 @@ class _ClipQualityReward:
 
 
 def image_prompts(spec: DatasetSpec):
-    """An image dataset (hub id, local ``save_to_disk`` folder or data files) with the chat prompt.
+    """An image dataset (hub id, local ``save_to_disk`` folder, data files, or DOCCI's official
+    files: :mod:`methods.georl.docci`) with the chat prompt.
 
     Raises:
         ValueError: the set has no ``image`` column.
@@ -55,9 +56,14 @@ def image_prompts(spec: DatasetSpec):
     from datasets import load_dataset, load_from_disk
 
     from common.config import dataset_source
+    from methods.georl.docci import DOCCI_HUB_ID, docci_hint, is_docci_folder, load_docci
 
     source = dataset_source(spec)
-    if spec.path and (Path(spec.path) / "dataset_info.json").exists():
+    if spec.path and is_docci_folder(spec.path):
+        ds = load_docci(spec.path, spec.split)
+    elif not spec.path and spec.hub_id == DOCCI_HUB_ID:
+        raise ValueError(f"method.train_data: {docci_hint()}")
+    elif spec.path and (Path(spec.path) / "dataset_info.json").exists():
         ds = load_from_disk(spec.path)
     elif (
         spec.path and Path(spec.path).is_dir() and any(Path(spec.path).glob("*/dataset_info.json"))
@@ -117,11 +123,11 @@ def paper_stage(run: Run) -> dict[str, float]:
             )
         from transformers import CLIPModel, CLIPProcessor
 
+        dataset = image_prompts(mcfg.train_data)  # before the model: a data error costs seconds
         model = load_model(
             spec, dtype=run.model.dtype, kind="vision_language", seed=run.seed, **extra
         )
         processing = load_processor(spec)
-        dataset = image_prompts(mcfg.train_data)
         clip_spec = mcfg.clip.path or mcfg.clip.name
         with weights_hint(clip_spec):
             clip = CLIPModel.from_pretrained(clip_spec).to(model.device).eval()
