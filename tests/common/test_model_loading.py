@@ -273,3 +273,119 @@ def test_unknown_kind_is_rejected_before_reading_anything():
 
     with pytest.raises(ValueError, match="kind must be one of"):
         init_empty_model(str(FIXTURES / "openai-community__gpt2"), kind="seq2seq")
+
+
+# --- chat templates: the real template text of each family, rendered as our methods render it ----
+
+
+def _fixture_tokenizer(tmp_path: Path, folder: str):
+    """A word-level tokenizer carrying the fixture's chat template and special tokens, saved and
+    reloaded through :func:`common.models.load_tokenizer` (what every preset calls)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from common.models import load_tokenizer
+
+    src = FIXTURES / folder
+    cfg = {}
+    if (src / "tokenizer_config.json").is_file():
+        cfg = json.loads((src / "tokenizer_config.json").read_text())
+    if (src / "chat_template.json").is_file():  # a processor's template (LLaVA, Qwen2.5-VL)
+        cfg["chat_template"] = json.loads((src / "chat_template.json").read_text())["chat_template"]
+    special = {k: cfg[k] for k in ("bos_token", "eos_token", "pad_token") if cfg.get(k)}
+    vocab = {tok: i for i, tok in enumerate(["<unk>", *dict.fromkeys(special.values())])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", chat_template=cfg["chat_template"], **special
+    )
+    tok.save_pretrained(tmp_path / folder)
+    return load_tokenizer(str(tmp_path / folder))
+
+
+USER = [{"role": "user", "content": "What is 2+2?"}]
+
+
+def test_qwen2_5_instruct_adds_its_default_system_turn(tmp_path):
+    """salo / kmkc / mcce / weasel render user-only turns with add_generation_prompt=True."""
+    tok = _fixture_tokenizer(tmp_path, "Qwen__Qwen2.5-7B-Instruct")
+    text = tok.apply_chat_template(USER, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+        "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert tok.pad_token == "<|endoftext|>" != tok.eos_token == "<|im_end|>"
+    assert tok.padding_side == "left"
+
+
+@pytest.mark.parametrize("folder", ["Qwen__Qwen3-4B", "Qwen__Qwen3-8B"])
+def test_qwen3_generation_prompt_leaves_thinking_on(tmp_path, folder):
+    """threadweaver / epicache pass no enable_thinking: the model opens its own <think> block."""
+    tok = _fixture_tokenizer(tmp_path, folder)
+    on = tok.apply_chat_template(USER, tokenize=False, add_generation_prompt=True)
+    off = tok.apply_chat_template(
+        USER, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert on == "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert off == on + "<think>\n\n</think>\n\n"
+    # epicache's frame: a system turn and a sentinel user turn, split around the sentinel
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}, USER[0]]
+    pre, post = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True).split(
+        "What is 2+2?"
+    )
+    assert pre == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    assert post == "<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_llama3_1_instruct_injects_a_dated_system_header(tmp_path):
+    """salo_paper_llama / llminertia render user-only turns: the template adds a system header."""
+    tok = _fixture_tokenizer(tmp_path, "meta-llama__Llama-3.1-8B-Instruct")
+    text = tok.apply_chat_template(USER, tokenize=False, add_generation_prompt=True)
+    assert text.startswith(
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+    )
+    assert text.endswith(
+        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert text.count("<|begin_of_text|>") == 1  # methods tokenise with add_special_tokens=False
+    assert tok.pad_token == tok.eos_token == "<|eot_id|>"  # no pad token: load_tokenizer's fallback
+
+
+def test_llama3_2_instruct_dates_the_system_turn_with_today(tmp_path):
+    """epicache_paper_llama's frame: the system turn follows a date line that changes daily."""
+    import datetime
+
+    tok = _fixture_tokenizer(tmp_path, "meta-llama__Llama-3.2-3B-Instruct")
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}, USER[0]]
+    before = datetime.date.today()
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    dates = {d.strftime("%d %b %Y") for d in (before, datetime.date.today())}
+    today = next(d for d in dates if f"Today Date: {d}" in text)  # StopIteration: no date line
+    assert f"Cutting Knowledge Date: December 2023\nToday Date: {today}\n\n" in text
+    assert "Today Date: " + today + "\n\nYou are a helpful assistant.<|eot_id|>" in text
+    assert text.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+IMAGE_TURN = [
+    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Caption."}]}
+]
+
+
+def test_llava_1_5_renders_user_assistant_with_the_image_first(tmp_path):
+    """kore_paper renders image + text turns through the processor's chat template."""
+    for folder in ("llava-hf__llava-1.5-7b-hf", "llava-hf__llava-1.5-13b-hf"):
+        tok = _fixture_tokenizer(tmp_path, folder)
+        text = tok.apply_chat_template(IMAGE_TURN, tokenize=False, add_generation_prompt=True)
+        assert text == "USER: <image>\nCaption. ASSISTANT:"
+
+
+def test_qwen2_5_vl_adds_a_system_turn_and_vision_pads(tmp_path):
+    """georl / kore_paper_qwen: one image placeholder triple, then the text."""
+    tok = _fixture_tokenizer(tmp_path, "Qwen__Qwen2.5-VL-7B-Instruct")
+    text = tok.apply_chat_template(IMAGE_TURN, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+        "<|vision_start|><|image_pad|><|vision_end|>Caption.<|im_end|>\n<|im_start|>assistant\n"
+    )
