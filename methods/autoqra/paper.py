@@ -36,7 +36,7 @@ from .paper_data import (
     alpaca_features,
     alpaca_rows,
     collate,
-    read_records,
+    dataset_records,
     winogrande_accuracy,
     winogrande_rows,
 )
@@ -223,20 +223,6 @@ def paper_importance(
     return Importance(raw_q, raw_r)
 
 
-def _dataset_records(spec: Any, what: str, n: int | None) -> list[dict]:
-    """The records of a :class:`common.config.DatasetSpec`: its local file (JSON list / JSON lines),
-    else ``datasets.load_dataset(hub_id, config, split)`` (cached beforehand when offline)."""
-    if spec.path:
-        return read_records(spec.path)[:n]
-    if not spec.hub_id:
-        raise ValueError(f"{what} needs a hub_id or a local path")
-    from datasets import load_dataset
-
-    ds = load_dataset(spec.hub_id, spec.config, split=spec.split)
-    rows = [dict(r) for r in (ds.select(range(min(n, len(ds)))) if n else ds)]
-    return [{spec.columns.get(k, k): v for k, v in r.items()} for r in rows]
-
-
 def paper_stage(run: Any) -> dict[str, float]:
     """The ``paper`` stage: the AutoQRA search on ``run.model`` with the real-task evaluator (the
     official real-task mode), WinoGrande from ``run.benchmark``; writes the Pareto set, the selection
@@ -257,14 +243,17 @@ def paper_stage(run: Any) -> dict[str, float]:
             f"benchmark must hold one WinoGrande set, got {sorted(run.benchmark.sets)}"
         )
     spec = model_id(run.model)
+    # the data first: a bad file or hub set fails before the model loads
+    alpaca = alpaca_rows(
+        dataset_records(p.sft_data, "method.paper.sft_data", p.n_train), "method.paper.sft_data"
+    )
+    (wspec,) = run.benchmark.sets.values()
+    items = winogrande_rows(dataset_records(wspec, "benchmark", p.n_eval))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = run.model.dtype if device == "cuda" else "float32"
     model = load_model(spec, dtype=dtype, device=device)
     tok = load_tokenizer(spec)
-    alpaca = _dataset_records(p.sft_data, "method.paper.sft_data", p.n_train)
-    feats = alpaca_features(alpaca_rows(alpaca, "method.paper.sft_data"), tok, p.max_len)
-    (wspec,) = run.benchmark.sets.values()
-    items = winogrande_rows(_dataset_records(wspec, "benchmark", p.n_eval))
+    feats = alpaca_features(alpaca, tok, p.max_len)
     layers = model.config.num_hidden_layers
     space = SearchSpace(Q=tuple(c.Q), R=tuple(c.R), num_layers=layers)
     memory = MemoryModel.from_hf_config(

@@ -10,11 +10,14 @@ blank is compared (lm-evaluation-harness's ``winogrande`` rule; the official rea
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "alpaca_features",
@@ -22,6 +25,7 @@ __all__ = [
     "alpaca_rows",
     "collate",
     "continuation_logprob",
+    "dataset_records",
     "load_alpaca",
     "load_winogrande",
     "read_records",
@@ -50,6 +54,47 @@ def read_records(path: str | Path) -> list[dict]:
     if not all(isinstance(r, dict) for r in records):
         raise ValueError(f"{path} must hold JSON objects (a list or one per line)")
     return records
+
+
+# datasets >= 4 refuses a hub set that still ships a loading script (allenai/winogrande's main branch:
+# winogrande.py; its parquet PRs are unmerged). The Hub's own parquet export of such a set lives on
+# the refs/convert/parquet branch, one folder per config: <config>/<split>/0000.parquet.
+SCRIPT_REFUSED = "Dataset scripts are no longer supported"
+PARQUET_EXPORT = "refs/convert/parquet"
+
+
+def dataset_records(spec: Any, what: str, n: int | None) -> list[dict]:
+    """The records of a :class:`common.config.DatasetSpec`: its local file (JSON list / JSON lines),
+    else ``datasets.load_dataset(hub_id, config, split=split)`` (cached beforehand when offline).
+
+    A script-based hub set is read from the Hub's parquet export instead (``revision=
+    "refs/convert/parquet"``, ``data_dir=<config>``), with a warning; ``spec.columns`` renames columns
+    (``{format field: this set's column}``).
+    """
+    if spec.path:
+        return read_records(spec.path)[:n]
+    if not spec.hub_id:
+        raise ValueError(f"{what} needs a hub_id or a local path")
+    from datasets import load_dataset
+
+    try:
+        ds = load_dataset(spec.hub_id, spec.config, split=spec.split)
+    except RuntimeError as err:
+        if SCRIPT_REFUSED not in str(err):
+            raise
+        logger.warning(
+            "%s: %s is script-based (%s); reading its parquet export (revision=%s, data_dir=%s)",
+            what, spec.hub_id, err, PARQUET_EXPORT, spec.config or "default",
+        )  # fmt: skip
+        ds = load_dataset(
+            spec.hub_id,
+            revision=PARQUET_EXPORT,
+            data_dir=spec.config or "default",
+            split=spec.split,
+        )
+    rows = [dict(r) for r in (ds.select(range(min(n, len(ds)))) if n else ds)]
+    rename = {col: field for field, col in spec.columns.items()}
+    return [{rename.get(k, k): v for k, v in r.items()} for r in rows]
 
 
 def load_alpaca(path: str | Path, n: int | None = None) -> list[dict[str, str]]:

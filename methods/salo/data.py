@@ -28,6 +28,16 @@ from methods.salo.paper import AttackSet, load_attack_csv
 
 logger = logging.getLogger(__name__)
 
+# Hub sets behind a licence gate: the message a failed load adds (the files are not fetched at run time).
+GATED = {
+    "walledai/XSTest": (
+        "walledai/XSTest is gated on the Hugging Face Hub: accept its conditions at "
+        "https://huggingface.co/datasets/walledai/XSTest while logged in, export HF_TOKEN and load it "
+        "once online (it is then cached), or set benchmark.sets.xstest.path to the official "
+        "xstest_prompts.csv of https://github.com/paul-rottger/xstest (not gated)."
+    ),
+}
+
 __all__ = [
     "load_advbench",
     "load_attack_csv",
@@ -69,7 +79,12 @@ def read_rows(source: str | Path, split: str = "train", config: str | None = Non
         raise ValueError(f"unsupported data file {path} (use .csv, .json, .jsonl or .parquet)")
     from datasets import load_dataset
 
-    return list(load_dataset(str(source), config, split=split))
+    try:
+        return list(load_dataset(str(source), config, split=split))
+    except Exception as err:  # gated: DatasetNotFoundError online, ConnectionError offline
+        if str(source) in GATED:
+            raise RuntimeError(f"{GATED[str(source)]} ({type(err).__name__}: {err})") from err
+        raise
 
 
 def _need(rows: list[dict], cols: set[str], what: str) -> None:
