@@ -17,6 +17,8 @@ needs; it exits like ``check`` does afterwards.
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -158,3 +160,78 @@ def main(command: str, argv: list[str]) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     return (check if command == "check" else fetch)(argv)
+
+
+# ----- scripts/reproduce/README.md: the artifacts of every paper preset ---------------------------
+README = Path(__file__).resolve().parents[1] / "scripts" / "reproduce" / "README.md"
+BEGIN, END = "<!-- artifacts:begin (python -m common.artifacts_cli) -->", "<!-- artifacts:end -->"
+
+
+def _note(art: af.Artifact) -> str:
+    if art.name in af.SCRIPT_BASED:
+        return "script-based: local conversion"
+    if art.gated:
+        return f"gated: {art.gated} + HF_TOKEN"
+    if art.made_by:
+        return f"written by stage {art.made_by}"
+    if art.kind == "endpoint":
+        return "served locally" if art.url else f"API key ${art.env[0]}"
+    return "local file" if art.local else ""
+
+
+def preset_block(preset: str) -> str:
+    """The README section of one paper preset: its artifacts, gated ones, disk, fetch command."""
+    cfg = compose_for_check([f"experiment={preset}"])
+    stages = af.resolve_stages(cfg)
+    arts = af.list_artifacts(cfg, stages)
+    lines = [f"#### `{preset}` ({cfg.method.name}; stages {', '.join(stages)})", ""]
+    if not arts:
+        return "\n".join([*lines, "Nothing to fetch.", ""])
+    lines += ["| kind | artifact | key | stages | note | size |", "|---|---|---|---|---|---|"]
+    for a in arts:
+        size = f"{a.size_gb:g} GB" if a.size_gb else ""
+        label = a.label.replace("|", "\\|")
+        lines.append(
+            f"| {a.kind} | `{label}` | `{a.key}` | {', '.join(a.stages)} | {_note(a)} | {size} |"
+        )
+    known = sum(a.size_gb or 0 for a in arts)
+    unknown = sum(1 for a in arts if not a.local and a.kind != "endpoint" and not a.size_gb)
+    parts = [f"about {known:g} GB"] if known else []
+    parts += [f"{unknown} hub set(s) of unlisted size"] if unknown else []
+    disk = " + ".join(parts) or "nothing from the hub"
+    lines += ["", f"Disk: {disk}. Fetch: `icml26 fetch experiment={preset}`; check: "
+              f"`icml26 check experiment={preset}`.", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def readme_section() -> str:
+    """Every ``*_paper*`` preset's block, composed with the configs' own defaults (the
+    ``${oc.env:...}`` variables set in this shell are ignored, so the text is the same everywhere)."""
+    from common.registry import CONFIG_DIR
+
+    texts = [p.read_text() for p in (CONFIG_DIR).rglob("*.yaml")]
+    names = {v for t in texts for v in re.findall(r"\$\{oc\.env:([A-Za-z0-9_]+)", t)}
+    saved = {v: os.environ.pop(v) for v in names if v in os.environ}
+    try:
+        presets = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*_paper*.yaml"))
+        blocks = [preset_block(p) for p in presets]
+    finally:
+        os.environ.update(saved)
+    return "\n".join([BEGIN, "", *blocks, END])
+
+
+def write_readme(path: Path = README) -> bool:
+    """Replaces the generated section of ``path`` (appends it the first time); True if it changed."""
+    text = path.read_text()
+    new = readme_section()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        out = head + new + rest.split(END, 1)[1]
+    else:
+        out = text.rstrip("\n") + "\n\n" + new + "\n"
+    path.write_text(out)
+    return out != text
+
+
+if __name__ == "__main__":
+    print("changed" if write_readme() else "up to date", README)

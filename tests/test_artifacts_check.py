@@ -289,3 +289,16 @@ def test_check_imports_nothing_heavy_and_runs_in_seconds(hub):
     _, rc, seconds, heavy = line[0].split(" ", 3)
     assert rc == "1" and heavy == "[]", line[0]
     assert float(seconds) < 10.0, line[0]
+
+
+def test_reproduce_readme_lists_the_current_artifacts():
+    text = cli.README.read_text()
+    assert cli.BEGIN in text, "run: python -m common.artifacts_cli"
+    current = text.split(cli.BEGIN, 1)[1].split(cli.END, 1)[0]
+    fresh = cli.readme_section().split(cli.BEGIN, 1)[1].split(cli.END, 1)[0]
+    assert current == fresh, (
+        "scripts/reproduce/README.md is stale: run python -m common.artifacts_cli"
+    )
+    for preset in PAPER_PRESETS:
+        assert f"icml26 fetch experiment={preset}`" in current
+    assert "gated: the Llama community licence" in current and "script-based" in current
