@@ -17,7 +17,7 @@ from common.tracking import write_results
 
 from .config import MCCERunConfig
 from .optimizer import MCCEOptimizer
-from .problems import paper_problem
+from .problems import load_init_smiles, paper_problem
 from .toy import HV_NOTE
 from .train import trainer_args_for
 
@@ -41,6 +41,7 @@ def build_paper(rc: MCCERunConfig, model: Any, run_dir: str | Path = ".") -> MCC
         raise ValueError(
             "method.init_file must be a SMILES file (ZINC250K 'random1', 100 molecules)"
         )
+    init = load_init_smiles(rc.init_file)  # before any model: a bad file fails in seconds
     ckpt = Path(rc.checkpoint_dir or Path(run_dir) / "ckpt")
     api = OpenAIChat(rc.api_model, base_url=rc.api_base_url, api_key_env=rc.api_key_env)
     spec = model_id(model)
@@ -58,8 +59,6 @@ def build_paper(rc: MCCERunConfig, model: Any, run_dir: str | Path = ".") -> MCC
         export_dir=str(ckpt / "local_policy"),
         vllm_kwargs={"gpu_memory_utilization": rc.vllm_gpu_memory_utilization},
     )
-    with open(rc.init_file) as fh:
-        init = [ln.split()[0] for ln in fh if ln.strip() and not ln.startswith("#")]
     return MCCEOptimizer(
         paper_problem(oracle_dir=rc.oracle_dir),
         api,

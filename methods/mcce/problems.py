@@ -125,6 +125,49 @@ def _kinase_features(mol: Any) -> np.ndarray:
 _TDC_FEATURES = {"drd2": _drd2_features, "gsk3b": _kinase_features, "jnk3": _kinase_features}
 
 
+def _unpickle_oracle(path: str) -> Any:
+    """The scikit-learn classifier pickled in a TDC oracle file, or an error saying how to fix it.
+
+    TDC's files are pickles of the scikit-learn version that wrote them: the first release needs
+    scikit-learn <= 0.21 (``sklearn.ensemble.forest``, ``sklearn.svm.classes``), later ones were
+    re-pickled for 0.24 / 1.x, and a tree pickled by another 1.x release can fail on its node dtype
+    (TDC issues #93, #163, #205, #238, #372). A version mismatch that still loads is logged.
+    """
+    import pickle
+    import warnings
+
+    import sklearn
+
+    have = f"scikit-learn {sklearn.__version__}"
+    try:
+        with warnings.catch_warnings(record=True) as caught, open(path, "rb") as fh:
+            warnings.simplefilter("always")
+            clf = pickle.load(fh)  # a scikit-learn classifier, as TDC's load_pickled_model
+    except (ModuleNotFoundError, AttributeError, ValueError, pickle.UnpicklingError, EOFError) as e:
+        raise ValueError(
+            f"TDC oracle file {path!r} cannot be unpickled by {have} ({type(e).__name__}: {e}); "
+            "the file is tied to the scikit-learn that wrote it: fetch the TDC file pickled for "
+            "this scikit-learn (PyTDC >= 0.3.7 downloads them) or run with the version that wrote "
+            "it"
+        ) from e
+    for w in caught:
+        if type(w.message).__name__ == "InconsistentVersionWarning":
+            logger.warning("TDC oracle %s was pickled by another scikit-learn: %s", path, w.message)
+    if not hasattr(clf, "predict_proba"):
+        raise TypeError(f"TDC oracle file {path!r} holds {type(clf).__name__}, not a classifier")
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(clf)
+    except NotFittedError as e:
+        raise ValueError(
+            f"TDC oracle file {path!r} holds an unfitted {type(clf).__name__} (TDC issue #372: a "
+            "truncated download); fetch the file again"
+        ) from e
+    return clf
+
+
 def load_tdc_oracle(name: str, oracle_dir: str = "oracle") -> Callable[[str], float]:
     """A TDC oracle (DRD2/GSK3B/JNK3) from its local model file, never from the network.
 
@@ -138,7 +181,6 @@ def load_tdc_oracle(name: str, oracle_dir: str = "oracle") -> Callable[[str], fl
         ValueError: unknown ``name``.
         FileNotFoundError: the oracle's model file is not in ``oracle_dir`` (TDC would download it).
     """
-    import pickle
 
     fname = TDC_ORACLE_FILES.get(name)
     if fname is None:
@@ -149,8 +191,7 @@ def load_tdc_oracle(name: str, oracle_dir: str = "oracle") -> Callable[[str], fl
             f"TDC oracle {name!r} needs its model file {path!r}, which is missing; copy "
             f"{fname} into {oracle_dir!r} (or pass oracles={{{name!r}: callable}}) — the run is offline"
         )
-    with open(path, "rb") as fh:
-        clf = pickle.load(fh)  # a scikit-learn classifier, as TDC's load_pickled_model
+    clf = _unpickle_oracle(path)
     featurise = _TDC_FEATURES[name]
 
     def oracle(smiles: str) -> float:
@@ -336,6 +377,44 @@ def toy_problem(representation: Literal["smiles", "selfies"] = "selfies") -> Mol
         representation=representation,
         task="Propose new molecules similar to celecoxib that are drug-like and easy to make.",
     )
+
+
+def load_init_smiles(path: str) -> list[str]:
+    """The initial population of the paper stage (``method.init_file``), every SMILES checked.
+
+    Reads a SMILES file (one molecule per line, the SMILES first and an optional id after
+    whitespace; ``#`` comments) or a ZINC250k-style CSV with a ``smiles`` column (whose values
+    carry a trailing newline, stripped here).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: no molecule, or a SMILES RDKit cannot parse (the first one, with its line).
+    """
+    import csv
+
+    from rdkit import Chem, RDLogger
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"method.init_file {path!r} not found (a SMILES or ZINC CSV file)")
+    with open(path, newline="") as fh:
+        if path.endswith(".csv"):
+            reader = csv.DictReader(fh)
+            if "smiles" not in (reader.fieldnames or []):
+                raise ValueError(f"{path}: a CSV needs a 'smiles' column, got {reader.fieldnames}")
+            rows = [(i + 2, r["smiles"].strip()) for i, r in enumerate(reader)]
+        else:
+            rows = [(i + 1, ln.split()[0]) for i, ln in enumerate(fh) if ln.strip()]
+    rows = [(n, smi) for n, smi in rows if smi and not smi.startswith("#")]
+    if not rows:
+        raise ValueError(f"method.init_file {path!r} holds no SMILES")
+    RDLogger.DisableLog("rdApp.*")
+    try:
+        for n, smi in rows:
+            if Chem.MolFromSmiles(smi) is None:
+                raise ValueError(f"{path}:{n}: RDKit cannot parse SMILES {smi!r}")
+    finally:
+        RDLogger.EnableLog("rdApp.*")
+    return [smi for _, smi in rows]
 
 
 def load_seed_smiles(path: str | None = None) -> list[str]:
