@@ -15,6 +15,9 @@ from common.config import DatasetSpec, MethodConfig
 
 TOY_METHODS = ("ce", "maxrl", "grpo", "reinforce")
 QWEN3_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."  # repo
+#: the system turn of the paper's Qwen3 prompt template (App. E.3); the official data scripts
+#: (examples/maxrl_data_preprocess/polaris.py) have no system turn and append QWEN3_SUFFIX instead
+PAPER_SYSTEM = "Please reason step by step and put the final answer in \\boxed{}."
 GSM8K_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."  # App. E.2
 
 
@@ -74,20 +77,40 @@ class MazeToyConfig:
             raise ValueError(f"eval_k must lie in [1, eval_samples], got {self.eval_k}")
 
 
+def _check_system_prompt(value: str | None, name: str) -> None:
+    if value is not None and not value.strip():
+        raise ValueError(f"{name} must be null (no system turn) or a non-empty text, got {value!r}")
+
+
 @dataclass
 class PaperEvalConfig:
-    """Sampling of the ``eval`` stage (Table 6: T = 0.6, top-p 0.95; n up to 4096 in the paper)."""
+    """Sampling of the ``eval`` stage (Table 6: T = 0.6, top-p 0.95; n up to 4096 in the paper).
+
+    Attributes:
+        n: samples per problem; pass@k is reported for k = 1, 2, 4, ..., n.
+        n_by_set: per-set n, by ``benchmark.sets`` name, in place of ``n`` (the paper: 4096 for
+            AIME25 / BeyondAIME, 2048 for MATH-500 / Minerva, Table 7); a name the benchmark
+            does not have is an error. None: ``n`` for every set.
+        system_prompt: the system turn (None: none, the official scripts' form).
+        prompt_suffix: appended to each problem in the user turn.
+    """
 
     n: int = 1024
+    n_by_set: dict[str, int] | None = None
     temperature: float = 0.6  # Table 6
     top_p: float = 0.95  # Table 6
     max_new_tokens: int = 4096  # Table 6 (max response length)
     engine: str = "vllm"  # vllm | hf
-    prompt_suffix: str = QWEN3_SUFFIX
+    system_prompt: str | None = PAPER_SYSTEM  # App. E.3 template box
+    prompt_suffix: str = ""  # App. E.3: the instruction is the system turn
 
     def __post_init__(self):
         if self.n < 1:
             raise ValueError(f"method.eval.n must be >= 1, got {self.n}")
+        bad = {k: v for k, v in (self.n_by_set or {}).items() if v < 1}
+        if bad:
+            raise ValueError(f"method.eval.n_by_set values must be >= 1, got {bad}")
+        _check_system_prompt(self.system_prompt, "method.eval.system_prompt")
         if self.engine not in ("vllm", "hf"):
             raise ValueError(f"method.eval.engine must be 'vllm' or 'hf', got {self.engine!r}")
 
@@ -102,7 +125,10 @@ class MaxRLRunConfig(MethodConfig):
         t1: toy T1 sizes. t2: toy T2 sizes.
         train_data: the RL prompts of the ``train`` stage (POLARIS-53K; a local GSM8K/MATH-layout
             file through ``method.train_data.path``).
-        prompt_suffix: appended to every training prompt (the official Qwen3 instruction).
+        system_prompt: the system turn of every training prompt (the paper's template, App. E.3;
+            None: no system turn, as the official data scripts).
+        prompt_suffix: appended to every training problem in the user turn (the official scripts
+            append QWEN3_SUFFIX; the paper's template puts the instruction in the system turn).
         trainer: fields of :class:`methods.maxrl.trainer.MaxRLConfig` (TRL ``GRPOConfig``).
         eval: sampling of the ``eval`` stage, which scores ``model`` on ``benchmark``.
         compare_files: the two ``eval.json`` files of the ``compare`` stage (method, baseline).
@@ -131,7 +157,8 @@ class MaxRLRunConfig(MethodConfig):
             hub_id="POLARIS-Project/Polaris-Dataset-53K", split="train"
         )
     )
-    prompt_suffix: str = QWEN3_SUFFIX
+    system_prompt: str | None = PAPER_SYSTEM  # App. E.3 template box
+    prompt_suffix: str = ""  # App. E.3 (official scripts: QWEN3_SUFFIX, no system turn)
     trainer: dict[str, Any] = field(default_factory=dict)
     eval: PaperEvalConfig = field(default_factory=PaperEvalConfig)
     compare_files: list[str] = field(default_factory=list)
@@ -142,3 +169,4 @@ class MaxRLRunConfig(MethodConfig):
             raise ValueError(f"method.methods has unknown names {bad}; valid: {list(TOY_METHODS)}")
         if not self.n_rollouts or min(self.n_rollouts) < 1:
             raise ValueError(f"method.n_rollouts must be positive counts, got {self.n_rollouts}")
+        _check_system_prompt(self.system_prompt, "method.system_prompt")

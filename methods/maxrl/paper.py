@@ -30,18 +30,30 @@ from .eval import pass_at_k, tts_efficiency
 logger = logging.getLogger(__name__)
 
 
-def load_prompts(spec: DatasetSpec, suffix: str):
-    """A math set as a ``datasets.Dataset`` with ``prompt`` (one user turn) and ``answer``.
+def prompt_messages(problem: str, suffix: str, system: str | None) -> list[dict[str, str]]:
+    """The chat of one problem: ``[system,] user(problem + suffix)``.
+
+    The paper's template (App. E.3) has a system turn holding the instruction; the official data
+    scripts (``examples/maxrl_data_preprocess/polaris.py``) have none and append the instruction
+    to the problem (``system=None, suffix=QWEN3_SUFFIX``).
+    """
+    head = [{"role": "system", "content": system}] if system is not None else []
+    return [*head, {"role": "user", "content": problem + suffix}]
+
+
+def load_prompts(spec: DatasetSpec, suffix: str, system: str | None = None):
+    """A math set as a ``datasets.Dataset`` with ``prompt`` (a chat, :func:`prompt_messages`) and
+    ``answer``.
 
     ``spec`` names a hub id (read through ``datasets``, from the cache when offline) or a local
     GSM8K/MATH-layout file (:func:`common.tasks.load_math_set`); ``suffix`` is the instruction
-    appended to each problem.
+    appended to each problem, ``system`` the system turn (None: none).
     """
     from common.tasks import load_math_set
 
     data = load_math_set(spec)
     return data.map(
-        lambda row: {"prompt": [{"role": "user", "content": row["problem"] + suffix}]},
+        lambda row: {"prompt": prompt_messages(row["problem"], suffix, system)},
         remove_columns=["problem"],
     )
 
@@ -63,7 +75,7 @@ def train_stage(run: Run) -> dict[str, float]:
     from .trainer import MaxRLConfig, MaxRLTrainer
 
     start, spec = time.perf_counter(), _needs_model(run)
-    data = load_prompts(run.method.train_data, run.method.prompt_suffix)
+    data = load_prompts(run.method.train_data, run.method.prompt_suffix, run.method.system_prompt)
     args = trainer_config(
         MaxRLConfig,
         run.method.trainer,
@@ -96,6 +108,22 @@ def train_stage(run: Run) -> dict[str, float]:
     )
 
 
+def eval_samples(n: int, n_by_set: dict[str, int] | None, sets: list[str]) -> dict[str, int]:
+    """Samples per problem of each benchmark set: ``n_by_set[name]`` where given, else ``n``.
+
+    A name of ``n_by_set`` that the benchmark does not have (after ``benchmark=<another>``, or a
+    typo) is reported in one warning, so that it is never ignored without a word.
+    """
+    extra = sorted(set(n_by_set or {}) - set(sets))
+    if extra:
+        logger.warning(
+            "method.eval.n_by_set names sets the benchmark does not have: %s (its sets: %s); "
+            "those sets use method.eval.n=%d",
+            extra, sets, n,
+        )  # fmt: skip
+    return {name: int((n_by_set or {}).get(name, n)) for name in sets}
+
+
 def eval_stage(run: Run) -> dict[str, float]:
     """``stage=eval``: pass@k (k = 1, 2, 4, ..., n) of ``model`` on every set of ``benchmark``."""
     from common.generation import HFGenerator, SamplingParams, VLLMGenerator
@@ -113,15 +141,17 @@ def eval_stage(run: Run) -> dict[str, float]:
     params = SamplingParams(
         max_new_tokens=ecfg.max_new_tokens, temperature=ecfg.temperature, top_p=ecfg.top_p
     )
-    ks = [2**i for i in range(ecfg.n.bit_length()) if 2**i <= ecfg.n]
+    n_by_set = eval_samples(ecfg.n, ecfg.n_by_set, list(run.benchmark.sets))
     curves, metrics = {}, {}
     for name, set_spec in run.benchmark.sets.items():
-        data = load_prompts(set_spec, ecfg.prompt_suffix)
-        comps = gen.generate(list(data["prompt"]), n=ecfg.n, params=params)
+        n = n_by_set[name]
+        ks = [2**i for i in range(n.bit_length())]  # 1, 2, 4, ..., the largest power <= n
+        data = load_prompts(set_spec, ecfg.prompt_suffix, ecfg.system_prompt)
+        comps = gen.generate(list(data["prompt"]), n=n, params=params)
         c = torch.tensor(
             [sum(verify_boxed(x.text, a) for x in cs) for cs, a in zip(comps, data["answer"])]
         )
-        cov = [float(pass_at_k(ecfg.n, c, k).mean()) for k in ks]
+        cov = [float(pass_at_k(n, c, k).mean()) for k in ks]
         curves[name] = {"k": ks, "pass@k": cov}
         metrics[name] = {"pass@1": cov[0], f"pass@{ks[-1]}": cov[-1], "n_problems": len(c)}
         logger.info("%s: pass@1 %.4f pass@%d %.4f", name, cov[0], ks[-1], cov[-1])

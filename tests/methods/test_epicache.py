@@ -893,6 +893,14 @@ PAPER_SMOKE = {
         "method.sensitivity_path={tmp}/sens_llama.json",
         "method.judge_base_url={judge_url}",
     ],
+    # the official scripts' allocation (repo form, power 1.3) on a profile with unequal layers
+    "epicache_paper_official/eval": [
+        "model.path={tiny_qwen2}",
+        *_SMALL,
+        "benchmark.sets.realtalk.path={tmp}/realtalk",
+        "method.sensitivity_path={tmp}/sens_qwen2.json",
+        "method.judge_base_url={judge_url}",
+    ],
 }
 
 
@@ -939,6 +947,10 @@ def paper_smoke_setup(tmp_path):
     n_layers = int(load_model("tiny-llama").config.num_hidden_layers)
     sens = {"model": "meta-llama/Llama-3.2-3B-Instruct", "sigma": [0.9] * n_layers}
     (tmp_path / "sens_llama.json").write_text(json.dumps(sens))
+    n_layers = int(load_model("tiny-qwen2").config.num_hidden_layers)
+    sigma = [0.95 - 0.1 * i / max(n_layers - 1, 1) for i in range(n_layers)]
+    sens = {"model": "Qwen/Qwen2.5-7B-Instruct", "sigma": sigma}
+    (tmp_path / "sens_qwen2.json").write_text(json.dumps(sens))
 
     class Judge(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802

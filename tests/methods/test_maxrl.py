@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from common.config import DatasetSpec  # noqa: E402
 from methods.maxrl import (  # noqa: E402
     ClassificationToyConfig,
     effective_order,
@@ -563,6 +565,7 @@ _SMALL_EVAL = [
     "method.eval.n=4",
     "method.eval.max_new_tokens=8",
     "method.eval.engine=hf",
+    "method.eval.n_by_set=null",
     *(
         f"benchmark.sets.{s}.path={_FIXTURE}"
         for s in ("aime25", "beyondaime", "math500", "minerva")
@@ -573,6 +576,7 @@ PAPER_SMOKE = {
     "eval": _SMALL_EVAL,
     "compare": ["method.compare_files=[{tmp}/a.json,{tmp}/b.json]"],
     "maxrl_paper_smollm/train": [*_SMALL_TRAIN, "method.trainer.gradient_accumulation_steps=1"],
+    "maxrl_paper_official/eval": _SMALL_EVAL,
 }
 
 
@@ -628,7 +632,7 @@ def test_paper_eval_scores_the_benchmark_with_the_tiny_model(tmp_path, tiny_mode
         o.format(repo=str(Path(__file__).parents[2]), **tiny_model_dirs) for o in _SMALL_EVAL
     ]
     cfg = compose(
-        ["experiment=maxrl_paper", "method.stage=eval", "benchmark=math500", *overrides[:5],
+        ["experiment=maxrl_paper", "method.stage=eval", "benchmark=math500", *overrides[:6],
          f"benchmark.sets.math500.path={_FIXTURE.format(repo=str(Path(__file__).parents[2]))}"],
         run_dir=tmp_path,
     )  # fmt: skip
@@ -639,6 +643,73 @@ def test_paper_eval_scores_the_benchmark_with_the_tiny_model(tmp_path, tiny_mode
     assert all(0.0 <= v <= 1.0 for v in cov) and cov == sorted(cov)
     loaded = json.loads((tmp_path / "results.json").read_text())["models_loaded"]
     assert [e["spec"] for e in loaded] == [tiny_model_dirs["tiny_qwen2"]]
+
+
+def _rendered_prompt(preset: str, stage: str, tiny_model_dirs) -> str:
+    """The first fixture problem as the preset's stage renders it through the chat template."""
+    from common.models import load_tokenizer
+    from common.registry import compose
+    from methods.maxrl.paper import load_prompts
+
+    fixture = _FIXTURE.format(repo=str(Path(__file__).parents[2]))
+    cfg = compose([f"experiment={preset}", f"method.stage={stage}",
+                   f"method.train_data.path={fixture}"])  # fmt: skip
+    m = cfg.method
+    suffix, system = (
+        (m.prompt_suffix, m.system_prompt)
+        if stage == "train"
+        else (m.eval.prompt_suffix, m.eval.system_prompt)
+    )
+    row = load_prompts(DatasetSpec(path=fixture), suffix, system)[0]
+    tok = load_tokenizer(tiny_model_dirs["tiny_qwen2"])
+    return tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("stage", ["train", "eval"])
+def test_paper_template_has_the_system_turn(stage, tiny_model_dirs):
+    """maxrl_paper renders the paper's template (App. E.3): a system turn with the instruction,
+    then the bare problem; maxrl_paper_official the released scripts' single user turn with the
+    instruction appended (polaris.py), literal ``{{}}`` included."""
+    from methods.maxrl.config import PAPER_SYSTEM
+
+    first = json.loads(
+        Path(_FIXTURE.format(repo=str(Path(__file__).parents[2]))).read_text().splitlines()[0]
+    )["problem"]
+    paper = _rendered_prompt("maxrl_paper", stage, tiny_model_dirs)
+    assert paper.startswith(f"<|im_start|>system\n{PAPER_SYSTEM}<|im_end|>\n<|im_start|>user\n")
+    assert f"<|im_start|>user\n{first}<|im_end|>" in paper  # no suffix after the problem
+    official = _rendered_prompt("maxrl_paper_official", stage, tiny_model_dirs)
+    assert "<|im_start|>system" not in official
+    assert official.startswith(
+        f"<|im_start|>user\n{first}\nPlease reason step by step, and put your final answer "
+        "within \\boxed{{}}.<|im_end|>"
+    )
+
+
+def test_system_prompt_and_per_set_samples_are_checked(caplog):
+    from methods.maxrl.config import MaxRLRunConfig, PaperEvalConfig
+    from methods.maxrl.paper import eval_samples
+
+    with pytest.raises(ValueError, match="method.system_prompt must be null"):
+        MaxRLRunConfig(system_prompt="  ")
+    with pytest.raises(ValueError, match="method.eval.n_by_set values must be >= 1"):
+        PaperEvalConfig(n_by_set={"aime25": 0})
+    sets = ["aime25", "math500"]
+    assert eval_samples(4096, {"math500": 2048}, sets) == {"aime25": 4096, "math500": 2048}
+    assert eval_samples(8, None, sets) == {"aime25": 8, "math500": 8}
+    with caplog.at_level("WARNING", logger="methods.maxrl.paper"):
+        assert eval_samples(8, {"math5000": 2}, sets) == {"aime25": 8, "math500": 8}
+    assert "does not have: ['math5000']" in caplog.text
+
+
+def test_paper_eval_reaches_k_4096_on_aime_and_2048_on_math():
+    """The paper reports pass@k up to 4096 (AIME25, BeyondAIME) and 2048 (MATH-500, Minerva)."""
+    from common.registry import compose
+    from methods.maxrl.paper import eval_samples
+
+    ecfg = compose(["experiment=maxrl_paper", "method.stage=eval"]).method.eval
+    n = eval_samples(ecfg.n, ecfg.n_by_set, ["aime25", "beyondaime", "math500", "minerva"])
+    assert n == {"aime25": 4096, "beyondaime": 4096, "math500": 2048, "minerva": 2048}
 
 
 def test_bnpo_with_micro_batch_4_is_the_official_token_mean():

@@ -845,6 +845,11 @@ PAPER_SMOKE = {
     "rl": [*_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.rl_data.path={tw_aime25}",
            "method.rl_trainer.num_generations=2", "method.rl_trainer.per_device_train_batch_size=2",
            "method.rl_trainer.max_steps=1", "method.rl_trainer.bf16=false"],
+    "threadweaver_paper_official/rl": [
+        *_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.rl_data.path={tw_aime25}",
+        "method.rl_trainer.num_generations=2", "method.rl_trainer.per_device_train_batch_size=2",
+        "method.rl_trainer.gradient_accumulation_steps=1", "method.rl_trainer.max_steps=1",
+        "method.rl_trainer.bf16=false"],
     "eval": [*_SMOKE_MODEL, *_SMOKE_ROLLOUT, "method.eval.engine=hf", "method.eval.samples=2",
              *(f"benchmark.sets.{n}.path={{tw_{n}}}" for n in
                ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")),
