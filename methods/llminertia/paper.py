@@ -121,11 +121,12 @@ def run_paper(
     for d in sets:
         if d.prompt_set not in PROMPT_SETS:
             raise ValueError(f"dataset {d.name!r}: prompt_set must be one of {sorted(PROMPT_SETS)}")
+    items = {d.name: _load_items(d, seed) for d in sets}  # every file read before the model
     llm, pre_llm = _paper_llm(rc, model), _pre_llm(rc)
     per: dict[str, dict[str, float]] = {a: {} for a in ARMS}
     extra: dict = {"model": model, "pre_model": rc.pre_model, "engine": rc.engine, "sets": {}}
     for d in sets:
-        texts, labels = _load_items(d, seed)
+        texts, labels = items[d.name]
         if rc.max_items:
             texts, labels = texts[: rc.max_items], labels[: rc.max_items]
         prompts = PROMPT_SETS[d.prompt_set]
@@ -197,9 +198,9 @@ def induce_stage(run) -> dict[str, float]:
         logging_steps=10,
         dataloader_pin_memory=torch.accelerator.is_available(),  # on CPU torch only warns
     )
+    ds = load_cooccurrence_corpus(rc.corpus_path)  # read before the model loads
     model = load_model(spec, dtype=run.model.dtype, device="cpu")
     tok = load_tokenizer(spec, padding_side="right")
-    ds = load_cooccurrence_corpus(rc.corpus_path)
     model = continued_pretrain(model, tok, ds, args)
     out = run.run_dir / "induced"
     model.save_pretrained(out)

@@ -13,7 +13,7 @@ Formats read (all JSON lines, one object per line; a JSON array file is accepted
   ``dialogue_data.json`` ``{"knowledge", "dialogue_history", "right_response",
   "hallucinated_response"}``, ``summarization_data.json`` ``{"document", "right_summary",
   "hallucinated_summary"}``, ``general_data.json`` ``{"ID", "user_query", "chatgpt_response",
-  "hallucination": "yes"|"no", ...}``.
+  "hallucination_label": "yes"|"no"}`` (the hub copy names it ``hallucination``).
 
 Every HaluEval row becomes yes/no items "is this answer supported by the evidence?" (gold ``yes``
 for the right candidate, ``no`` for the hallucinated one), so the same pipeline, parser and
@@ -114,6 +114,21 @@ def load_cooccurrence_corpus(path: str | Path) -> datasets.Dataset:
     return datasets.Dataset.from_dict({"text": [str(r["text"]) for r in rows]})
 
 
+def _general_label(row: dict, path: str | Path, i: int) -> str:
+    """A ``general`` row's yes/no hallucination flag: ``hallucination_label`` in the official
+    GitHub file, ``hallucination`` in the hub copy ``pminervini/HaluEval``."""
+    key = next((k for k in ("hallucination_label", "hallucination") if k in row), None)
+    if key is None:
+        raise ValueError(
+            f"{path} record {i} lacks 'hallucination_label' (official general_data.json) or "
+            "'hallucination' (pminervini/HaluEval)"
+        )
+    h = str(row[key]).strip().lower()
+    if h not in ("yes", "no"):
+        raise ValueError(f"{path} record {i}: {key} must be yes/no, got {row[key]!r}")
+    return h
+
+
 def _item(evidence: str, candidate: str, kind: str) -> str:
     return (
         f"{evidence}\n{kind}: {candidate}\n"
@@ -132,7 +147,8 @@ def load_halueval(
         task: ``qa`` | ``dialogue`` | ``summarization`` | ``general``.
         both: emit the right and the hallucinated candidate of each row (two items); if False,
             one of the two chosen with ``seed`` (HaluEval's own protocol). Ignored for
-            ``general`` (one response per row, label from its ``hallucination`` field).
+            ``general`` (one response per row, label from ``hallucination_label``, or
+            ``hallucination`` in the hub copy).
         seed: RNG seed for ``both=False``.
 
     Raises:
@@ -145,10 +161,8 @@ def load_halueval(
     texts, labels, src = [], [], []
     for i, r in enumerate(rows):
         if task == "general":
-            _need(r, ("user_query", "chatgpt_response", "hallucination"), path, i)
-            h = str(r["hallucination"]).strip().lower()
-            if h not in ("yes", "no"):
-                raise ValueError(f"{path} record {i}: hallucination must be yes/no, got {h!r}")
+            _need(r, ("user_query", "chatgpt_response"), path, i)
+            h = _general_label(r, path, i)
             ev = f"User query: {r['user_query']}"
             texts.append(_item(ev, str(r["chatgpt_response"]), "Response"))
             labels.append("no" if h == "yes" else "yes")
