@@ -87,6 +87,18 @@ def _output_cache(out: Any) -> Any:
     return getattr(out, "past_key_values", None)
 
 
+def _output_logits(out: Any) -> torch.Tensor:
+    """The logits of a model call: a ``ModelOutput``'s ``logits``, a plain dict's ``"logits"``
+    (remote code may return one) or the first element of a tuple."""
+    if hasattr(out, "logits"):
+        return out.logits
+    if isinstance(out, dict):
+        if "logits" not in out:
+            raise KeyError(f"the model returned a dict without 'logits' (keys {sorted(out)})")
+        return out["logits"]
+    return out[0]
+
+
 class HFDiffusionAdapter:
     """Adapter over a Hugging Face module ``model(input_ids, ...) -> .logits``.
 
@@ -142,7 +154,7 @@ class HFDiffusionAdapter:
         if replace_position is not None:
             kwargs["replace_position"] = replace_position
         out = self.model(ids, **kwargs)
-        logits = out.logits if hasattr(out, "logits") else out[0]
+        logits = _output_logits(out)
         return logits, _output_cache(out) if caching else None
 
     def forward(self, x: torch.Tensor, use_cache: bool = False) -> tuple[torch.Tensor, Any]:
@@ -291,15 +303,19 @@ def _special_id(tok: Any, token: str) -> int | None:
 
 
 def _load_remote(model_id: str, dtype: str, device: str | None):
-    from transformers import AutoModel, AutoTokenizer
+    """The checkpoint's own remote-code model and its tokenizer (``trust_remote_code``).
 
-    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
-    from common.models import weights_hint
+    The model loads through :func:`common.models.load_model` with ``kind="masked_diffusion"``, so
+    the published LLaDA / Dream modelling files get the transformers-5 fixes of
+    :mod:`common.model_compat` (docs/models.md); a plain ``AutoModel.from_pretrained`` fails on both.
+    ``device=None`` leaves the placement to :func:`common.models.resolve_device`.
+    """
+    from transformers import AutoTokenizer
 
+    from common.models import load_model, weights_hint
+
+    model = load_model(model_id, dtype=dtype, device=device, kind="masked_diffusion")
     with weights_hint(model_id):
-        model = AutoModel.from_pretrained(model_id, trust_remote_code=True, dtype=torch_dtype)
         tok = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True)
-    if device is not None:
-        model = model.to(device)
     logger.info("loaded %s (%s)", model_id, type(model).__name__)
     return model, tok
