@@ -113,6 +113,13 @@ SCRIPT_BASED: dict[str, str] = {
         "save them as a `datasets` folder with an `image` column (Dataset.save_to_disk) and set "
         "method.train_data.path=<that folder> (docs/methods/georl.md)"
     ),
+    # main branch: winogrande.py (its parquet PRs are unmerged); autoqra's loader then reads the
+    # Hub's parquet export (methods/autoqra/paper_data.py::dataset_records).
+    "allenai/winogrande": (
+        "the loader reads the Hub's parquet export instead; prepare it once on a connected machine: "
+        "python -c \"import datasets; datasets.load_dataset('allenai/winogrande', "
+        "revision='refs/convert/parquet', data_dir='winogrande_xl', split='validation')\""
+    ),
 }
 # Approximate download size in GB: models = parameters on the model card x bytes per parameter of
 # the published weights (bf16/fp16: 2, fp32: 4); data sets = the hub's file listing where noted.
