@@ -285,6 +285,36 @@ def train_paper(
     }
 
 
+def check_records(path: str, image_root: str, what: str) -> list[dict]:
+    """The LLaVA conversation records of ``path`` (KORE-74K layout: a JSON list of ``{"id",
+    "image", "conversations": [{"from": "human"|"gpt", "value"}, ...]}``), checked before any
+    model loads: a non-empty list, alternating human/gpt turns, every image present.
+
+    Raises:
+        ValueError / FileNotFoundError: naming ``what`` (``data_path`` / ``calib_path``) and the
+            first bad record.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"method.paper.{what}: no file {path!r}")
+    records = json.loads(p.read_text())
+    if not isinstance(records, list) or not records:
+        raise ValueError(f"method.paper.{what} must hold a non-empty JSON list of records")
+    for i, rec in enumerate(records):
+        conv = rec.get("conversations") if isinstance(rec, dict) else None
+        roles = [c.get("from") for c in conv] if isinstance(conv, list) else []
+        if not roles or len(roles) % 2 or roles != ["human", "gpt"] * (len(roles) // 2):
+            raise ValueError(
+                f"method.paper.{what} record {i}: conversations must alternate human/gpt turns"
+            )
+        img = rec.get("image")
+        if img is not None and not (Path(image_root) / img if image_root else Path(img)).is_file():
+            raise FileNotFoundError(
+                f"method.paper.{what} record {i}: image {img!r} not under image_root {image_root!r}"
+            )
+    return records
+
+
 def paper_stage(run) -> dict[str, float]:
     """``stage=paper``: KORE training of ``run.model`` (paper §3.2, Table 6)."""
     import time
@@ -292,6 +322,9 @@ def paper_stage(run) -> dict[str, float]:
     from common.tracking import write_results
 
     t0 = time.time()
+    cfg = run.method.paper
+    check_records(cfg.data_path, cfg.image_root, "data_path")
+    check_records(cfg.calib_path, cfg.image_root, "calib_path")
     model, processor = load_vlm(run.model)
     res = train_paper(
         run.method.paper, model, processor, run.run_dir / "kore", run.method.trainer, run.seed
