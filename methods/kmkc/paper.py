@@ -79,8 +79,8 @@ def profile_stage(run: Run) -> dict[str, float]:
 
     pc, t0 = _paper_config(run), time.time()
     out = Path(pc.output_dir)
-    model, tok = _load(pc)
     items = [it for path, n in pc.train_sets.values() for it in load_qa_jsonl(path, n, pc.seed)]
+    model, tok = _load(pc)  # after the data: a bad file stops the run before the model loads
     profiles, counts = profile_round(model, tok, pc, items, out)
     regions = [p.region for p in profiles]
     metrics = {
@@ -165,10 +165,8 @@ def eval_stage(run: Run) -> dict[str, float]:
     pc, t0 = _paper_config(run), time.time()
     out = Path(pc.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tok = _load(pc)
+    sets = {name: load_qa_jsonl(path, n, pc.seed) for name, (path, n) in pc.eval_sets.items()}
+    model, tok = _load(pc)  # after every set is read
     gen = make_generator(pc, model, tok, out)
-    metrics = {
-        name: evaluate(gen, pc, load_qa_jsonl(path, n, pc.seed))
-        for name, (path, n) in pc.eval_sets.items()
-    }
+    metrics = {name: evaluate(gen, pc, items) for name, items in sets.items()}
     return write_results(run.run_dir, "kmkc", metrics, cfg=run.cfg, wall_time_s=time.time() - t0)

@@ -379,11 +379,12 @@ def run_paper(cfg: PaperConfig) -> dict[str, dict[str, float]]:
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype), load_tokenizer(cfg.model)
     items = []
     for _name, (path, n) in cfg.train_sets.items():
         items += load_qa_jsonl(path, n, cfg.seed)
     evals = {name: load_qa_jsonl(path, n, cfg.seed) for name, (path, n) in cfg.eval_sets.items()}
+    # the model loads after every file is read, so a bad line stops the run first
+    model, tokenizer = load_model(cfg.model, dtype=cfg.dtype), load_tokenizer(cfg.model)
     (out / "sampled_ids.json").write_text(
         json.dumps({name: [it["id"] for it in its] for name, its in evals.items()})
     )
