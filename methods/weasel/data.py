@@ -14,17 +14,20 @@ indices.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "NO_GOAL",
     "StepRecord",
     "Trajectory",
     "build_subset",
+    "load_agentlab_file",
     "parse_agentlab_prompt",
     "parse_records",
     "segment_by_goal",
@@ -83,11 +86,75 @@ class Trajectory:
     index: list[int]
 
 
-def _find(messages: list[dict], role: str, pos: int) -> dict | None:
-    for m in messages:
-        if isinstance(m, dict) and m.get("role") == role:
-            return m
+def _find(messages: list[dict], role: str, pos: int, last: bool = False) -> dict | None:
+    """The first (``last``: the last) message of ``role``, else the message at ``pos`` (official
+    ``prepare_scores.py::get_message_content``: user first, assistant last, fallbacks 1 and 2)."""
+    found = [m for m in messages if isinstance(m, dict) and m.get("role") == role]
+    if found:
+        return found[-1] if last else found[0]
     return messages[pos] if len(messages) > pos and isinstance(messages[pos], dict) else None
+
+
+LAYOUT = (
+    'a JSON list (or JSON lines) of {"messages": [{"role": "system"|"user"|"assistant", '
+    '"content": str}, ...]} records, the user prompt in AgentLab GenericAgent form (## Goal:, '
+    "## AXTree:)"
+)
+
+
+def _record_problem(rec) -> str | None:
+    """Why ``rec`` is not a usable chat record, or None."""
+    msgs = rec.get("messages") if isinstance(rec, dict) else None
+    if not isinstance(msgs, list):
+        return f"no 'messages' list (keys {sorted(rec) if isinstance(rec, dict) else type(rec).__name__})"
+    bad = [
+        k
+        for k, m in enumerate(msgs)
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str)
+    ]
+    if bad:
+        return f"message(s) {bad[:3]} are not {{role, content: str}} dicts"
+    roles = [m.get("role") for m in msgs]
+    if "user" not in roles or "assistant" not in roles:
+        return f"roles {roles}: needs a user and an assistant turn"
+    return None
+
+
+def load_agentlab_file(path: str | Path, max_errors: int = 5) -> list[dict]:
+    """Reads AgentLab-format chat records: a JSON list or JSON lines (official
+    ``prepare_scores.py::load_jsonl_or_json`` reads both), every record checked.
+
+    Raises:
+        FileNotFoundError: if ``path`` is missing.
+        ValueError: on an empty file, a JSON value that is not a list, or records without a
+            ``messages`` list holding user and assistant turns; the message names the first
+            ``max_errors`` bad records and the expected layout.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"path does not exist: {p}")
+    text = p.read_text(encoding="utf-8").strip()
+    if not text:
+        raise ValueError(f"{p} is empty; expected {LAYOUT}")
+    if text.startswith("["):
+        rows = json.loads(text)
+    else:
+        try:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{p}: neither a JSON list nor JSON lines ({e}); expected {LAYOUT}"
+            ) from e
+    errors = []
+    for i, rec in enumerate(rows):
+        why = _record_problem(rec)
+        if why:
+            errors.append(f"record {i}: {why}")
+            if len(errors) >= max_errors:
+                break
+    if errors:
+        raise ValueError(f"{p}: unusable record(s): " + "; ".join(errors) + f". Expected {LAYOUT}")
+    return rows
 
 
 def parse_records(
@@ -110,7 +177,7 @@ def parse_records(
     out, counts = [], {"skipped_no_message": 0, "missing_goal": 0}
     for i, rec in enumerate(records):
         messages = rec.get("messages") or []
-        user, asst = _find(messages, "user", 1), _find(messages, "assistant", 2)
+        user, asst = _find(messages, "user", 1), _find(messages, "assistant", 2, last=True)
         if user is None or asst is None:
             counts["skipped_no_message"] += 1
             continue

@@ -18,6 +18,7 @@ from pathlib import Path
 from common.config import Run, model_id, trainer_config
 from common.tracking import write_results
 
+from .data import LAYOUT, load_agentlab_file, parse_records
 from .pipeline import WeaselSelector
 from .toy import similarity_for
 
@@ -35,19 +36,20 @@ def select_stage(run: Run) -> dict[str, float]:
     """``stage=select``: the selection pipeline on ``method.data_path``; writes the subset.
 
     Raises:
-        ValueError: if ``method.data_path`` is unset.
+        ValueError: if ``method.data_path`` is unset, or its records are not AgentLab chat records
+            with a ``## Goal:`` (checked before the scorer loads).
         FileNotFoundError: if it does not exist.
     """
     rc = run.method
     if not rc.data_path:
-        raise ValueError(
-            "method.data_path must point to an AgentLab-format JSON list of chat records"
-        )
+        raise ValueError(f"method.data_path must point to {LAYOUT}")
     path = Path(rc.data_path)
     if not path.is_file():
         raise FileNotFoundError(f"method.data_path does not exist: {path}")
     t0 = time.time()
-    records = json.loads(path.read_text())
+    records = load_agentlab_file(path)
+    # every record's goal is read before the scorer model loads (missing goals fail here)
+    parse_records(records, allow_missing_goal=rc.selection.allow_missing_goal)
     selector = WeaselSelector(similarity_for(rc), rc.selection)
     out_path = _subset_path(run)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ and AgentLab's GenericAgent prompts use; the merged model is served by vLLM for 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,25 +52,17 @@ SFT_RECIPES: dict[str, SFTRecipe] = {
 
 
 def load_agentlab_records(path: str | Path) -> list[dict]:
-    """Reads an AgentLab-format file: a JSON list (or JSON lines) of ``{"messages": [...]}``.
-
-    Source: engineering (I/O of the AgentLab chat records the official scripts read).
+    """Reads an AgentLab-format file: a JSON list (or JSON lines) of ``{"messages": [...]}``
+    (:func:`methods.weasel.data.load_agentlab_file`; the official subset file
+    ``weasel_agenttrek_train_10k.json`` is such a list).
 
     Raises:
         FileNotFoundError: if ``path`` is missing.
         ValueError: if a record lacks a ``messages`` list with user and assistant turns.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"path does not exist: {p}")
-    text = p.read_text(encoding="utf-8").strip()
-    rows = json.loads(text) if text.startswith("[") else [json.loads(x) for x in text.splitlines()]
-    for i, r in enumerate(rows):
-        msgs = r.get("messages") if isinstance(r, dict) else None
-        roles = [m.get("role") for m in msgs] if isinstance(msgs, list) else []
-        if "user" not in roles or "assistant" not in roles:
-            raise ValueError(f"{p} record {i}: needs a messages list with user and assistant turns")
-    return rows
+    from .data import load_agentlab_file
+
+    return load_agentlab_file(path)
 
 
 def to_prompt_completion(records: list[dict]) -> list[dict[str, list[dict]]]:
