@@ -65,6 +65,16 @@ class EpiCacheConfig:
         match_metric: ``"cosine"`` (paper) or ``"dot"`` (official code).
         seed, n_init: k-means settings (official 42, 10).
         chat_frame: wrap context and question in the tokenizer's chat template.
+        enable_thinking: passed to the chat template (None: not passed, the template's default).
+            False by default: the official frame (``model/template.py``) has no thinking turn and
+            the official runs used Qwen2.5-Instruct; on Qwen3 ``False`` closes an empty
+            ``<think>`` block after the assistant header, so answers start with the answer
+            (``True`` or None lets Qwen3 open its own reasoning block inside the 50-token budget).
+        date_string: passed to the chat template (None: not passed). Llama 3.1 / 3.2 templates
+            print "Today Date: <date_string>" in the system turn and default it to today's date,
+            which changes the cached prefix (and its length) from day to day; the default is the
+            templates' own fallback date, so the frame is the same on every day. Templates that do
+            not use it ignore it.
         split_long_assistant_chars: split longer assistant turns into sentences (None: off).
         allow_shrink: with fewer segments than episodes, shrink E instead of raising.
     """
@@ -88,6 +98,8 @@ class EpiCacheConfig:
     seed: int = 42
     n_init: int = 10
     chat_frame: bool = True
+    enable_thinking: bool | None = False  # official frame: no thinking (Qwen2.5-Instruct runs)
+    date_string: str | None = "26 Jul 2024"  # Llama 3.x templates' own fallback date
     split_long_assistant_chars: int | None = 500
     allow_shrink: bool = False
 
@@ -109,6 +121,13 @@ class EpiCacheConfig:
                 raise ValueError(f"{name} must be one of {options}, got {getattr(self, name)!r}")
         if not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        if self.date_string is not None and not (
+            isinstance(self.date_string, str) and self.date_string.strip()
+        ):
+            raise ValueError(
+                f"date_string must be a non-empty string such as '26 Jul 2024' or None, "
+                f"got {self.date_string!r}"
+            )
 
 
 @dataclass

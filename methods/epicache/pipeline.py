@@ -147,14 +147,26 @@ class EpiCacheSession:
 
     # ---------------------------------------------------------------------------------------
     def _frame(self) -> tuple[str, str]:
-        """(prefix, postfix) around the context from the chat template (official ``model/template.py``)."""
-        if not self.config.chat_frame:
+        """(prefix, postfix) around the context from the chat template (official ``model/template.py``).
+
+        ``config.enable_thinking`` and ``config.date_string`` go to the template when not None
+        (docs/models.md: what each family's template then renders).
+        """
+        cfg = self.config
+        if not cfg.chat_frame:
             return "", ""
         msgs = [
             {"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": SENTINEL},
         ]
-        full = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        options = {
+            k: v
+            for k, v in (("enable_thinking", cfg.enable_thinking), ("date_string", cfg.date_string))
+            if v is not None
+        }
+        full = self.tokenizer.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=True, **options
+        )
         pre, post = full.split(SENTINEL)
         return pre, post
 
