@@ -102,6 +102,29 @@ def train_glue(
     return fit_and_report(trainer, sf, tok, args.output_dir)
 
 
+def check_glue_data(task: str, data) -> None:
+    """Refuses a GLUE ``DatasetDict`` without the task's splits, text columns or integer labels in
+    ``[0, n_labels)`` (the hub's ``nyu-mll/glue`` layout), before any model loads.
+
+    Raises:
+        ValueError: naming the task, split and what is missing.
+    """
+    if task not in GLUE_TASKS:
+        raise ValueError(f"task must be one of {sorted(GLUE_TASKS)}, got {task!r}")
+    (col_a, col_b), n_labels, val_split = GLUE_TASKS[task]
+    for split in ("train", val_split):
+        if split not in data:
+            raise ValueError(f"GLUE {task}: dataset has no split {split!r}; splits: {list(data)}")
+        need = [c for c in (col_a, col_b, "label") if c and c not in data[split].column_names]
+        if need:
+            raise ValueError(
+                f"GLUE {task} {split}: columns {need} missing; has {data[split].column_names}"
+            )
+        bad = sorted({y for y in data[split]["label"] if not 0 <= y < n_labels})
+        if bad:
+            raise ValueError(f"GLUE {task} {split}: labels {bad[:5]} outside [0, {n_labels})")
+
+
 def wrap_classifier(model, slice_cfg: SliceSettings, seed: int = 0):
     """SliceFine on ``slice_cfg.targets`` of a classifier; its head (``classifier``/``score``/
     ``head``) stays fully trainable (the standard GLUE/VTAB PEFT protocol).

@@ -45,20 +45,32 @@ def _load_dict(spec: DatasetSpec, hub_config: str | None = None):
     return load_dataset(spec.hub_id, spec.config or hub_config)
 
 
-def glue_stage(run: Run) -> dict[str, float]:
-    """``stage=glue``: SliceFine on each GLUE task of the benchmark (validation accuracy)."""
-    from methods.slicefine.glue import GLUE_TASKS, train_glue, training_args
+def glue_sets(run: Run) -> dict:
+    """Every selected GLUE set of the benchmark, loaded and checked (splits, text columns, labels)
+    before any model loads."""
+    from methods.slicefine.glue import GLUE_TASKS, check_glue_data
 
-    start, mcfg = time.perf_counter(), run.method
-    metrics = {}
+    out = {}
     for task, spec in _selected(run, "glue", "sequence_classification").items():
         if task not in GLUE_TASKS:
             raise ValueError(f"benchmark set {task!r} is not a GLUE task ({sorted(GLUE_TASKS)})")
+        out[task] = _load_dict(spec, task)
+        check_glue_data(task, out[task])
+    return out
+
+
+def glue_stage(run: Run) -> dict[str, float]:
+    """``stage=glue``: SliceFine on each GLUE task of the benchmark (validation accuracy)."""
+    from methods.slicefine.glue import train_glue, training_args
+
+    start, mcfg = time.perf_counter(), run.method
+    metrics = {}
+    for task, data in glue_sets(run).items():
         args = training_args(
             mcfg.trainer, run.run_dir / task, seed=run.seed, warmup_ratio=mcfg.warmup_ratio
         )
         metrics[f"slicefine_{task}"] = train_glue(
-            model_id(run.model), task, _load_dict(spec, task), mcfg.slice, args,
+            model_id(run.model), task, data, mcfg.slice, args,
             max_length=mcfg.max_length, seed=run.seed,
         )  # fmt: skip
     return write_results(
