@@ -129,14 +129,14 @@ def finetune_stage(run: Run) -> dict[str, float]:
     rows = [r for r in load_pool(dataset_source(cfg.pool), cfg.pool.split) if r["id"] in wanted]
     if len(rows) != len(wanted):
         raise ValueError(f"{len(wanted) - len(rows)} subset ids are not in the pool")
+    q = cfg.queries
+    queries = load_queries(dataset_source(q), q.config, q.split, limit=q.limit)  # before the model
     model, tok = _load(run)
     out_dir = run_dir / "model"
     args = _training_args(cfg.finetune, run, out_dir, save_strategy="no")
     train_tulu(model, tok, rows, str(out_dir), max_length=cfg.max_length, args=args)
     model.save_pretrained(str(out_dir))
     tok.save_pretrained(str(out_dir))
-    q = cfg.queries
-    queries = load_queries(dataset_source(q), q.config, q.split, limit=q.limit)
     metrics = {
         "finetune": {
             "n_train": float(len(rows)),

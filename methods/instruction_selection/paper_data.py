@@ -26,8 +26,10 @@ TARGET_TASKS = ("bbh", "codex", "gsm8k", "tydiqa", "mmlu_pro")
 USER, ASSISTANT = "<|user|>\n", "\n<|assistant|>\n"
 
 
-def _read_rows(source: str, split: str, config: str | None = None) -> list[dict[str, Any]]:
-    """Rows of a local ``.json``/``.jsonl`` file or of a hub dataset (``datasets.load_dataset``)."""
+def _read_rows(source: str, split: str, config: str | None = None) -> Sequence[Mapping[str, Any]]:
+    """Rows of a local ``.json``/``.jsonl`` file, or the hub dataset itself
+    (``datasets.load_dataset(source, config, split=split)``, iterated row by row so the callers stop
+    on the first bad row without first copying the 197K pool into Python dicts)."""
     if os.path.exists(source):
         with open(source) as fh:
             text = fh.read()
@@ -35,9 +37,9 @@ def _read_rows(source: str, split: str, config: str | None = None) -> list[dict[
             return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
         data = json.loads(text)
         return data if isinstance(data, list) else [data]
-    from datasets import load_dataset  # pragma: no cover - hub access (paper scale)
+    from datasets import load_dataset
 
-    return list(load_dataset(source, config, split=split))  # pragma: no cover
+    return load_dataset(source, config, split=split)
 
 
 def load_pool(source: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
