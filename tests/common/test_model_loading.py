@@ -320,7 +320,11 @@ def test_qwen2_5_instruct_adds_its_default_system_turn(tmp_path):
 
 @pytest.mark.parametrize("folder", ["Qwen__Qwen3-4B", "Qwen__Qwen3-8B"])
 def test_qwen3_generation_prompt_leaves_thinking_on(tmp_path, folder):
-    """threadweaver / epicache pass no enable_thinking: the model opens its own <think> block."""
+    """threadweaver passes no enable_thinking: the model opens its own <think> block.
+
+    epicache passes ``method.enable_thinking`` (default False, as the official hard-coded frame
+    has no thinking turn): its frame then ends with an empty, closed <think> block.
+    """
     tok = _fixture_tokenizer(tmp_path, folder)
     on = tok.apply_chat_template(USER, tokenize=False, add_generation_prompt=True)
     off = tok.apply_chat_template(
@@ -328,13 +332,18 @@ def test_qwen3_generation_prompt_leaves_thinking_on(tmp_path, folder):
     )
     assert on == "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
     assert off == on + "<think>\n\n</think>\n\n"
-    # epicache's frame: a system turn and a sentinel user turn, split around the sentinel
+    # epicache's frame: a system turn and a sentinel user turn, split around the sentinel, with
+    # its default options (methods/epicache/config.py; date_string is ignored by this template)
     msgs = [{"role": "system", "content": "You are a helpful assistant."}, USER[0]]
-    pre, post = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True).split(
-        "What is 2+2?"
-    )
+    pre, post = tok.apply_chat_template(
+        msgs,
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=False,
+        date_string="26 Jul 2024",
+    ).split("What is 2+2?")
     assert pre == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-    assert post == "<|im_end|>\n<|im_start|>assistant\n"
+    assert post == "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 def test_llama3_1_instruct_injects_a_dated_system_header(tmp_path):
@@ -354,7 +363,11 @@ def test_llama3_1_instruct_injects_a_dated_system_header(tmp_path):
 
 
 def test_llama3_2_instruct_dates_the_system_turn_with_today(tmp_path):
-    """epicache_paper_llama's frame: the system turn follows a date line that changes daily."""
+    """The template's own default (no date_string): the date line is today's, so it changes daily.
+
+    epicache_paper_llama passes ``method.date_string`` (default "26 Jul 2024") to pin it
+    (tests/methods/test_epicache_templates.py); this is what the template does without it.
+    """
     import datetime
 
     tok = _fixture_tokenizer(tmp_path, "meta-llama__Llama-3.2-3B-Instruct")
