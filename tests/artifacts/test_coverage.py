@@ -53,3 +53,17 @@ def test_the_check_lists_hub_data_sets_for_the_math_presets():
     """Guards the test above against an empty listing (it would pass vacuously)."""
     assert "BytedTsinghua-SIA/DAPO-Math-17k" in _hub_sets("apo_paper")
     assert "HuggingFaceH4/MATH-500" in _hub_sets("maxrl_paper")
+
+
+BENCHMARKS = sorted(p.stem for p in (CONFIG_DIR / "benchmark").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", BENCHMARKS)
+def test_every_hub_set_of_a_benchmark_group_has_a_sample(group):
+    """Also the groups no preset selects by default (a swap such as ``benchmark=math6``)."""
+    from common.registry import compose
+
+    sets = compose([f"benchmark={group}"]).benchmark.sets
+    have = {s["id"] for s in samples().values()}
+    missing = sorted({s.hub_id for s in sets.values() if s.hub_id and s.hub_id not in have})
+    assert not missing, f"benchmark={group} names {missing} with no real-format sample"
