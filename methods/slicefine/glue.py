@@ -63,15 +63,9 @@ def train_glue(
     Raises:
         ValueError: an unknown task or a missing split.
     """
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-    )
+    from transformers import DataCollatorWithPadding, Trainer
 
-    from common.models import weights_hint
-    from common.tracking import record_model_load
+    from common.models import load_model, load_tokenizer
 
     if task not in GLUE_TASKS:
         raise ValueError(f"task must be one of {sorted(GLUE_TASKS)}, got {task!r}")
@@ -79,10 +73,12 @@ def train_glue(
     for split in ("train", val_split):
         if split not in data:
             raise ValueError(f"GLUE {task}: dataset has no split {split!r}; splits: {list(data)}")
-    with weights_hint(model_spec):
-        tok = AutoTokenizer.from_pretrained(model_spec)
-        model = AutoModelForSequenceClassification.from_pretrained(model_spec, num_labels=n_labels)
-    record_model_load(model_spec, kind="sequence_classification")
+    tok = load_tokenizer(model_spec, padding_side="right")
+    # float32 on the CPU: the Trainer places the model and its bf16 flag is autocast over fp32.
+    model = load_model(
+        model_spec, dtype="float32", device="cpu", kind="sequence_classification",
+        num_labels=n_labels,
+    )  # fmt: skip
 
     def encode(batch):
         texts = (batch[col_a],) if col_b is None else (batch[col_a], batch[col_b])

@@ -78,35 +78,53 @@ def glue_stage(run: Run) -> dict[str, float]:
     )
 
 
-def vision_stage(run: Run) -> dict[str, float]:
-    """``stage=vision``: SliceFine on each VTAB-1K task of the benchmark (test accuracy).
+def _load_vision(spec: DatasetSpec):
+    """A VTAB-1K task: a NOAH/VPT task folder, a ``save_to_disk`` folder, else the hub id."""
+    from datasets import load_from_disk
+
+    from methods.slicefine.vision import VTAB_LISTS, load_vtab1k
+
+    if spec.path and (Path(spec.path) / VTAB_LISTS["train"]).is_file():
+        return load_vtab1k(Path(spec.path).parent, Path(spec.path).name), spec.path
+    if spec.path:
+        return load_from_disk(spec.path), spec.path
+    from datasets import load_dataset
+
+    return load_dataset(spec.hub_id, spec.config), spec.hub_id
+
+
+def vision_sets(run: Run) -> dict[str, tuple]:
+    """Every selected VTAB-1K task of the benchmark as ``(DatasetDict, class count)``, read and
+    checked (list files, every listed image present, labels in range) before any model loads.
 
     A set's ``path`` is either the task folder of the NOAH/VPT layout (``train800val200.txt``,
     ``test.txt``) or a ``save_to_disk`` folder with ``train``/``test`` splits.
     """
-    from datasets import load_from_disk
+    from methods.slicefine.vision import check_vision_data
 
+    out = {}
+    for task, spec in _selected(run, "vision", "image_classification").items():
+        data, source = _load_vision(spec)
+        out[task] = (data, check_vision_data(task, data, source, spec.split))
+    return out
+
+
+def vision_stage(run: Run) -> dict[str, float]:
+    """``stage=vision``: SliceFine on each VTAB-1K task of the benchmark (test accuracy)."""
     from methods.slicefine.glue import training_args
-    from methods.slicefine.vision import load_vtab1k, train_vision
+    from methods.slicefine.vision import train_vision
 
     start, mcfg = time.perf_counter(), run.method
     metrics = {}
-    for task, spec in _selected(run, "vision", "image_classification").items():
-        if spec.path and (Path(spec.path) / "train800val200.txt").is_file():
-            data = load_vtab1k(Path(spec.path).parent, Path(spec.path).name)
-        elif spec.path:
-            data = load_from_disk(spec.path)
-        else:
-            from datasets import load_dataset
-
-            data = load_dataset(spec.hub_id, spec.config)
+    for task, (data, n_classes) in vision_sets(run).items():
         args = training_args(
             mcfg.trainer, run.run_dir / task, seed=run.seed, warmup_ratio=mcfg.warmup_ratio,
             remove_unused_columns=False,
         )  # fmt: skip
         metrics[f"slicefine_{task}"] = train_vision(
-            model_id(run.model), data, mcfg.slice, args, eval_split=spec.split, seed=run.seed
-        )
+            model_id(run.model), data, mcfg.slice, args,
+            eval_split=run.benchmark.sets[task].split, seed=run.seed, num_labels=n_classes,
+        )  # fmt: skip
     return write_results(
         run.run_dir, "slicefine", metrics, cfg=run.cfg, wall_time_s=time.perf_counter() - start
     )

@@ -1,6 +1,7 @@
 """slicefine_paper reads the five GLUE sets of ``benchmark=glue`` from ``nyu-mll/glue`` through
 ``glue_sets`` (``datasets.load_dataset(hub_id, config)``, as a real run calls it) and checks them
-before any model loads; slicefine_paper_vtab reads VTAB-1K's list files through ``load_vtab1k``."""
+before any model loads; slicefine_paper_vtab reads VTAB-1K's list files through ``vision_sets`` (every task read and
+checked before any model loads)."""
 
 from __future__ import annotations
 
@@ -64,14 +65,25 @@ def test_a_glue_set_without_its_columns_stops_before_the_model(monkeypatch):
 
 
 def test_vtab_lists_load_through_the_preset():
-    from methods.slicefine.vision import VTAB_TASKS, load_vtab1k
+    from methods.slicefine.paper import vision_sets
+    from methods.slicefine.vision import VTAB_TASKS
 
     run = validate(compose(["experiment=slicefine_paper_vtab"]))
     assert sorted(run.benchmark.sets) == sorted(VTAB_TASKS)
     spec = run.benchmark.sets["caltech101"]
     assert Path(spec.path).name == "caltech101" and spec.split == "test"
     folder = VTAB["dir"] / "caltech101"  # the stage reads <path>/train800val200.txt, test.txt
-    data = load_vtab1k(folder.parent, folder.name)
+    run = validate(
+        compose(
+            [
+                "experiment=slicefine_paper_vtab",
+                f"benchmark.sets.caltech101.path={folder}",
+                "method.tasks=[caltech101]",
+            ]
+        )
+    )
+    data, n_classes = vision_sets(run)["caltech101"]
+    assert n_classes == 102  # Caltech101's head, not the three labels the list shows
     assert data["train"]["label"] == [0, 12, 101] and data[spec.split]["label"] == [12]
     img = data["train"][2]["image"]
     assert img.size == (8, 8) and img.convert("RGB").getpixel((4, 4))[2] > 200  # image_000002
@@ -81,7 +93,8 @@ def test_a_malformed_list_line_names_file_and_line(tmp_path):
     from methods.slicefine.vision import load_vtab1k
 
     task = tmp_path / "eurosat"
-    task.mkdir()
+    (task / "images").mkdir(parents=True)
+    (task / "images" / "a.jpg").write_bytes(b"")  # line 1 is valid; line 2 lacks its label
     (task / "train800val200.txt").write_text("images/a.jpg 3\nimages/b.jpg\n")
     (task / "test.txt").write_text("")
     with pytest.raises(ValueError, match=r"train800val200.txt:2: expected"):

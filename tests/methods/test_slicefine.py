@@ -431,17 +431,88 @@ def test_vision_stage_on_a_tiny_local_vit_and_vtab1k_layout(tmp_path):
     out = run_method(cfg)
     assert out["slicefine_eurosat/switches"] == 2.0
     assert 0.0 <= out["slicefine_eurosat/accuracy"] <= 1.0
-    # Row slices of q_proj/v_proj (2 x 32 each, 2 layers) + the classifier head (trainable).
-    assert out["slicefine_eurosat/trainable_params"] == 2 * 2 * (2 * 32) + (32 * 2 + 2)
+    # Row slices of q_proj/v_proj (2 x 32 each, 2 layers) + the classifier head (trainable), sized
+    # to EuroSAT's 10 classes although the list shows two and the checkpoint ships a 2-class head.
+    assert out["slicefine_eurosat/trainable_params"] == 2 * 2 * (2 * 32) + (32 * 10 + 10)
     merged = AutoModelForImageClassification.from_pretrained(
         tmp_path / "run" / "eurosat" / "merged"
     )
     assert type(merged.vit.layers[0].attention.q_proj) is nn.Linear
+    assert merged.config.architectures == ["ViTForImageClassification"]
+    assert merged.config.num_labels == 10
     loaded = json.loads((tmp_path / "run" / "results.json").read_text())["models_loaded"]
-    assert any(str(tmp_path / "vit") in e["spec"] for e in loaded)
+    vit = {"spec": str(tmp_path / "vit"), "cls": "ViTForImageClassification"}
+    assert {**vit, "dtype": "torch.float32"} in loaded  # through common.models.load_model
     (task / "test.txt").write_text("images/0.jpg zero\n")
     with pytest.raises(ValueError, match="test.txt:1"):
         load_vtab1k(tmp_path / "vtab", "eurosat")
+
+
+def test_glue_stage_loads_a_classifier_of_the_task_size_through_load_model(tmp_path):
+    """A base checkpoint (no head, like roberta-base) whose config says 5 labels: the GLUE stage
+    loads the sequence-classification class with RTE's 2 labels, in float32, right padding."""
+    import json
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertModel
+
+    from common.registry import compose, run_method
+
+    cfg = _tiny_bert(tmp_path / "ref")
+    cfg.num_labels = 5
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(tmp_path / "bert")
+    AutoTokenizer.from_pretrained(tmp_path / "ref").save_pretrained(tmp_path / "bert")
+    run_method(
+        compose(
+            [
+                "experiment=slicefine_paper",
+                f"model.path={tmp_path / 'bert'}",
+                f"benchmark.sets.rte.path={_glue_set(tmp_path / 'rte', 'rte')}",
+                "method.tasks=[rte]",
+                "method.max_length=16",
+                *_SMALL,
+            ],
+            run_dir=str(tmp_path / "run"),
+        )
+    )
+    merged = tmp_path / "run" / "rte" / "merged"
+    model = AutoModelForSequenceClassification.from_pretrained(merged)
+    assert model.config.architectures == ["BertForSequenceClassification"]
+    assert model.config.num_labels == 2 and model.classifier.out_features == 2
+    assert AutoTokenizer.from_pretrained(merged).padding_side == "right"
+    loaded = json.loads((tmp_path / "run" / "results.json").read_text())["models_loaded"]
+    bert = {"spec": str(tmp_path / "bert"), "cls": "BertForSequenceClassification"}
+    assert {**bert, "dtype": "torch.float32"} in loaded
+
+
+def test_vision_stage_checks_every_task_before_the_first_model(tmp_path, monkeypatch):
+    """A missing image in the third task, or a label past the task's classes, stops the stage
+    before any model loads or any task trains."""
+    import common.models
+    import methods.slicefine.vision as vision
+    from common.registry import compose, run_method
+
+    calls = []
+    monkeypatch.setattr(common.models, "load_model", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(vision, "train_vision", lambda *a, **k: calls.append(a))
+    tasks = VTAB[:3]
+    args = [
+        "experiment=slicefine_paper_vtab",
+        "model.path=unused",
+        f"method.tasks=[{','.join(tasks)}]",
+        *[f"benchmark.sets.{t}.path={_vtab_task(tmp_path / t, n=4)}" for t in tasks],
+    ]
+    (tmp_path / tasks[2] / "images" / "3.jpg").unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{tasks[2]}: .*train800val200.txt:4: image "):
+        run_method(compose(args, run_dir=str(tmp_path / "run")))
+    assert calls == []
+    (tmp_path / tasks[2] / "images" / "3.jpg").write_bytes(
+        (tmp_path / tasks[2] / "images" / "1.jpg").read_bytes()
+    )
+    (tmp_path / tasks[1] / "test.txt").write_text("images/0.jpg 102\n")  # flowers: 102 classes
+    with pytest.raises(ValueError, match=rf"{tasks[1]} .*test.txt, test\): labels \[102\]"):
+        run_method(compose(args, run_dir=str(tmp_path / "run")))
+    assert calls == []
 
 
 def test_paper_stages_reject_bad_configs():
