@@ -402,3 +402,53 @@ def test_qwen2_5_vl_adds_a_system_turn_and_vision_pads(tmp_path):
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
         "<|vision_start|><|image_pad|><|vision_end|>Caption.<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def test_smollm2_instruct_supplies_its_own_system_turn(tmp_path):
+    """maxrl_paper_smollm: TRL GRPO renders ``[user]`` (system_prompt null, App. E.2) with
+    add_generation_prompt=True; the template adds SmolLM's default system turn itself."""
+    tok = _fixture_tokenizer(tmp_path, "HuggingFaceTB__SmolLM2-360M-Instruct")
+    text = tok.apply_chat_template(USER, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # a system turn of our own replaces the default (it is not added twice)
+    own = [{"role": "system", "content": "Be brief."}, USER[0]]
+    text = tok.apply_chat_template(own, tokenize=False, add_generation_prompt=True)
+    assert SMOLLM_SYSTEM not in text
+    assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n")
+    # without add_generation_prompt the assistant turn is not opened
+    closed = tok.apply_chat_template(USER, tokenize=False, add_generation_prompt=False)
+    assert closed.endswith("What is 2+2?<|im_end|>\n")
+
+
+def test_llada_instruct_always_opens_the_assistant_turn(tmp_path):
+    """swordsman_paper (LLaDA-8B-Instruct): ``eval_harness.generate_text`` wraps the context as a
+    user turn with add_generation_prompt=True and tokenises with add_special_tokens=False.
+
+    LLaDA's template is the first Llama-3 one with LLaDA's BOS: it opens the assistant turn
+    whatever add_generation_prompt says, and trims each message's content.
+    """
+    tok = _fixture_tokenizer(tmp_path, "GSAI-ML__LLaDA-8B-Instruct")
+    msgs = [{"role": "user", "content": "  What is 2+2?\n"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False) == text
+    assert text.count(tok.bos_token) == 1  # BOS from the template only: no add_special_tokens
+    assert tok.pad_token == tok.eos_token == "<|endoftext|>"
+
+
+def test_llada_1_5_and_dream_presets_render_raw_text():
+    """LLaDA-1.5 and Dream-v0-Base run without a chat template (official ``eval_llada.py`` /
+    ``dream/eval.py``: only "instruct" checkpoints are wrapped; ``swordsman.paper`` also needs
+    ``model.chat_template``), so only LLaDA-8B-Instruct's template is ever rendered."""
+    assert _model_yaml("llada_1_5").get("chat_template") is False
+    assert _model_yaml("dream_v0_base_7b").get("chat_template") is False
+    assert _model_yaml("llada_8b_instruct").get("chat_template", True) is True
