@@ -152,6 +152,14 @@ class WebWorldRunConfig(MethodConfig):
     k: int = 3  # best-of-k (paper Table 6: BoN(3))
     extra_steps: int = 1  # step budget = shortest-path length + extra_steps
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    # lookahead arms (toy_lookahead.ARMS); "bon_noisy" is the diagnosis arm: the true next page with
+    # probability noisy_acc, else a wrong title (docs/methods/webworld.md "Diagnosis")
+    lookahead_arms: list[str] = field(
+        default_factory=lambda: ["greedy", "bon_copy", "bon_learned", "bon_oracle"]
+    )
+    noisy_acc: float = 0.3
+    noisy_error: str = "title"  # a noisy-oracle error names a random other title | "copy": no change
+    lookahead_min_conf: float = 0.0  # > 0: a learned prediction below this confidence is ignored
     threads: int = 1
     log_steps: int = 100
     prompts: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PROMPTS))
@@ -164,6 +172,13 @@ class WebWorldRunConfig(MethodConfig):
     def __post_init__(self) -> None:
         if len(self.data_sizes) != 2 or self.data_sizes[0] >= self.data_sizes[1]:
             raise ValueError(f"method.data_sizes must be [small, large], got {self.data_sizes}")
+        arms = ("greedy", "bon_copy", "bon_learned", "bon_oracle", "bon_noisy")
+        if not self.lookahead_arms or set(self.lookahead_arms) - set(arms):
+            raise ValueError(f"method.lookahead_arms must be a subset of {arms}")
+        if not 0 <= self.noisy_acc <= 1 or not 0 <= self.lookahead_min_conf < 1:
+            raise ValueError("method.noisy_acc must lie in [0, 1], lookahead_min_conf in [0, 1)")
+        if self.noisy_error not in ("title", "copy"):
+            raise ValueError(f"method.noisy_error must be 'title' or 'copy', got {self.noisy_error!r}")
         unknown = set(self.prompts) - set(DEFAULT_PROMPTS)
         if unknown:
             raise ValueError(f"method.prompts has unknown keys {sorted(unknown)}")

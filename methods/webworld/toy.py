@@ -19,7 +19,6 @@ paper App. N.1. On held-out sites:
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
 import statistics
@@ -28,23 +27,20 @@ import time
 
 from common.config import Run
 from common.generation import HFGenerator
-from common.metrics import ci_halfwidth
 from common.threads import torch_threads
 from common.tiny import induction_warmup, tiny_causal_lm
 from common.tracking import write_results
 from methods.webworld.config import WebWorldRunConfig
 from methods.webworld.data import Trajectory
-from methods.webworld.search import lookahead_search
 from methods.webworld.simulator import WebWorldSimulator
+from methods.webworld.toy_lookahead import CopySim, OracleSim, lookahead  # noqa: F401 (re-export)
 from methods.webworld.toy_sites import (
     BODY_WORDS,
     QUERY_WORDS,
     TITLE_WORDS,
-    ToyBrowser,
     crawl,
     make_sites,
     page_title,
-    shortest_path_actions,
 )
 from methods.webworld.train import chat_dataset, site_tokenizer, stage1_config, train_world_model
 
@@ -142,72 +138,6 @@ def _greedy(n):
     return SamplingParams(max_new_tokens=n, temperature=0.0)
 
 
-# ------------------------------------------------------------------------------------- lookahead
-class OracleSim:
-    """The ground-truth browser behind the ``peek`` interface."""
-
-    def __init__(self, browser: ToyBrowser) -> None:
-        self.b = browser
-
-    def peek(self, actions):
-        return [(copy.deepcopy(self.b).step(a), {}) for a in actions]
-
-
-class CopySim:
-    """A world model that predicts no change (the "copy" baseline)."""
-
-    def __init__(self, browser: ToyBrowser) -> None:
-        self.b = browser
-
-    def peek(self, actions):
-        return [(self.b.state(), {}) for _ in actions]
-
-
-def _episode(site, rng: random.Random, arm: str, tc: WebWorldRunConfig, gen) -> float:
-    b = ToyBrowser(site)
-    pages = sorted(site.pages)
-    start = rng.choice(pages)
-    dist = {p: len(shortest_path_actions(site, start, p) or []) for p in pages}
-    far = [p for p in pages if dist[p] >= 2] or [p for p in pages if p != start]
-    target = rng.choice(far)
-    b.reset(start)
-    sim = None
-    if arm == "bon_learned":
-        sim = WebWorldSimulator(
-            gen,
-            window=10,
-            temperature=0.0,
-            max_tokens=tc.title_tokens,
-            stop_at_first_line=True,
-            prompts=tc.prompts or None,
-        )
-        sim.reset(b.state())
-
-    def agent() -> str:
-        acts = b.actions(rng)
-        cur = b.view.page
-        if cur in site.pages and rng.random() < tc.agent_p:
-            nxt = shortest_path_actions(site, cur, target)[0]
-            return next(f"click('{bid}')" for bid, t in site.pages[cur].links if t == nxt)
-        return rng.choice(acts)
-
-    def value(state: str) -> float:
-        return float(page_title(state) == target)
-
-    for _ in range(dist[target] + tc.extra_steps):
-        if arm == "greedy":  # the first of the same k samples (common random numbers)
-            a = [agent() for _ in range(tc.k)][0]
-        else:
-            peeker = {"bon_copy": CopySim(b), "bon_oracle": OracleSim(b), "bon_learned": sim}[arm]
-            a, _ = lookahead_search(agent, peeker, value, k=tc.k)
-        s = b.step(a)
-        if sim is not None:
-            sim.commit(a, s)
-        if b.title == target:
-            return 1.0
-    return 0.0
-
-
 # ------------------------------------------------------------------------------------------- run
 def _grammar_texts() -> list[str]:
     """Every word and bid of the site grammar in each position it can take (tokenizer corpus)."""
@@ -257,33 +187,6 @@ def _train_arm(tc, tok, data, evals: list, seed: int, tmp: str) -> tuple[HFGener
     return gen, m
 
 
-def _lookahead(tc, test_sites: list, big: HFGenerator, seed: int) -> dict[str, dict[str, float]]:
-    """Greedy vs best-of-N with world-model lookahead (§5.2, Table 6) on held-out sites, per seed
-    and the CI over seeds."""
-    metrics: dict[str, dict[str, float]] = {}
-    for arm in ("greedy", "bon_copy", "bon_learned", "bon_oracle"):
-        per_seed = []
-        for s in tc.seeds:
-            succ = [
-                _episode(
-                    test_sites[e % len(test_sites)],
-                    random.Random(1_000_003 * (seed + s) + e),
-                    arm,
-                    tc,
-                    big,
-                )
-                for e in range(tc.episodes)
-            ]
-            per_seed.append(statistics.mean(succ))
-        metrics[arm] = {
-            "success": statistics.mean(per_seed),
-            "success_ci95": ci_halfwidth(per_seed),
-        }
-        for i, v in enumerate(per_seed):
-            metrics[arm][f"success_seed{tc.seeds[i]}"] = v
-    return metrics
-
-
 def toy_stage(run: Run) -> dict[str, float]:
     """Trains the toy world models, runs the three experiments and writes results.{json,md}."""
     tc = run.method
@@ -312,7 +215,8 @@ def toy_stage(run: Run) -> dict[str, float]:
             k: v for k, v in metrics["data_large"].items() if k.endswith("_acc") or k == "line_f1"
         }
         metrics["ctx_single"] = evaluate_effects(big, evals, "single", tc)
-        metrics.update(_lookahead(tc, test_sites, big, seed))
+        for arm, m in lookahead(tc, test_sites, big, seed).items():
+            metrics[arm] = {k: v for k, v in m.items() if not k.startswith("_")}
         return write_results(
             run.run_dir,
             "webworld",
