@@ -39,7 +39,8 @@ _FIELDS = ("split", "image_file", "description")
 
 
 def docci_hint(folder: str = "data/docci") -> str:
-    """The steps that make DOCCI loadable offline (the message for the hub id)."""
+    """The steps that make DOCCI loadable offline (the message for the hub id; the file names are the
+    official release's, as the hub's loading script docci.py downloads them)."""
     return (
         f"{DOCCI_HUB_ID} is a loading-script dataset, which datasets >= 4 refuses; download its "
         f"official files instead: {DOCCI_FILES[DESCRIPTIONS]} into {folder}/ and "
@@ -49,7 +50,8 @@ def docci_hint(folder: str = "data/docci") -> str:
 
 
 def is_docci_folder(path: str | Path) -> bool:
-    """True when ``path`` is a folder holding ``docci_descriptions.jsonlines``."""
+    """True when ``path`` is a folder holding ``docci_descriptions.jsonlines`` (the official release's
+    description file)."""
     return (Path(path) / DESCRIPTIONS).is_file()
 
 
@@ -76,7 +78,8 @@ def _records(folder: Path, split: str) -> list[dict]:
 
 def load_docci(folder: str | Path, split: str = "train"):
     """One DOCCI split as a ``datasets.Dataset`` with ``image`` (decoded on access),
-    ``description`` and ``example_id``.
+    ``description`` and ``example_id``, from the official release's files (the columns the hub's
+    loading script docci.py yields).
 
     Raises:
         FileNotFoundError: the descriptions file, or an image it names, is missing (the first

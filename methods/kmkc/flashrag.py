@@ -38,7 +38,8 @@ OFFICIAL_SOURCES = {
 
 
 def flashrag_row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``{"id", "question", "golden_answers"}`` of one hub row (``metadata`` is not kept).
+    """``{"id", "question", "golden_answers"}`` of one hub row (``metadata`` is not kept): the official
+    FlashRAG jsonl layout.
 
     Raises:
         ValueError: naming ``where`` when the question is empty or ``golden_answers`` is not a
@@ -97,7 +98,7 @@ def export_set(name: str, spec: DatasetSpec) -> str:
 
 
 def run_sets(run: Any) -> dict[str, DatasetSpec]:
-    """Every QA set a composed kmkc run reads: ``train/<name>`` and ``eval/<name>``."""
+    """Every QA set a composed kmkc run reads: ``train/<name>`` and ``eval/<name>`` (our engineering)."""
     sets = {f"train/{n}": s for n, s in run.method.train_sets.items()}
     if run.benchmark is not None:
         sets.update({f"eval/{n}": s for n, s in run.benchmark.sets.items()})
@@ -106,7 +107,7 @@ def run_sets(run: Any) -> dict[str, DatasetSpec]:
 
 def export_sets(sets: Mapping[str, DatasetSpec]) -> dict[str, str]:
     """:func:`export_set` for every set; the sets that need a manual step are checked first, so the
-    run stops before any download when one is missing."""
+    run stops before any download when one is missing (our engineering)."""
     manual = [
         (key, s)
         for key, s in sets.items()
@@ -122,6 +123,8 @@ def export_sets(sets: Mapping[str, DatasetSpec]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    """``python -m methods.kmkc.flashrag [overrides]``: export every hub QA set of the composed run to
+    its local path (our engineering; scripts/reproduce/kmkc.sh calls it)."""
     from common.config import validate
     from common.registry import compose
 

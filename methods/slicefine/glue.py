@@ -100,7 +100,7 @@ def train_glue(
 
 def check_glue_data(task: str, data) -> None:
     """Refuses a GLUE ``DatasetDict`` without the task's splits, text columns or integer labels in
-    ``[0, n_labels)`` (the hub's ``nyu-mll/glue`` layout), before any model loads.
+    ``[0, n_labels)`` (the hub's ``nyu-mll/glue`` layout), before any model loads (our engineering).
 
     Raises:
         ValueError: naming the task, split and what is missing.
