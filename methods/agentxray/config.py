@@ -101,6 +101,9 @@ class AgentXRayRunConfig(MethodConfig):
         iterations, seeds, noise: toy budgets N, seeds and black-box noise rates.
         n_train, n_test, data_seed, hidden_chain, n_distractors, random_budget,
         tokens_per_profile: toy sizes and cost model.
+        landscape, landscape_alpha: the toy's reward (issue-43 diagnosis): ``output`` (default)
+            scores outputs with ``similarity``; ``chain`` scores the agents a chain ran,
+            (1 − α)·Jaccard of the agent sets + α·(longest correct prefix / L) (``landscape.py``).
         sets: which sets of the benchmark the paper stage runs ([] = all of them).
         train_samples, test_samples: caps on the pairs per set (None = all).
         hub_revision, hub_cache_dir: hub snapshot settings for sets given by hub id.
@@ -139,6 +142,10 @@ class AgentXRayRunConfig(MethodConfig):
     n_distractors: int = 0  # near-miss agents added to Ω (0–12)
     random_budget: str = "executions"  # direct_random: executions (red_black's) | iterations
     tokens_per_profile: int | None = None  # None: tokenizer count of the generator call; int: fixed
+    landscape: str = (
+        "output"  # output: `similarity` on outputs (today) | chain: Sim_α (landscape.py)
+    )
+    landscape_alpha: float = 0.0  # chain: α of (1 − α)·presence-Jaccard + α·correct-prefix/L
     # paper
     sets: list[str] = field(default_factory=list)
     train_samples: int | None = None
@@ -171,6 +178,14 @@ class AgentXRayRunConfig(MethodConfig):
             raise ValueError(
                 "method.random_budget must be 'executions' or 'iterations', "
                 f"got {self.random_budget!r}"
+            )
+        if self.landscape not in ("output", "chain"):
+            raise ValueError(
+                f"method.landscape must be 'output' or 'chain', got {self.landscape!r}"
+            )
+        if not 0.0 <= self.landscape_alpha <= 1.0:
+            raise ValueError(
+                f"method.landscape_alpha must be in [0, 1], got {self.landscape_alpha}"
             )
         if not self.hidden_chain:
             raise ValueError("method.hidden_chain must name at least one toy agent")

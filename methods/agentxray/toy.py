@@ -26,6 +26,7 @@ from common.tracking import progress, pyplot, save_plot, write_results
 from .config import HIDDEN_CHAIN, AgentXRayRunConfig, MCTSConfig  # noqa: F401  (HIDDEN_CHAIN: bench)
 from .costs import CostMeter, count_tokens
 from .executor import WorkflowExecutor
+from .landscape import TracingExecutor, chain_similarity
 from .mcts import AgentXRaySearch, extract_workflow
 from .primitives import (
     Primitive,
@@ -34,7 +35,7 @@ from .primitives import (
     generator_prompt,
     render_profile,
 )
-from .similarity import SIMILARITIES
+from .similarity import SIMILARITIES, Similarity
 from .xraybench import (
     ALL_AGENTS,
     TOY_TOOLS,
@@ -63,6 +64,21 @@ def summarize_seeds(rows: list[dict[str, float]]) -> dict[str, float]:
     return agg
 
 
+def toy_similarity(cfg: AgentXRayRunConfig) -> Similarity:
+    """The toy's reward: ``cfg.similarity`` on outputs, or ``Sim_α`` on the agents a chain ran when
+    ``cfg.landscape == "chain"`` (``landscape.py``, issue-43 diagnosis)."""
+    if cfg.landscape == "chain":
+        return chain_similarity(cfg.landscape_alpha)
+    return SIMILARITIES[cfg.similarity]
+
+
+def toy_executor(cfg: AgentXRayRunConfig, meter: CostMeter) -> WorkflowExecutor:
+    """The toy's executor (``ToyChat`` agents, toy tools); under the ``chain`` landscape it also
+    records the agents a chain ran (``TracingExecutor``)."""
+    cls = TracingExecutor if cfg.landscape == "chain" else WorkflowExecutor
+    return cls(ToyChat(), TOY_TOOLS, meter)
+
+
 def search_config(cfg: AgentXRayRunConfig, arm: str, seed: int, **over) -> MCTSConfig:
     """``cfg.search`` for one arm: colouring on only for ``red_black``, the random tree policy for
     ``pure_random`` (official code ablation configs)."""
@@ -83,8 +99,8 @@ def _direct_random(
     """Best of random chains of length 1–L_max (our baseline): ``random_budget="executions"`` gives
     it red_black's number of primitive executions, ``"iterations"`` one chain per iteration."""
     meter = CostMeter()
-    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
-    sim = SIMILARITIES[cfg.similarity]
+    ex = toy_executor(cfg, meter)
+    sim = toy_similarity(cfg)
     rng = random.Random(seed)
     omega = toy_agent_pool(cfg.n_distractors) + [Primitive("tool", t) for t in TOY_TOOLS]
     budget = budget or iters * cfg.search.max_depth
@@ -127,7 +143,7 @@ def _toy_search(
     if arm == "direct_random":
         return _direct_random(cfg, iters, seed, train, budget)
     meter = CostMeter()
-    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, meter)
+    ex = toy_executor(cfg, meter)
     gen = StaticProfileGenerator(
         toy_agent_pool(cfg.n_distractors),
         seed=seed,
@@ -135,9 +151,7 @@ def _toy_search(
         meter=meter,
     )
     scfg = search_config(cfg, arm, seed, iterations=iters)
-    search = AgentXRaySearch(
-        PrimitiveSpace(list(TOY_TOOLS), gen), ex, SIMILARITIES[cfg.similarity], scfg
-    )
+    search = AgentXRaySearch(PrimitiveSpace(list(TOY_TOOLS), gen), ex, toy_similarity(cfg), scfg)
     res = search.run(train, checkpoint_dir=checkpoint_dir)
     return res.best_workflow, {
         "depth": float(res.depth),
@@ -148,8 +162,8 @@ def _toy_search(
 
 def _toy_row(cfg: AgentXRayRunConfig, wf: list[Primitive], st: dict, test: Pairs) -> dict:
     """Test SFE of the extracted workflow against the black box, and the search's statistics."""
-    sim = SIMILARITIES[cfg.similarity]
-    ex = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+    sim = toy_similarity(cfg)
+    ex = toy_executor(cfg, CostMeter())
     scores = [sim(ex.final_output(ex.run(wf, t)), o) if wf else 0.0 for t, o in test]
     names = [p.name for p in wf if p.kind == "agent"]
     return {
@@ -163,23 +177,28 @@ def _toy_row(cfg: AgentXRayRunConfig, wf: list[Primitive], st: dict, test: Pairs
     }
 
 
-def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
-    """Every arm × N × noise × seed; rows ``<arm>_n<N>[_noise<r>]`` (mean over seeds, CI)."""
-    black_box = WorkflowExecutor(ToyChat(), TOY_TOOLS, CostMeter())
+def toy_data(cfg: AgentXRayRunConfig, noise: float) -> tuple[Pairs, Pairs]:
+    """(task, black-box output) pairs for training and test; ``noise``: identifier noise rate."""
+    black_box = toy_executor(cfg, CostMeter())
     hidden = [Primitive("agent", n) for n in cfg.hidden_chain]
+
+    def target(t: str, k: int) -> str:
+        out = black_box.run(hidden, t)
+        return add_token_noise(out, noise, k) if noise > 0 else out
+
     train_tasks = make_tasks(cfg.n_train, cfg.data_seed)
     test_tasks = make_tasks(cfg.n_test, cfg.data_seed + 1)
+    train = [(t, target(t, k)) for k, t in enumerate(train_tasks)]
+    return train, [(t, target(t, 1000 + k)) for k, t in enumerate(test_tasks)]
+
+
+def _run_toy(cfg: AgentXRayRunConfig, run_dir: str) -> tuple[dict[str, dict[str, float]], dict]:
+    """Every arm × N × noise × seed; rows ``<arm>_n<N>[_noise<r>]`` (mean over seeds, CI)."""
     metrics: dict[str, dict[str, float]] = {}
     examples: dict[str, str] = {}
     arms = [a for a in ARMS if a in cfg.arms]  # red_black first: direct_random matches its budget
     for noise in cfg.noise:
-
-        def target(t: str, k: int, noise: float = noise) -> str:
-            out = black_box.run(hidden, t)
-            return add_token_noise(out, noise, k) if noise > 0 else out
-
-        train = [(t, target(t, k)) for k, t in enumerate(train_tasks)]
-        test = [(t, target(t, 1000 + k)) for k, t in enumerate(test_tasks)]
+        train, test = toy_data(cfg, noise)
         for iters in cfg.iterations:
             budgets: dict[int, int] = {}
             for arm in arms:
