@@ -20,6 +20,9 @@ ANCHOR_FORM_NAMES: tuple[str, ...] = ("paper_linear", "log", "ref_xent")
 """The anchor forms (:data:`methods.apo.ANCHOR_FORMS`)."""
 ANCHOR_RATIO_NAMES: tuple[str, ...] = ("ref", "old")
 """The policy the virtual anchor ratio is taken against (:data:`methods.apo.ANCHOR_RATIO_TO`)."""
+HARD_RANK_BANDS: dict[str, tuple[int, int]] = {"top": (0, 2), "current": (2, 8), "rare": (5, 8)}
+"""Where a hard prompt's one valid action sits in the reference ranking (0-based [lo, hi)): ``top``
+ranks 1-2, ``current`` ranks 3-8 (the toy's default), ``rare`` ranks 6-8 (our diagnosis knob)."""
 TRAINER_ARMS: tuple[str, ...] = ("apo", "grpo", "grpo_kl", "kl_on_wrong")
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 
@@ -41,6 +44,12 @@ class BanditConfig:
         adv_eps: ε in A = (R − mean) / (std + ε) (std with Bessel's correction).
         eval_every: steps between evaluations (curves).
         pass_ks: the k of the exact Pass@k metrics.
+        hard_rank_band: a key of :data:`HARD_RANK_BANDS`: the reference ranks a hard prompt's valid
+            action is drawn from (``current``, ranks 3-8, is the toy as documented).
+        grad_probe: at every evaluation, also log where the step moves the hard actions (the
+            anchor, KL and policy-gradient parts of the first-order change of mean hard
+            log p_valid, and the anchor's share of the hard action's logit gradient); costs a few
+            extra backward passes, changes no trained number.
     """
 
     n_actions: int = 16
@@ -55,8 +64,14 @@ class BanditConfig:
     adv_eps: float = 1e-6
     eval_every: int = 25
     pass_ks: list[int] = field(default_factory=lambda: [1, 8, 64])
+    hard_rank_band: str = "current"
+    grad_probe: bool = False
 
     def __post_init__(self) -> None:
+        if self.hard_rank_band not in HARD_RANK_BANDS:
+            raise ValueError(
+                f"hard_rank_band must be one of {list(HARD_RANK_BANDS)}, got {self.hard_rank_band!r}"
+            )
         if self.n_actions < 9:
             raise ValueError(f"n_actions must be >= 9 (ranks 2-8 must exist), got {self.n_actions}")
         if not 0 < self.frac_easy < 1:
@@ -83,6 +98,7 @@ class BanditArm:
         anchor_form: one of :data:`ANCHOR_FORM_NAMES` (``paper_linear`` is the paper's).
         anchor_ratio_to: ``ref`` or ``old`` (:data:`ANCHOR_RATIO_NAMES`): the policy the
             virtual anchor ratio is taken against (the source is ambiguous; both are offered).
+        kl_coef: this arm's KL coefficient; None takes :attr:`BanditConfig.kl_coef`.
     """
 
     name: str
@@ -93,8 +109,11 @@ class BanditArm:
     clip_mode: str = "rectified"
     anchor_form: str = "paper_linear"
     anchor_ratio_to: str = "ref"
+    kl_coef: float | None = None
 
     def __post_init__(self) -> None:
+        if self.kl_coef is not None and self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0 or None, got {self.kl_coef}")
         if self.anchor_ratio_to not in ANCHOR_RATIO_NAMES:
             raise ValueError(
                 f"anchor_ratio_to must be one of {list(ANCHOR_RATIO_NAMES)}, got "

@@ -3,7 +3,8 @@
 P prompts, A actions. Policy logits are ``s + E_x W`` with a shared bias ``s`` [A] and a shared map
 ``W`` [D, A] (sharing is what lets easy prompts starve hard ones). The reference π_ref is the initial
 policy. Easy prompts accept the reference argmax and one action of reference ranks 2-8; hard prompts
-accept a single action of reference ranks 3-8: inside the Top-8 safe manifold, but rare. Each step
+accept a single action of reference ranks 3-8: inside the Top-8 safe manifold, but rare
+(``hard_rank_band`` moves it to ranks 1-2 or 6-8 for the diagnosis, :mod:`methods.apo.diagnose`). Each step
 samples a batch of prompts and a group of G actions per prompt, computes GRPO advantages and takes
 one on-policy SGD step on ``(s, W)`` with the arm's loss. Every arm calls the library loss
 :func:`methods.apo.apo_policy_loss` with T = 1 and V = A, so the toy exercises the real code.
@@ -34,7 +35,7 @@ import torch
 from common.advantages import group_advantages
 from common.threads import torch_threads
 from common.train_loop import train_steps
-from methods.apo.config import BanditArm, BanditConfig
+from methods.apo.config import HARD_RANK_BANDS, BanditArm, BanditConfig
 from methods.apo.loss import apo_policy_loss
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ __all__ = [
     "BanditConfig",
     "BanditProblem",
     "arm_from_dict",
+    "arm_loss",
     "base_metrics",
     "main_arms",
     "make_bandit",
@@ -80,9 +82,10 @@ def make_bandit(cfg: BanditConfig, seed: int) -> BanditProblem:
     hard = torch.zeros(p, dtype=torch.bool)
     hard[torch.randperm(p, generator=g)[: round(p * (1 - cfg.frac_easy))]] = True
     valid = torch.zeros(p, a, dtype=torch.bool)
+    lo, hi = HARD_RANK_BANDS[cfg.hard_rank_band]  # default "current": 0-based 2..7, ranks 3-8
     for x in range(p):
-        if hard[x]:  # one action among reference ranks 3-8 (0-based 2..7)
-            valid[x, ranks[x, int(torch.randint(2, 8, (1,), generator=g))]] = True
+        if hard[x]:  # one action among the band's reference ranks
+            valid[x, ranks[x, int(torch.randint(lo, hi, (1,), generator=g))]] = True
         else:  # the argmax and one action among ranks 2-8 (0-based 1..7)
             valid[x, ranks[x, 0]] = True
             valid[x, ranks[x, int(torch.randint(1, 8, (1,), generator=g))]] = True
@@ -104,6 +107,62 @@ def _evaluate(
     return out
 
 
+def arm_loss(
+    problem: BanditProblem,
+    cfg: BanditConfig,
+    arm: BanditArm,
+    logits_all: torch.Tensor,
+    batch: tuple[torch.Tensor, ...],
+    detach_anchor: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """One step's loss of ``arm`` on a sampled batch, as ``(apo_loss, kl_loss, stats)``.
+
+    ``batch`` is ``(xs [B], acts [B, G], top_ids [P, K], top_lp [P, K])``. The APO part calls the
+    library :func:`methods.apo.apo_policy_loss` with T = 1, V = A. ``detach_anchor`` passes the
+    policy log-probs at the Top-K ids detached (``gathered=True``): same values, hence the same
+    clipping, but no gradient through the anchor term (the probe's split, :mod:`methods.apo.probe`).
+    """
+    xs, acts, top_ids, top_lp = batch
+    logp = torch.log_softmax(logits_all[xs], -1)  # [B, A]
+    with torch.no_grad():
+        rewards = problem.valid[xs[:, None], acts].double()  # [B, G]
+        adv = group_advantages(rewards, eps=cfg.adv_eps)  # [B, G], Bessel-corrected std
+    n = xs.numel() * cfg.group_size
+    logp_seq = logp.repeat_interleave(cfg.group_size, 0)[:, None, :]  # [B·G, 1, A]
+    sampled = acts.reshape(n, 1)  # [B·G, 1]
+    old = logp_seq.detach().gather(-1, sampled[..., None]).squeeze(-1)  # on-policy
+    ids = top_ids[xs].repeat_interleave(cfg.group_size, 0)[:, None, :]  # [B·G, 1, K]
+    extra: dict[str, Any] = {}
+    if detach_anchor:
+        logp_k = logp_seq.gather(-1, ids).detach()  # [B·G, 1, K]
+        extra = {"gathered": True, "logp_sampled": logp_seq.gather(-1, sampled[..., None])[..., 0]}
+        logp_seq = logp_k
+    loss, stats = apo_policy_loss(
+        logp_seq,
+        old,
+        sampled,
+        adv.reshape(n),
+        torch.ones(n, 1, dtype=torch.float64),
+        ids,
+        top_lp[xs].repeat_interleave(cfg.group_size, 0)[:, None, :],
+        lam=arm.lam,
+        beta=arm.beta,
+        clip_mode=arm.clip_mode,
+        anchor_form=arm.anchor_form,
+        anchor_ratio_to=arm.anchor_ratio_to,
+        **extra,
+    )
+    kl_loss = torch.zeros((), dtype=loss.dtype)
+    if arm.kl != "none":
+        kl = (logp.exp() * (logp - problem.ref_logp[xs])).sum(-1)  # [B], exact KL(π‖π_ref)
+        kl = kl.repeat_interleave(cfg.group_size)  # [B·G]
+        if arm.kl == "wrong":
+            kl = kl * (adv.reshape(n) < 0)
+        coef = cfg.kl_coef if arm.kl_coef is None else arm.kl_coef
+        kl_loss = coef * kl.mean()
+    return loss, kl_loss, stats
+
+
 def run_bandit_arm(
     problem: BanditProblem, cfg: BanditConfig, arm: BanditArm, seed: int
 ) -> tuple[dict[str, float], list[dict[str, float]]]:
@@ -115,10 +174,10 @@ def run_bandit_arm(
     params = torch.nn.ParameterList([problem.s0.clone(), problem.w0.clone()])  # trained (s, w)
     s, w = params[0], params[1]
     opt = torch.optim.SGD([s, w], lr=cfg.lr)
-    ref_logp = problem.ref_logp  # [P, A]
-    top_lp, top_ids = ref_logp.topk(arm.k, dim=-1)  # [P, K]
+    top_lp, top_ids = problem.ref_logp.topk(arm.k, dim=-1)  # [P, K]
     curve = []
     stats: dict[str, float] = {}
+    probe: dict[str, float] = {}  # the latest grad_probe split (methods.apo.probe)
 
     def log(step: int) -> None:  # exact metrics before the step's update
         if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -126,43 +185,22 @@ def run_bandit_arm(
                 row = _evaluate(
                     problem, torch.log_softmax(problem.logits(s, w), -1), cfg.pass_ks, 8
                 )
-            curve.append({"step": float(step), **row, **stats})
+            curve.append({"step": float(step), **row, **stats, **probe})
 
     def loss_fn(step: int) -> torch.Tensor:
         nonlocal stats
         log(step)
         xs = torch.randperm(cfg.n_prompts, generator=g)[: cfg.prompts_per_step]  # [B]
-        logits = problem.logits(s, w)[xs]  # [B, A]
-        logp = torch.log_softmax(logits, -1)  # [B, A]
         with torch.no_grad():
-            acts = torch.multinomial(logp.exp(), cfg.group_size, replacement=True, generator=g)
-            rewards = problem.valid[xs[:, None], acts].double()  # [B, G]
-            adv = group_advantages(rewards, eps=cfg.adv_eps)  # [B, G], Bessel-corrected std
-        n = xs.numel() * cfg.group_size
-        logp_seq = logp.repeat_interleave(cfg.group_size, 0)[:, None, :]  # [B·G, 1, A]
-        sampled = acts.reshape(n, 1)  # [B·G, 1]
-        old = logp_seq.detach().gather(-1, sampled[..., None]).squeeze(-1)  # on-policy
-        loss, stats = apo_policy_loss(
-            logp_seq,
-            old,
-            sampled,
-            adv.reshape(n),
-            torch.ones(n, 1, dtype=torch.float64),
-            top_ids[xs].repeat_interleave(cfg.group_size, 0)[:, None, :],
-            top_lp[xs].repeat_interleave(cfg.group_size, 0)[:, None, :],
-            lam=arm.lam,
-            beta=arm.beta,
-            clip_mode=arm.clip_mode,
-            anchor_form=arm.anchor_form,
-            anchor_ratio_to=arm.anchor_ratio_to,
-        )
-        if arm.kl != "none":
-            kl = (logp.exp() * (logp - ref_logp[xs])).sum(-1)  # [B], exact KL(π‖π_ref)
-            kl = kl.repeat_interleave(cfg.group_size)  # [B·G]
-            if arm.kl == "wrong":
-                kl = kl * (adv.reshape(n) < 0)
-            loss = loss + cfg.kl_coef * kl.mean()
-        return loss
+            pi = torch.log_softmax(problem.logits(s, w)[xs], -1).exp()  # [B, A]
+            acts = torch.multinomial(pi, cfg.group_size, replacement=True, generator=g)  # [B, G]
+        batch = (xs, acts, top_ids, top_lp)
+        if cfg.grad_probe and step % cfg.eval_every == 0:
+            from methods.apo.probe import probe_step
+
+            probe.update(probe_step(problem, cfg, arm, s, w, batch))  # logged at the next row
+        pg, kl, stats = arm_loss(problem, cfg, arm, problem.logits(s, w), batch)
+        return pg + kl
 
     train_steps(params, loss_fn, cfg.steps, optimizer=opt, desc="apo bandit arm")
     log(cfg.steps)
