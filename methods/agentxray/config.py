@@ -56,6 +56,9 @@ class MCTSConfig:
     pure_random: bool = False  # random tree policy ablation
     potential_bonus: bool = False  # Deviation: repo's always-on enhanced UCB is off (our choice)
     full_profile_quota: bool = True  # repo: each expansion generates A − #agents profiles
+    zero_score_black: bool = (
+        False  # ours (issue 43): score 0 is never red; repo: red iff score ≥ θ_β
+    )
     seed: int = 0
 
     def __post_init__(self) -> None:

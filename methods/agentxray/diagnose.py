@@ -1,7 +1,8 @@
 """Issue-43 diagnosis of the toy: does Red-Black MCTS beat random chains once the landscape is not additive?
 
 ``python -m methods.agentxray.diagnose`` runs the arms ``red_black``, ``no_coloring`` and
-``direct_random`` (random chains with red_black's number of primitive executions, same seed) on
+``direct_random`` (random chains with red_black's number of primitive executions, same seed) and
+``red_black_zero_black`` (red_black whose score-0 nodes stay black, ``MCTSConfig.zero_score_black``) on
 today's SFE landscape (reference) and on the ``chain`` landscapes Sim_α, α ∈ {0, 0.5, 1}
 (``landscape.py``: only the similarity changes), at N ∈ {20, 60}, clean black box, seeds 0–9. Per
 cell it reports the paired differences red_black − direct_random and red_black − no_coloring of test
@@ -13,6 +14,7 @@ R² of a linear fit of the reward on which agents a chain contains. Writes ``res
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -22,15 +24,20 @@ from common.metrics import ci_halfwidth
 from common.threads import torch_threads
 from common.tracking import pyplot, save_plot
 
-from .config import AgentXRayRunConfig
+from .config import AgentXRayRunConfig, MCTSConfig
 from .costs import CostMeter
 from .landscape import presence_r2
 from .primitives import Primitive
 from .toy import _toy_row, _toy_search, toy_data, toy_executor, toy_similarity
 from .xraybench import TOY_AGENTS
 
-ARMS = ("red_black", "no_coloring", "direct_random")
-COMPARISONS = (("red_black", "direct_random"), ("red_black", "no_coloring"))
+ARMS = ("red_black", "no_coloring", "direct_random", "red_black_zero_black")
+COMPARISONS = (
+    ("red_black", "direct_random"),
+    ("red_black", "no_coloring"),
+    ("red_black_zero_black", "direct_random"),
+    ("red_black_zero_black", "no_coloring"),
+)
 
 
 def landscapes(alphas: list[float]) -> dict[str, dict]:
@@ -55,6 +62,14 @@ def additivity(cfg: AgentXRayRunConfig, train: list, n: int) -> dict[str, float]
     return presence_r2(score, list(TOY_AGENTS), n, cfg.search.max_depth, seed=0)
 
 
+def _arm(cfg: AgentXRayRunConfig, arm: str) -> tuple[str, AgentXRayRunConfig]:
+    """``red_black_zero_black``: red_black with ``search.zero_score_black`` (our variant)."""
+    if arm != "red_black_zero_black":
+        return arm, cfg
+    search = MCTSConfig(**{**cfg.search.__dict__, "zero_score_black": True})
+    return "red_black", dataclasses.replace(cfg, search=search)
+
+
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
     """Mean of the paired differences a − b, its Student-t 95% half-width and the wins of a."""
     d = [x - y for x, y in zip(a, b, strict=True)]
@@ -71,7 +86,7 @@ def run_landscape(cfg: AgentXRayRunConfig, r2_chains: int) -> dict:
         for seed in cfg.seeds:
             budget = None
             for arm in ARMS:  # red_black first: direct_random gets its executions
-                wf, st = _toy_search(arm, cfg, iters, seed, train, budget)
+                wf, st = _toy_search(*_arm(cfg, arm), iters, seed, train, budget)
                 budget = int(st["executions"]) if arm == "red_black" else budget
                 scores[arm].append(_toy_row(cfg, wf, st, test)["test_sfe"])
         cell = {"scores": scores, "means": {a: statistics.mean(v) for a, v in scores.items()}}
@@ -85,8 +100,9 @@ def markdown(res: dict) -> str:
     """The results table: one row per landscape × N."""
     lines = [
         "| landscape | presence R² (held-out) | N | red_black | no_coloring | direct_random "
-        "| Δ rb − random [95% CI] (wins) | Δ rb − no_coloring [95% CI] (wins) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rb zero-black | Δ rb − random [95% CI] (wins) | Δ rb − no_coloring | "
+        "Δ rb zero-black − random | Δ rb zero-black − no_coloring |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in res["landscapes"].items():
         ad = r["additivity"]
@@ -99,7 +115,8 @@ def markdown(res: dict) -> str:
                 ds.append(f"{p['delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] ({p['wins']}/{p['n']})")
             lines.append(
                 f"| {name} | {ad['r2']:.2f} ({ad['r2_heldout']:.2f}) | {n} | {m['red_black']:.3f} "
-                f"| {m['no_coloring']:.3f} | {m['direct_random']:.3f} | {ds[0]} | {ds[1]} |"
+                f"| {m['no_coloring']:.3f} | {m['direct_random']:.3f} "
+                f"| {m['red_black_zero_black']:.3f} | {' | '.join(ds)} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -109,11 +126,11 @@ def plot(res: dict, path: Path) -> None:
     plt = pyplot()
     names = list(res["landscapes"])
     ns = list(next(iter(res["landscapes"].values()))["cells"])
-    fig, axes = plt.subplots(1, len(ns), figsize=(5 * len(ns), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(ns), figsize=(6 * len(ns), 4), sharey=True, squeeze=False)
     for ax, n in zip(axes[0], ns, strict=True):
         for k, (a, b) in enumerate(COMPARISONS):
             ps = [res["landscapes"][x]["cells"][n][f"{a}-{b}"] for x in names]
-            xs = [i + (k - 0.5) * 0.2 for i in range(len(names))]
+            xs = [i + (k - 1.5) * 0.15 for i in range(len(names))]
             ax.errorbar(xs, [p["delta"] for p in ps], yerr=[p["ci95"] for p in ps], fmt="o",
                         capsize=3, label=f"{a} − {b}")  # fmt: skip
         ax.axhline(0, color="grey", lw=0.8)
@@ -139,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     t0, res = time.perf_counter(), {"landscapes": {}}
     for name, over in landscapes(args.alphas).items():
         cfg = AgentXRayRunConfig(
-            arms=list(ARMS), iterations=args.iterations, seeds=list(range(args.seeds)), **over
+            arms=list(ARMS[:3]), iterations=args.iterations, seeds=list(range(args.seeds)), **over
         )
         res["landscapes"][name] = run_landscape(cfg, args.r2_chains)
         print(f"{name}: done at {time.perf_counter() - t0:.0f} s", flush=True)

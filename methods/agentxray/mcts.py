@@ -172,7 +172,9 @@ class AgentXRaySearch:
 
         Red-Black Pruning (paper abstract); the rule, the ``≥`` and the non-terminal-child test
         are official code ``search/tree.py`` (``ColorTree``); ``coloring=False`` is its unpruned
-        ablation.
+        ablation. ``zero_score_black`` (our variant, issue 43) keeps score-0 nodes black: with the
+        official ``≥`` every internal node is red once θ_β = 0, so a zero-reward first dive is
+        never widened.
         """
         nodes = self.root.walk()
         if not self.cfg.coloring:
@@ -181,9 +183,11 @@ class AgentXRaySearch:
             return
         theta = self.beta_threshold([self.node_score(v) for v in nodes])
         for v in nodes:
+            score = self.node_score(v)
             red = (
                 bool(v.children)
-                and self.node_score(v) >= theta
+                and score >= theta
+                and (score > 0 or not self.cfg.zero_score_black)
                 and any(not c.terminal for c in v.children)
             )
             v.color = RED if red else BLACK

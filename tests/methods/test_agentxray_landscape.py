@@ -107,3 +107,43 @@ def test_paired_difference_and_interval():
     assert p["delta"] == pytest.approx(0.1125) and p["wins"] == 4 and p["n"] == 4
     assert 0 < p["ci95"] < p["delta"]  # a consistent shift: the interval excludes zero
     assert paired(b, a)["delta"] == pytest.approx(-0.1125)
+
+
+def _prefix_letters(cfg):
+    """Agents A, B, C append their letter; reward = correct prefix of "BAC" / 3 (0 off the path)."""
+    import re
+
+    from common.llm import ScriptedChat
+    from methods.agentxray.mcts import AgentXRaySearch
+    from methods.agentxray.primitives import PrimitiveSpace, StaticProfileGenerator
+
+    def llm(msgs):
+        name = re.match(r"You are (\w+),", msgs[0]["content"]).group(1)
+        prev = re.search(r's = "(\w*)"', msgs[1]["content"])
+        return f'```python\ns = "{(prev.group(1) if prev else "") + name}"\n```'
+
+    def sim(pred, ref):
+        a, b = (re.search(r's = "(\w*)"', x).group(1) for x in (pred, ref))
+        return chain_score(list(a), list(b), 1.0)
+
+    meter = CostMeter()
+    pool = [Primitive("agent", x) for x in "ABC"]
+    space = PrimitiveSpace([], StaticProfileGenerator(pool, seed=cfg.seed, meter=meter))
+    return AgentXRaySearch(space, WorkflowExecutor(ScriptedChat(llm), {}, meter), sim, cfg)
+
+
+def test_zero_score_black_widens_a_zero_reward_first_dive():
+    from methods.agentxray.mcts import MCTSConfig
+
+    stuck = 0
+    for seed in range(6):
+        kw = {"iterations": 40, "max_children": 3, "max_depth": 3, "early_stop": 1.1, "seed": seed}
+        official = _prefix_letters(MCTSConfig(**kw))
+        official.search([("t", '```python\ns = "BAC"\n```')])
+        if official.root.children[0].primitive.name != "B":  # the first dive scores 0
+            stuck += 1
+            assert len(official.root.children) == 1  # the root is red for ever
+            fixed = _prefix_letters(MCTSConfig(**kw, zero_score_black=True))
+            wf = fixed.search([("t", '```python\ns = "BAC"\n```')])
+            assert len(fixed.root.children) > 1 and wf[0].name == "B"  # widened until B
+    assert stuck >= 2
