@@ -84,79 +84,100 @@ def _arm(tc, test_sites, gen, seed, log=None, **over):
     return lookahead(tc2, test_sites, gen, seed, log)
 
 
-def diagnose(tc, seed: int, out: Path) -> dict:
-    """Runs the experiment; returns the results dict (also written to ``out``)."""
+def diagnose(tc, seed: int, out: Path, variants: dict | None = None) -> dict:
+    """Runs the experiment; returns the results dict. ``variants``: more ``{label: run config}``
+    learned arms (another world model, a confidence threshold), each with its own decision stats."""
     t0 = time.time()
-    gen, test_sites, eff = world_model(tc, seed, out)
-    t_model = time.time() - t0
+    learned = {"bon_learned": tc, **(variants or {})}
     log: list[dict] = []
-    base = _arm(tc, test_sites, gen, seed, log, lookahead_arms=["greedy", "bon_learned"])
-    base.update(_arm(tc, test_sites, gen, seed, log, lookahead_arms=["bon_oracle"]))
-    stats = {
-        a: decision_stats([r for r in log if r["arm"] == a]) for a in ("bon_learned", "bon_oracle")
-    }
+    base = _arm(
+        tc, test_sites_of(tc, seed), None, seed, log, lookahead_arms=["greedy", "bon_oracle"]
+    )
+    effects, stats, t_model = (
+        {},
+        {"bon_oracle": decision_stats([r for r in log if r["arm"] == "bon_oracle"])},
+        0.0,
+    )
+    for label, vtc in learned.items():
+        t1 = time.time()
+        gen, test_sites, effects[label] = world_model(vtc, seed, out)
+        t_model += time.time() - t1
+        vlog: list[dict] = []
+        base[label] = _arm(vtc, test_sites, gen, seed, vlog, lookahead_arms=["bon_learned"])[
+            "bon_learned"
+        ]
+        stats[label] = decision_stats(vlog)
+        log += [dict(r, arm=label) for r in vlog]
     acc = stats["bon_learned"]["title_acc"]
-    base.update(_arm(tc, test_sites, gen, seed, None, lookahead_arms=["bon_noisy"], noisy_acc=acc))
-    sweep = {}
+    ts = test_sites_of(tc, seed)
+    base["bon_noisy@measured"] = _arm(
+        tc, ts, None, seed, None, lookahead_arms=["bon_noisy"], noisy_acc=acc
+    )["bon_noisy"]
     for err in ("title", "copy"):
         for q in SWEEP:
             r = _arm(
-                tc,
-                test_sites,
-                None,
-                seed,
-                None,
-                lookahead_arms=["bon_noisy"],
-                noisy_acc=q,
-                noisy_error=err,
+                tc, ts, None, seed, None, lookahead_arms=["bon_noisy"], noisy_acc=q, noisy_error=err
             )
-            sweep[f"{err}@{q}"] = r["bon_noisy"]
+            base[f"noisy_{err}@{q}"] = r["bon_noisy"]
     greedy = [statistics.mean(e) for e in base["greedy"]["_episodes"]]
     table = {}
-    for arm, m in {**base, **{f"noisy_{k}": v for k, v in sweep.items()}}.items():
+    for arm, m in base.items():
         per = [statistics.mean(e) for e in m["_episodes"]]
+        d = paired(per, greedy)
         table[arm] = {
             "success": statistics.mean(per),
-            **{f"vs_greedy_{k}": v for k, v in paired(per, greedy).items()},
+            **{f"vs_greedy_{k}": v for k, v in d.items()},
         }
-    res = dict(
-        effects=eff,
+    return dict(
+        effects=effects,
         in_context=stats,
         noisy_acc=acc,
         table=table,
         model_s=t_model,
         lookahead_s=time.time() - t0 - t_model,
-        decisions=log[:200],
+        decisions=[r for r in log if r["arm"] == "bon_learned"][:200],
     )
-    return res
+
+
+def test_sites_of(tc, seed: int) -> list:
+    """The held-out sites of the toy run with ``seed`` (the first draws of ``toy_stage``)."""
+    from methods.webworld.toy_sites import make_sites
+
+    return make_sites(tc.n_sites, random.Random(seed), n_pages=tc.n_pages)[tc.n_train_sites :]
 
 
 def _markdown(res: dict) -> str:
-    s = res["in_context"]["bon_learned"]
-    o = res["in_context"]["bon_oracle"]
+    st = res["in_context"]
+    labels = list(st)
     lines = [
         "# WebWorld toy: lookahead diagnosis",
         "",
-        f"world model: effect_acc {res['effects']['effect_acc']:.3f} (click "
-        f"{res['effects'].get('click_acc', float('nan')):.3f}) on held-out crawls",
+        "| in context | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    for k in st["bon_learned"]:
+        lines.append(f"| {k} | " + " | ".join(f"{st[a][k]:.3f}" for a in labels) + " |")
+    for k in ("effect_acc", "click_acc", "go_back_acc"):
+        row = [f"{res['effects'][a][k]:.3f}" if a in res["effects"] else "-" for a in labels]
+        lines.append(f"| held-out crawls: {k} | " + " | ".join(row) + " |")
+    lines += [
         "",
-        "| in context (bon_learned decisions) | value |",
-        "|---|---|",
-        *[f"| {k} | {v:.3f} |" for k, v in s.items()],
-        f"| decisive (oracle arm's decisions) | {o['decisive']:.3f} |",
-        "",
-        "| arm | success | Δ vs greedy | 95% CI | seeds |",
+        "| arm | success | Δ vs greedy (paired) | 95% CI | seeds |",
         "|---|---|---|---|---|",
     ]
     for arm, m in res["table"].items():
+        lo, hi = (
+            m["vs_greedy_delta"] - m["vs_greedy_ci95"],
+            m["vs_greedy_delta"] + m["vs_greedy_ci95"],
+        )
         lines.append(
             f"| {arm} | {m['success']:.3f} | {m['vs_greedy_delta']:+.3f} | "
-            f"±{m['vs_greedy_ci95']:.3f} | {int(m['vs_greedy_n'])} |"
+            f"[{lo:+.3f}, {hi:+.3f}] | {int(m['vs_greedy_n'])} |"
         )
     lines += [
         "",
-        f"noisy arm accuracy = measured title_acc {res['noisy_acc']:.3f}; "
-        f"model {res['model_s']:.0f} s, lookahead {res['lookahead_s']:.0f} s",
+        f"bon_noisy@measured: accuracy = bon_learned's in-context title_acc {res['noisy_acc']:.3f}, "
+        f"random-title errors; world models {res['model_s']:.0f} s, lookahead {res['lookahead_s']:.0f} s",
     ]
     return "\n".join(lines) + "\n"
 
@@ -203,13 +224,25 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="hydra overrides of experiment=webworld_toy")
     ap.add_argument("--out", default="outputs/webworld_diagnose")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="another learned arm: 'label=override[;override...]' (added to the base overrides)",
+    )
     args = ap.parse_args(argv)
-    run = validate(compose(["experiment=webworld_toy", *args.overrides]))
+    base = ["experiment=webworld_toy", *args.overrides]
+    run = validate(compose(base))
+    variants = {}
+    for v in args.variant:
+        label, ov = v.split("=", 1)
+        variants[f"bon_learned[{label}]"] = validate(compose([*base, *ov.split(";")])).method
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with torch_threads(run.method.threads):
-        res = diagnose(run.method, int(run.seed), out)
+        res = diagnose(run.method, int(run.seed), out, variants)
     res["overrides"] = args.overrides
+    res["variants"] = args.variant
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
     (out / "results.md").write_text(_markdown(res))
     _plot(res, out / "lookahead_noise.png")

@@ -103,7 +103,7 @@ def _learned_sim(gen, tc, state: str) -> WebWorldSimulator:
         max_tokens=tc.title_tokens,
         stop_at_first_line=True,
         prompts=tc.prompts or None,
-        return_logprobs=tc.lookahead_min_conf > 0,
+        return_logprobs=True,  # confidence for the threshold and the decision records
     )
     sim.reset(state)
     return sim
@@ -225,7 +225,9 @@ def decision_stats(log: list[dict]) -> dict[str, float]:
     candidates that truly reach the target whose prediction names it; ``false_pos``: share of the
     others whose prediction names it; ``tie``: decisions whose values are all equal; ``decisive``:
     decisions where the true values differ (some but not all candidates reach the target);
-    ``changed``: decisions whose chosen index is not 0 (greedy's choice); ``n_decisions``.
+    ``changed``: decisions whose chosen index is not 0 (greedy's choice); ``action_sensitive``:
+    among decisions with link clicks to two or more different pages, the share whose predicted titles
+    for those clicks differ (0 = the simulator ignores which link is clicked); ``n_decisions``.
     """
     cands = [(r, i) for r in log for i in range(len(r["cands"]))]
     hit = [r["pred"][i] == r["true"][i] for r, i in cands]
@@ -233,6 +235,12 @@ def decision_stats(log: list[dict]) -> dict[str, float]:
     pos = [r["pred"][i] == r["target"] for r, i in cands if r["true"][i] == r["target"]]
     neg = [r["pred"][i] == r["target"] for r, i in cands if r["true"][i] != r["target"]]
     truev = [[float(t == r["target"]) for t in r["true"]] for r in log]
+    sens = []
+    for r in log:
+        idx = [i for i, c in enumerate(r["cands"]) if c.startswith("click")]
+        idx = [i for i in idx if r["true"][i] != r["current"]]
+        if len({r["true"][i] for i in idx}) >= 2:
+            sens.append(len({r["pred"][i] for i in idx}) > 1)
 
     def mean(x):
         return statistics.mean(x) if x else math.nan
@@ -245,6 +253,8 @@ def decision_stats(log: list[dict]) -> dict[str, float]:
         "tie": mean([len(set(r["values"])) == 1 for r in log]),
         "decisive": mean([len(set(v)) > 1 for v in truev]),
         "changed": mean([r["chosen"] != 0 for r in log]),
+        "action_sensitive": mean(sens),
+        "n_multi_link": float(len(sens)),
         "n_decisions": float(len(log)),
         "n_positive": float(len(pos)),
     }

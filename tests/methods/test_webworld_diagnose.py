@@ -92,7 +92,7 @@ def test_min_conf_drops_unsure_predictions():
 
 
 def test_decision_stats_hand_case():
-    rec = dict(target="x", current="a", cands=["c0", "c1", "c2"], chosen=1)
+    rec = dict(target="x", current="a", cands=["click('1')", "click('2')", "c2"], chosen=1)
     log = [
         rec | dict(true=["x", "b", "a"], pred=["b", "x", "a"], values=[0.0, 1.0, 0.0]),
         rec | dict(true=["a", "b", "a"], pred=["a", "b", "a"], values=[0.0, 0.0, 0.0], chosen=0),
@@ -102,6 +102,17 @@ def test_decision_stats_hand_case():
     assert st["title_acc_change"] == pytest.approx(1 / 3)  # x (missed), b (missed), b (hit)
     assert st["recall"] == 0.0 and st["false_pos"] == pytest.approx(1 / 5)
     assert st["tie"] == 0.5 and st["decisive"] == 0.5 and st["changed"] == 0.5
+    assert st["n_multi_link"] == 1 and st["action_sensitive"] == 1.0  # x vs b predicted b vs x
+    blind = [
+        rec
+        | dict(
+            true=["x", "b", "a"],
+            pred=["b", "b", "a"],
+            values=[0.0] * 3,
+            cands=["click('1')", "click('2')", "fill('3', 'q')"],
+        )
+    ]
+    assert decision_stats(blind)["action_sensitive"] == 0.0
 
 
 def test_paired_difference():
