@@ -40,12 +40,12 @@ DIAGNOSIS_ARMS: tuple[str, ...] = (
 )
 
 
-def diagnosis_arms() -> list[BanditArm]:
+def diagnosis_arms(kl_coefs: tuple[float, ...] = KL_COEFS) -> list[BanditArm]:
     """The arms of :data:`DIAGNOSIS_ARMS`. β = 0.1 is the paper's (rectified clip, as the toy's
     ``apo`` arm); β = 0.5 uses ``token_only`` clipping, since with the rectified clip λ − β = 0.55 <
     1 − ε would clip every negative sample on-policy and the arm would train on positives only."""
     arms = [BanditArm("grpo")]
-    arms += [BanditArm(f"grpo_kl{c:g}", kl="all", kl_coef=c) for c in KL_COEFS]
+    arms += [BanditArm(f"grpo_kl{c:g}", kl="all", kl_coef=c) for c in kl_coefs]
     for to in ("ref", "old"):
         arms.append(BanditArm(f"apo_{to}_b0.1", lam=1.05, beta=0.1, anchor_ratio_to=to))
         arms.append(
@@ -63,7 +63,11 @@ def _probe_means(curve: list[dict[str, float]], window: int) -> dict[str, float]
 
 
 def run_diagnosis(
-    seeds: list[int], bands: list[str], toy: BanditConfig, window: int = 200
+    seeds: list[int],
+    bands: list[str],
+    toy: BanditConfig,
+    window: int = 200,
+    arms: list[BanditArm] | None = None,
 ) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Every band × arm × seed: ``{band: {arm: {metric: [value per seed]}}}`` (``base`` included).
 
@@ -73,7 +77,7 @@ def run_diagnosis(
     from common.tracking import progress
 
     out: dict[str, dict[str, dict[str, list[float]]]] = {}
-    arms = diagnosis_arms()
+    arms = diagnosis_arms() if arms is None else arms
     jobs = [(b, s) for b in bands for s in seeds]
     with torch_threads(1):
         for band, seed in progress(jobs, desc="apo diagnosis (band, seed)", unit="seed"):
@@ -121,9 +125,10 @@ def _fmt(x: object, nd: int = 3) -> str:
     return f"{x:+.{nd}f}" if isinstance(x, float) else str(x)
 
 
-def _markdown(rows: list[dict[str, object]], command: str, wall: float) -> str:
+def _markdown(rows: list[dict[str, object]], command: str, wall: float, baseline: str) -> str:
     head = (
-        "| band | arm | hard P@64 | Δ vs GRPO [95% CI] | easy P@1 | Δ vs GRPO [95% CI] | "
+        f"| band | arm | hard P@64 | Δ vs {baseline} [95% CI] | easy P@1 | Δ vs {baseline} "
+        "[95% CI] | "
         "PG drift | anchor drift | KL drift | anchor logit share | zero-adv hard groups | "
         "hard p_valid |\n|" + "---|" * 12
     )
@@ -134,7 +139,7 @@ def _markdown(rows: list[dict[str, object]], command: str, wall: float) -> str:
             cells.append(f"{r[k]:.3f}")
             cells.append(
                 "—"
-                if r["arm"] in ("grpo", "base")
+                if r["arm"] in (baseline, "base")
                 else f"{r[f'{k}/delta']:+.3f} [{r[f'{k}/delta'] - r[f'{k}/ci95']:+.3f}, "
                 f"{r[f'{k}/delta'] + r[f'{k}/ci95']:+.3f}]"
             )
@@ -145,7 +150,7 @@ def _markdown(rows: list[dict[str, object]], command: str, wall: float) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Δ: mean over seeds of (arm − GRPO) on the same instance and sampling stream, with the 95% "
+        f"Δ: mean over seeds of (arm − {baseline}) on the same instance and sampling stream, with the 95% "
         "Student-t interval. Drifts: first-order change of mean hard log p_valid per SGD step from "
         "each part of the update (×1e-3 nats), mean over the probes at steps 1-window; anchor logit "
         "share: the anchor term's share of the gradient on the hard prompts' valid-action logit.",
@@ -153,7 +158,7 @@ def _markdown(rows: list[dict[str, object]], command: str, wall: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(rows: list[dict[str, object]], path: Path) -> None:
+def _plot(rows: list[dict[str, object]], path: Path, baseline: str) -> None:
     from common.tracking import pyplot, save_plot
 
     plt = pyplot()
@@ -161,7 +166,7 @@ def _plot(rows: list[dict[str, object]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(bands), figsize=(4.6 * len(bands), 4), squeeze=False)
     for ax, band in zip(axes[0], bands):
         for r in rows:
-            if r["band"] != band or r["arm"] in ("grpo", "base"):
+            if r["band"] != band or r["arm"] in (baseline, "base"):
                 continue
             ax.errorbar(
                 r["easy/pass@1/delta"], r["hard/pass@64/delta"],
@@ -170,12 +175,12 @@ def _plot(rows: list[dict[str, object]], path: Path) -> None:
             )  # fmt: skip
         ax.axhline(0, color="k", lw=0.6)
         ax.axvline(0, color="k", lw=0.6)
-        ax.set_xlabel("Δ easy Pass@1 vs GRPO (paired)")
-        ax.set_ylabel("Δ hard Pass@64 vs GRPO (paired)")
+        ax.set_xlabel(f"Δ easy Pass@1 vs {baseline} (paired)")
+        ax.set_ylabel(f"Δ hard Pass@64 vs {baseline} (paired)")
         ax.set_title(f"hard action band: {band} {HARD_RANK_BANDS[band]}")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle("APO toy A1 diagnosis: paired Δ vs GRPO, 95% CI over seeds")
+    fig.suptitle(f"APO toy A1 diagnosis: paired Δ vs {baseline}, 95% CI over seeds")
     save_plot(fig, path)
 
 
@@ -188,23 +193,35 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     )
     ap.add_argument("--steps", type=int, default=BanditConfig.steps)
     ap.add_argument("--window", type=int, default=200, help="probe window (steps 1..window)")
+    ap.add_argument("--kl-coefs", type=float, nargs="+", default=list(KL_COEFS))
+    ap.add_argument("--arms", nargs="+", default=None, help="a subset of the arm names")
+    ap.add_argument("--baseline", default="grpo", help="the arm every Δ is paired against")
     ap.add_argument("--out", default="outputs/apo_diagnosis")
     args = ap.parse_args(argv)
     if len(args.seeds) < 2:
         raise ValueError(f"--seeds needs at least 2 seeds for a paired interval, got {args.seeds}")
     toy = BanditConfig(steps=args.steps)
     start = time.time()
-    raw = run_diagnosis(args.seeds, args.bands, toy, args.window)
+    arms = diagnosis_arms(tuple(args.kl_coefs))
+    if args.arms is not None:
+        unknown = sorted(set(args.arms) - {a.name for a in arms})
+        if unknown or args.baseline not in args.arms:
+            raise ValueError(
+                f"--arms must name arms of {[a.name for a in arms]} and include --baseline "
+                f"{args.baseline!r}; got {args.arms}"
+            )
+        arms = [a for a in arms if a.name in args.arms]
+    raw = run_diagnosis(args.seeds, args.bands, toy, args.window, arms)
     wall = time.time() - start
-    rows = paired_rows(raw)
+    rows = paired_rows(raw, args.baseline)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m methods.apo.diagnose " + " ".join(sys.argv[1:] if argv is None else argv)
     result = {"command": command.strip(), "wall_time_s": wall, "seeds": args.seeds,
               "toy": dataclasses.asdict(toy), "window": args.window, "rows": rows, "raw": raw}  # fmt: skip
     (out / "results.json").write_text(json.dumps(result, indent=1))
-    (out / "results.md").write_text(_markdown(rows, command.strip(), wall))
-    _plot(rows, out / "frontier.png")
+    (out / "results.md").write_text(_markdown(rows, command.strip(), wall, args.baseline))
+    _plot(rows, out / "frontier.png", args.baseline)
     print((out / "results.md").read_text())  # noqa: T201 (CLI output)
     return result
 

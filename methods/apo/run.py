@@ -25,6 +25,9 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="negative",
     command="icml26 experiment=apo_toy",
-    note="APO ties GRPO on hard Pass@64 over 3 seeds (0.196 vs 0.200): the collapse happens inside the safe manifold",
+    note=(
+        "APO (anchor ratio to π_ref) vs GRPO, hard Pass@64: paired Δ −0.006 [−0.007, −0.004] over "
+        "10 seeds; its pull ∝ π of the dying action (doc: Diagnosis; the π_old reading gains +0.039)"
+    ),
     minutes=2.1,  # doc "Results: toy A1": wall time 128 s, shared 2-core box
 )
