@@ -146,4 +146,18 @@ def test_diagnose_cli_writes_paired_results(tmp_path):
     assert {r["arm"] for r in data["rows"]} == {"base", *DIAGNOSIS_ARMS}
     assert all(r["band"] == "rare" and r["seeds"] == 2 for r in out["rows"])
     assert (tmp_path / "frontier.png").stat().st_size > 0
-    assert "Δ vs GRPO" in (tmp_path / "results.md").read_text()
+    assert "Δ vs grpo [95% CI]" in (tmp_path / "results.md").read_text()
+
+
+def test_diagnose_cli_arm_subset_pairs_against_the_named_baseline(tmp_path):
+    from methods.apo.diagnose import main
+
+    args = ["--seeds", "0", "1", "--bands", "current", "--steps", "10", "--kl-coefs", "0.3"]
+    out = main([*args, "--arms", "grpo_kl0.3", "apo_old_b0.1", "--baseline", "grpo_kl0.3",
+                "--out", str(tmp_path)])  # fmt: skip
+    rows = {r["arm"]: r for r in out["rows"]}
+    assert set(rows) == {"base", "grpo_kl0.3", "apo_old_b0.1"}
+    assert rows["grpo_kl0.3"]["hard/pass@64/delta"] == 0.0
+    assert "Δ vs grpo_kl0.3" in (tmp_path / "results.md").read_text()
+    with pytest.raises(ValueError, match="--baseline"):
+        main([*args, "--arms", "apo_old_b0.1", "--out", str(tmp_path)])
