@@ -4,8 +4,8 @@ A public module-level function or class of a method's algorithm modules must say
 it comes from: the paper (section, equation, algorithm, appendix, table, figure, theorem), the official
 code (file or function), a library it wraps, or "our inference / our choice / engineering" (then the
 method doc's deviations table lists it). The roles that are not algorithms are not checked: ``run.py``
-(dispatch), ``config.py`` (dataclasses), ``__init__.py``, toy and paper drivers (``toy*.py``,
-``paper*.py``), data loaders (``data*.py``, ``*_data.py``), ``resume.py`` and ``checks.py``; nor are
+(dispatch), ``config.py`` (dataclasses), ``__init__.py``, toy, paper and diagnosis drivers (``toy*.py``,
+``paper*.py``, ``diagnose*.py``), data loaders (``data*.py``, ``*_data.py``), ``resume.py`` and ``checks.py``; nor are
 dataclasses, exceptions, protocols and enums (records and interfaces, not algorithms).
 """
 
@@ -34,7 +34,7 @@ def _algorithm_modules(slug: str):
         name = path.name
         if (
             name in NOT_ALGORITHMS
-            or name.startswith(("toy", "paper", "data"))
+            or name.startswith(("toy", "paper", "data", "diagnose"))
             or name.endswith("_data.py")
         ):
             continue

@@ -28,18 +28,19 @@ LANDSCAPES = ("output", "chain")  # method.landscape: today's similarity on outp
 
 
 def split_trace(content: str) -> tuple[str, list[str]]:
-    """(content without the trace line, the agent names it records)."""
+    """(content without the trace line, the agent names it records) (our construction)."""
     body, sep, names = content.rpartition(TRACE_MARK)
     return (body, names.split(",")) if sep else (content, [])
 
 
 def with_trace(content: str, names: Sequence[str]) -> str:
-    """``content`` with a trailing trace line (outside every code fence; none for no names)."""
+    """``content`` with a trailing trace line (outside every code fence; none for no names;
+    our construction)."""
     return content + TRACE_MARK + ",".join(names) if names else content
 
 
 class TracingExecutor(WorkflowExecutor):
-    """``WorkflowExecutor`` that records the agents of a chain in a trailing trace line.
+    """``WorkflowExecutor`` that records the agents of a chain in a trailing trace line (our construction).
 
     Every primitive (agent or tool) and the no-code rule of ``final_output`` see exactly the
     content the plain executor gives them (the trace is split off first), so chains run, fail and
@@ -60,12 +61,13 @@ class TracingExecutor(WorkflowExecutor):
 
 
 def chain_of(text: str) -> list[str]:
-    """The agent names recorded in an output's trace line (empty when there is none)."""
+    """The agent names recorded in an output's trace line (empty when there is none; our construction)."""
     return split_trace(text)[1]
 
 
 def chain_score(pred: Sequence[str], ref: Sequence[str], alpha: float) -> float:
-    """(1 − α)·J(set(pred), set(ref)) + α·LCP(pred, ref)/len(ref); ``ref`` must be non-empty."""
+    """(1 − α)·J(set(pred), set(ref)) + α·LCP(pred, ref)/len(ref); ``ref`` must be non-empty (our
+    construction: a landscape whose additivity α controls, not in the paper)."""
     if not ref:
         raise ValueError("the reference chain is empty: the black box must run the traced agents")
     a, b = set(pred), set(ref)
@@ -77,7 +79,7 @@ def chain_score(pred: Sequence[str], ref: Sequence[str], alpha: float) -> float:
 
 
 def chain_similarity(alpha: float) -> Callable[[str, str], float]:
-    """``Sim_α(pred, ref)`` on two traced outputs (``method.landscape=chain``)."""
+    """``Sim_α(pred, ref)`` on two traced outputs (``method.landscape=chain``; our construction)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
 
@@ -90,7 +92,7 @@ def chain_similarity(alpha: float) -> Callable[[str, str], float]:
 def presence_r2(
     score: Callable[[list[str]], float], agents: Sequence[str], n: int, max_len: int, seed: int
 ) -> dict[str, float]:
-    """How additive a landscape is in the agents a chain contains.
+    """How additive a landscape is in the agents a chain contains (our construction).
 
     Draws ``n`` random chains (length 1–``max_len``, agents with replacement), scores each with
     ``score`` and fits reward ≈ b + Σ_a w_a·[a ∈ chain] by least squares. Returns the in-sample R²
