@@ -51,7 +51,9 @@ def probe_step(
     w: torch.Tensor,
     batch: tuple[torch.Tensor, ...],
 ) -> dict[str, float]:
-    """The split of one step's update (see the module docstring); consumes no random numbers.
+    """The split of one step's update into its policy-gradient, anchor (the paper's ratio
+    rectification, restated second-hand: methods/apo/loss.py) and KL parts (our diagnosis probe; see
+    the module docstring); consumes no random numbers.
 
     Args:
         problem: the :class:`methods.apo.toy.BanditProblem`.
