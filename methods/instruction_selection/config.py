@@ -40,6 +40,10 @@ class InstructionSelectionConfig(MethodConfig):
         proj_dim, proj_seed, less_*: LESS features (official ``compute_less_embeds.py``).
         pool, warmup_data, queries: the paper's data (a hub id, or a local JSON/JSONL ``path``);
             ``queries.config`` is the target task.
+        near_grades, near_frac: toy diagnosis (docs "Diagnosis"): graded near-target families
+            ``add~q`` (pool-phrased additions whose answer is right with probability ``q``), each
+            ``near_frac`` of the pool; ``[]`` keeps the original pool.
+        train_epochs: toy fine-tuning length in epochs of the subset (0: ``train_steps`` steps).
         subset_file: the ``finetune`` stage's subset (a JSON list of pool ids from ``select``).
         warmup, finetune: ``transformers.TrainingArguments`` fields of the two paper trainings.
     """
@@ -98,6 +102,9 @@ class InstructionSelectionConfig(MethodConfig):
     train_steps: int = 150
     train_batch: int = 16
     train_lr: float = 5e-4
+    near_grades: list[float] = field(default_factory=list)  # [] = today's pool (no graded families)
+    near_frac: float = 0.05  # pool share of each graded near-target family
+    train_epochs: float = 0.0  # 0 = fixed ``train_steps``; > 0 = this many epochs of the subset
     # paper only
     pool: DatasetSpec = field(
         default_factory=lambda: DatasetSpec(
@@ -137,6 +144,13 @@ class InstructionSelectionConfig(MethodConfig):
             raise ValueError(
                 f"method.less_grad_mode must be one of {GRAD_MODES}, got {self.less_grad_mode!r}"
             )
+        if any(not 0.0 <= q <= 1.0 for q in self.near_grades) or not 0 < self.near_frac < 0.5:
+            raise ValueError(
+                f"method.near_grades must lie in [0, 1] and 0 < near_frac < 0.5, got "
+                f"{self.near_grades}, {self.near_frac}"
+            )
+        if self.train_epochs < 0:
+            raise ValueError(f"method.train_epochs must be >= 0, got {self.train_epochs}")
         if self.queries.config not in TARGET_TASKS:
             raise ValueError(
                 f"method.queries.config must be one of {TARGET_TASKS}, got {self.queries.config!r}"

@@ -27,6 +27,7 @@ from common.train_loop import train_steps as _train_loop
 
 from .less import _supervised_ids
 from .representations import _query_parts, _segments
+from .toy_graded import finetune_steps, is_near, near_example, near_family
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,15 @@ def _example(family: str, rng: np.random.Generator, target_phrasing: bool = Fals
     return [f"Repeat: {w}", f"Say {w} again."][int(rng.integers(2))], w
 
 
-def make_pool(n: int = 3000, target_frac: float = 0.03, seed: int = 0) -> list[dict]:
-    """The synthetic pool: ``target_frac`` addition, 10 % subtraction, the rest split evenly.
+def make_pool(
+    n: int = 3000,
+    target_frac: float = 0.03,
+    seed: int = 0,
+    near_grades: Sequence[float] = (),
+    near_frac: float = 0.05,
+) -> list[dict]:
+    """The synthetic pool: ``target_frac`` addition, 10 % subtraction, ``near_frac`` per graded
+    family ``add~q`` of ``near_grades`` (:mod:`.toy_graded`; none by default), the rest split evenly.
 
     Returns:
         Rows ``{"id", "dataset", "messages"}`` (``dataset`` is the family, used only for diagnostics).
@@ -92,15 +100,18 @@ def make_pool(n: int = 3000, target_frac: float = 0.03, seed: int = 0) -> list[d
         raise ValueError(f"need n >= 10 and 0 < target_frac < 0.5, got n={n}, {target_frac=}")
     rng = np.random.default_rng(seed)
     n_add, n_sub = max(1, round(target_frac * n)), round(0.1 * n)
-    rest = n - n_add - n_sub
-    counts = {"add": n_add, "sub": n_sub}
+    near = {near_family(q): round(near_frac * n) for q in near_grades}
+    rest = n - n_add - n_sub - sum(near.values())
+    if rest < 4:
+        raise ValueError(f"the graded families leave {rest} rows for the other four families")
+    counts = {"add": n_add, "sub": n_sub, **near}
     for k, fam in enumerate(FAMILIES[2:]):
         counts[fam] = rest // 4 + (1 if k < rest % 4 else 0)
     fams = [f for f, c in counts.items() for _ in range(c)]
     rng.shuffle(fams)
     rows = []
     for i, fam in enumerate(fams):
-        q, a = _example(fam, rng)
+        q, a = near_example(fam, rng) if is_near(fam) else _example(fam, rng)
         msgs = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
         rows.append({"id": f"pool-{i}", "dataset": fam, "messages": msgs})
     return rows
@@ -325,7 +336,7 @@ def run_toy(run: Any) -> dict[str, float]:
     torch.manual_seed(seed)
     tok = toy.char_tokenizer()
     pad = tok.pad_token_id
-    pool = toy.make_pool(cfg.pool_size, cfg.target_frac, seed)
+    pool = toy.make_pool(cfg.pool_size, cfg.target_frac, seed, cfg.near_grades, cfg.near_frac)
     queries = toy.make_target(cfg.n_queries, seed + 1)
     test = toy.make_target(cfg.n_test, seed + 2)
     is_target = np.array([r["dataset"] == toy.TARGET for r in pool])
@@ -340,7 +351,7 @@ def run_toy(run: Any) -> dict[str, float]:
         model = toy.finetune_copy(
             base,
             [pool_items[j] for j in subset],
-            cfg.train_steps,
+            finetune_steps(cfg, len(subset)),
             cfg.train_batch,
             cfg.train_lr,
             s,
