@@ -37,6 +37,9 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="inconclusive",
     command="icml26 experiment=webworld_toy",
-    note="learned lookahead is one success above greedy, inside the seed spread",
+    note=(
+        "learned lookahead is one success above greedy, inside the seed spread: the toy world model "
+        "predicts the same title for every link click (docs, Diagnosis), so it cannot rank them"
+    ),
     minutes=4.4,  # doc "Re-run after the issue-28 fixes": 261 s, beside a test run
 )
