@@ -158,7 +158,8 @@ class WebWorldRunConfig(MethodConfig):
         default_factory=lambda: ["greedy", "bon_copy", "bon_learned", "bon_oracle"]
     )
     noisy_acc: float = 0.3
-    noisy_error: str = "title"  # a noisy-oracle error names a random other title | "copy": no change
+    # a noisy-oracle error names a random other title ("title") or shows no change ("copy")
+    noisy_error: str = "title"
     lookahead_min_conf: float = 0.0  # > 0: a learned prediction below this confidence is ignored
     threads: int = 1
     log_steps: int = 100
@@ -178,7 +179,9 @@ class WebWorldRunConfig(MethodConfig):
         if not 0 <= self.noisy_acc <= 1 or not 0 <= self.lookahead_min_conf < 1:
             raise ValueError("method.noisy_acc must lie in [0, 1], lookahead_min_conf in [0, 1)")
         if self.noisy_error not in ("title", "copy"):
-            raise ValueError(f"method.noisy_error must be 'title' or 'copy', got {self.noisy_error!r}")
+            raise ValueError(
+                f"method.noisy_error must be 'title' or 'copy', got {self.noisy_error!r}"
+            )
         unknown = set(self.prompts) - set(DEFAULT_PROMPTS)
         if unknown:
             raise ValueError(f"method.prompts has unknown keys {sorted(unknown)}")
