@@ -119,3 +119,13 @@ def test_paired_difference():
     p = paired([0.6, 0.7, 0.8], [0.5, 0.5, 0.5])
     assert p["delta"] == pytest.approx(0.2) and p["ci95"] > 0
     assert paired([0.5, 0.5], [0.5, 0.5])["delta"] == 0.0
+
+
+def test_model_cache_key_follows_training_not_lookahead_knobs():
+    from methods.webworld.diagnose import _model_key
+
+    tc = WebWorldRunConfig()
+    same = dataclasses.replace(tc, seeds=list(range(10)), lookahead_min_conf=0.9, noisy_acc=0.5)
+    deeper = dataclasses.replace(tc, model={**tc.model, "num_hidden_layers": 3})
+    assert _model_key(same, 0) == _model_key(tc, 0)  # lookahead knobs reuse the trained model
+    assert _model_key(deeper, 0) != _model_key(tc, 0) and _model_key(tc, 1) != _model_key(tc, 0)
