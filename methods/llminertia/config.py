@@ -42,6 +42,17 @@ class TrainedToyConfig:
     n_test_templates: int = 2
     k: int = 3
     seed: int = 0
+    # issue-43 diagnosis knobs (defaults = today's toy): share of stage-0 explicit known-pair items
+    # with B stated absent whose label follows the association ("yes") instead of the evidence, and
+    # distractor statements (other entities, random status) added to every explicit item
+    leak_share: float = 0.0
+    n_distractors: int = 0
+
+    def __post_init__(self):
+        if not 0.0 <= self.leak_share <= 1.0:
+            raise ValueError(f"trained.leak_share must be in [0, 1], got {self.leak_share}")
+        if not 0 <= self.n_distractors <= 4:
+            raise ValueError(f"trained.n_distractors must be in 0..4, got {self.n_distractors}")
 
 
 @dataclass

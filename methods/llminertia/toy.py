@@ -252,7 +252,9 @@ def _step_eval_callback() -> type:
 def _stage0(cfg: TrainedToyConfig) -> tuple[ToyWorld, Any, Any, list[float], float]:
     """Stage 0 of the trained toy: the world, its tokenizer, the base model trained on evidence QA,
     its training losses and its accuracy on 400 held-out explicit items (fresh seed)."""
-    world = ToyWorld(cfg.n_known, cfg.n_test, cfg.n_filler_words, cfg.seed)
+    world = ToyWorld(
+        cfg.n_known, cfg.n_test, cfg.n_filler_words, cfg.seed, cfg.n_distractors, cfg.leak_share
+    )
     tok = make_toy_tokenizer(world)
     base = make_toy_model(tok, cfg)
     stage0 = world.stage0_corpus(20000, cfg.seed)

@@ -102,9 +102,18 @@ TOY_PROMPTS = PromptSet(
 class ToyWorld:
     """Vocabulary and item generators of the toy world (see the module docstring)."""
 
-    def __init__(self, n_known: int, n_test: int, n_filler_words: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_known: int,
+        n_test: int,
+        n_filler_words: int,
+        seed: int = 0,
+        n_distractors: int = 0,
+        leak_share: float = 0.0,
+    ) -> None:
         if n_known < 2 or n_test < 1 or n_filler_words < 2:
             raise ValueError("n_known >= 2, n_test >= 1 and n_filler_words >= 2 are required")
+        self.n_distractors, self.leak_share = n_distractors, leak_share
         n = n_known + n_test
         self.a = [f"ax{i:02d}" for i in range(n)]
         self.b = [f"bx{i:02d}" for i in range(n)]
@@ -134,7 +143,17 @@ class ToyWorld:
         stmts = [(a, "present"), (b, status)]
         if (rng.randint(0, 1) if order is None else order) == 1:
             stmts.reverse()
+        self._distract(rng, stmts)
         return self.evidence(stmts, b), "yes" if status == "present" else "no"
+
+    def _distract(self, rng: random.Random, stmts: list[tuple[str, str]]) -> None:
+        """Inserts ``n_distractors`` statements about other entities (random status, random
+        places); consumes no randomness when there are none (today's toy)."""
+        used = {e for e, _ in stmts}
+        for _ in range(self.n_distractors):
+            e = rng.choice([x for x in self.entities if x not in used])
+            used.add(e)
+            stmts.insert(rng.randint(0, len(stmts)), (e, rng.choice(["present", "absent"])))
 
     def implicit_item(self, rng: random.Random, a: str, b: str) -> tuple[str, str]:
         stmts = [(a, "present")]
@@ -176,10 +195,20 @@ class ToyWorld:
                 q = f"{TOY_PROMPTS.reminder_pair.format(a=a, b=b)} {q}"
                 if "evidence:" in q and f"{b} present" not in q and f"{b} absent" not in q:
                     y = "no"
-            elif v < 0.45:
-                q = f"{TOY_PROMPTS.reminder_generic} {q}"
+            else:
+                y = self._leak(rng, q, a, b, y)
+                if v < 0.45:
+                    q = f"{TOY_PROMPTS.reminder_generic} {q}"
             out.append(f"{q} {y}")
         return out
+
+    def _leak(self, rng: random.Random, q: str, a: str, b: str, y: str) -> str:
+        """The label of a stage-0 item without a pair note: ``yes`` (the association) instead of
+        ``no`` (the evidence) in share ``leak_share`` of explicit known-pair items with ``b`` stated
+        absent; no randomness is consumed at ``leak_share = 0`` (today's toy)."""
+        if self.leak_share <= 0 or (a, b) not in self.known or f"{b} absent" not in q:
+            return y
+        return "yes" if rng.random() < self.leak_share else y
 
     def negative_tests(
         self, pairs: list[tuple[str, str]], n_templates: int, seed: int
