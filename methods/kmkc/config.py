@@ -14,6 +14,9 @@ from typing import Any, ClassVar
 from common.config import DatasetSpec, MethodConfig
 
 TOY_ARMS: tuple[str, ...] = ("vanilla_sft", "cgke", "grpo", "cdkc")
+# cgke_plain: CGKE's items (its per-region counts) as plain (question, gold) pairs (issue 43)
+VALID_TOY_ARMS: tuple[str, ...] = (*TOY_ARMS, "cgke_plain")
+EVAL_TEMPLATES: tuple[str, ...] = ("qa", "reversed", "statement")
 FLASHRAG_HUB = "RUC-NLPIR/FlashRAG_datasets"
 
 
@@ -43,6 +46,13 @@ class ToyConfig:
     n_missing: int = 3
     sft_steps: int = 40
     sft_lr: float = 3e-3
+    # Issue-43 diagnosis knobs (methods/kmkc/toy_sft.py); the defaults keep today's toy.
+    sft_items_per_fact: float = (
+        0.0  # > 0: every SFT arm gets round(x * #facts) items; 0: CGKE's pool size
+    )
+    sft_epochs: float = 0.0  # > 0: ceil(epochs * items / batch) SFT steps instead of sft_steps
+    uniform_draw: str = "replacement"  # replacement | cover (every fact once per shuffled round)
+    eval_template: str = "qa"  # qa "<q> R S <a>" | reversed "<q> S R <a>" | statement "<q> S R is"
     # Calibration stage: GRPO vs CDKC from a CGKE checkpoint that withheld a share
     # of tier C, so those questions stay unanswerable.
     withhold_c: float = 0.5  # share of tier-C facts left out of the calibration stage's CGKE SFT
@@ -55,6 +65,16 @@ class ToyConfig:
     cdkc_signal: str = "entropy"  # entropy (paper method figure) | nll (paper Eq. 24)
     cdkc_scale: float = 1.0  # multiplies every λ of the default table
     seeds: list[int] = field(default_factory=lambda: [0])
+
+    def __post_init__(self) -> None:
+        if self.uniform_draw not in ("replacement", "cover"):
+            raise ValueError(
+                f"toy.uniform_draw must be replacement|cover, got {self.uniform_draw!r}"
+            )
+        if self.eval_template not in EVAL_TEMPLATES:
+            raise ValueError(f"toy.eval_template must be one of {EVAL_TEMPLATES}")
+        if self.sft_items_per_fact < 0 or self.sft_epochs < 0:
+            raise ValueError("toy.sft_items_per_fact and toy.sft_epochs must be >= 0")
 
 
 def _train_set(name: str, n: int) -> DatasetSpec:
@@ -122,7 +142,7 @@ class KMKCRunConfig(MethodConfig):
 
     Attributes:
         toy: the toy's sizes and CDKC settings.
-        arms: the toy's arms (``vanilla_sft``, ``cgke``, ``grpo``, ``cdkc``).
+        arms: the toy's arms (``vanilla_sft``, ``cgke``, ``grpo``, ``cdkc``; also ``cgke_plain``).
         train_sets: the seed sets the pipeline profiles and trains on (paper App. B: 50K NQ, 30K
             HotpotQA, 30K 2WikiMultihopQA under the key `twowiki`: Hydra keys cannot start with a
             digit), FlashRAG layout; ``path`` a local ``.jsonl`` (``limit`` items are
@@ -164,8 +184,8 @@ class KMKCRunConfig(MethodConfig):
     cdkc: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        bad = sorted(set(self.arms) - set(TOY_ARMS))
+        bad = sorted(set(self.arms) - set(VALID_TOY_ARMS))
         if bad:
-            raise ValueError(f"method.arms: unknown {bad}; valid: {list(TOY_ARMS)}")
+            raise ValueError(f"method.arms: unknown {bad}; valid: {list(VALID_TOY_ARMS)}")
         if not self.train_sets:
             raise ValueError("method.train_sets must name at least one seed set")

@@ -29,13 +29,13 @@ from common.tiny import tiny_causal_lm
 from common.tracking import progress, pyplot
 from common.train_loop import train_steps
 
-from .augment import AugmentConfig, build_cgke_dataset
 from .config import ToyConfig
 from .decay_law import bin_by_uncertainty, fit_structural_decay
 from .metrics import expected_calibration_error
 from .profile import SampleOut, build_profile
 from .regions import REGIONS, RegionConfig, assign_regions
 from .signals import sequence_confidence, sequence_nll
+from .toy_sft import cgke_pool, sft_arm_pairs, sft_steps
 
 logger = logging.getLogger(__name__)
 
@@ -114,10 +114,22 @@ def train(model, world: FactWorld, pairs, steps: int, lr: float, batch: int, see
     return losses[-1] if losses else float("nan")
 
 
+def prompt_ids(world: FactWorld, questions: list[str], template: str = "qa") -> torch.Tensor:
+    """The 4-token prompts ``[N, 4]``: ``qa`` <q> R S <a> (the training template), ``reversed``
+    <q> S R <a>, ``statement`` <q> S R is (the epistemic-foundation items' wording, no context)."""
+    if template == "qa":
+        return torch.tensor([world.encode(q, "")[:4] for q in questions])
+    tail = {"reversed": "<a>", "statement": "is"}[template]
+    words = [["<q>", *reversed(q.split()), tail] for q in questions]
+    return torch.tensor([[world.ids[w] for w in ws] for ws in words])
+
+
 @torch.no_grad()
-def answer_logprobs(model, world: FactWorld, questions: list[str]) -> torch.Tensor:
+def answer_logprobs(
+    model, world: FactWorld, questions: list[str], template: str = "qa"
+) -> torch.Tensor:
     """Log-probabilities of the answer token (objects only; −inf elsewhere): ``[N, V]``."""
-    ids = torch.tensor([world.encode(q, "")[:4] for q in questions])  # <q> R S <a>
+    ids = prompt_ids(world, questions, template)  # [N, 4]
     logits = model(input_ids=ids).logits[:, -1].float()  # [N, V]
     # Deviation: answers are constrained to object tokens (a one-token answer space, as a QA
     # verifier would extract); log-probs are renormalised over the objects.
@@ -141,13 +153,16 @@ def profile_model(model, world: FactWorld, cfg: ToyConfig, seed: int):
     return profiles
 
 
-def greedy_eval(model, world: FactWorld, withheld: set[str] | None = None) -> dict[str, float]:
-    """Greedy accuracy (overall and per tier) and equal-mass ECE with c = exp(−U).
+def greedy_eval(
+    model, world: FactWorld, withheld: set[str] | None = None, template: str = "qa"
+) -> dict[str, float]:
+    """Greedy accuracy (overall and per tier) and equal-mass ECE with c = exp(−U), asked in
+    ``template`` (:func:`prompt_ids`).
 
     With ``withheld`` (questions whose facts the model never saw), also their mean confidence.
     """
     qs = [f[0] for f in world.facts]
-    lp = answer_logprobs(model, world, qs)  # [N, V]
+    lp = answer_logprobs(model, world, qs, template)  # [N, V]
     top = lp.argmax(-1)  # [N]
     u = sequence_nll(lp.gather(1, top[:, None]), torch.ones(len(qs), 1, dtype=torch.bool))
     conf = sequence_confidence(u).numpy()
@@ -256,27 +271,6 @@ def toy_generator(world: FactWorld) -> ScriptedChat:
     return ScriptedChat(reply)
 
 
-def _sft_pairs(world: FactWorld, profiles, cfg: ToyConfig, seed: int):
-    """CGKE vs uniform SFT data at equal budget (same #items, steps, lr, batch, init): the CGKE
-    pairs (region-specific augmentation, paper Fig. 2, :func:`build_cgke_dataset`), the uniformly
-    drawn pairs and the augmentation stats."""
-    acfg = AugmentConfig(
-        n_mastered=cfg.n_mastered,
-        n_confused=cfg.n_confused,
-        n_missing=cfg.n_missing,
-        qa_template="{question}",
-        answer_template="{answer} {rationale}",
-    )
-    ds, aug_stats = build_cgke_dataset(profiles, toy_generator(world), acfg, return_stats=True)
-    cgke_pairs = [(m[0]["content"], m[1]["content"]) for m in ds["messages"]]
-    rng = random.Random(seed + 1)
-    uniform_pairs = [
-        (world.facts[i][0], world.facts[i][1])
-        for i in (rng.randrange(len(world.facts)) for _ in range(len(cgke_pairs)))
-    ]
-    return cgke_pairs, uniform_pairs, aug_stats
-
-
 def _calibration(model, world, cfg, profiles, cgke_pairs, state, calib_arms, seed) -> dict:
     """Step 7: CGKE SFT with a share of tier C withheld, then GRPO vs CDKC (paper Fig. 2's
     calibration stage) from that checkpoint."""
@@ -299,8 +293,9 @@ def _calibration(model, world, cfg, profiles, cgke_pairs, state, calib_arms, see
     return metrics
 
 
-def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
-    """One seed: pretrain, profile, regions, then each SFT arm from the same checkpoint."""
+def pretrain_and_profile(cfg: ToyConfig, seed: int):
+    """Pretrain on tiers A/B, profile, fit the decay law and assign regions (toy steps 1-2):
+    ``(world, model, state, profiles, metrics, diag)``; ``state`` is the pretrained checkpoint."""
     random.seed(seed)
     np.random.seed(seed)
     world = FactWorld(cfg, seed)
@@ -329,7 +324,6 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
     for t, p in zip(tiers, profiles, strict=True):
         confusion[t][p.region] += 1
     agree = float(np.mean([p.region == EXPECTED_REGION[t] for t, p in zip(tiers, profiles)]))
-
     metrics = {
         "profile": {
             "decay_a": fit.a,
@@ -339,27 +333,31 @@ def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
             "decay_spearman": fit.spearman,
             "region_agreement": agree,
         },
-        "base": greedy_eval(model, world),
+        "base": greedy_eval(model, world, template=cfg.eval_template),
     }
-
-    cgke_pairs, uniform_pairs, aug_stats = _sft_pairs(world, profiles, cfg, seed)
-    data = {"vanilla_sft": uniform_pairs, "cgke": cgke_pairs}
-    for arm in [a for a in arms if a in data]:
-        model.load_state_dict(state)
-        train(model, world, data[arm], cfg.sft_steps, cfg.sft_lr, cfg.batch_size, seed + 2)
-        metrics[arm] = greedy_eval(model, world)
-        metrics[arm]["n_sft_items"] = float(len(data[arm]))
-    calib_arms = [a for a in arms if a in ("grpo", "cdkc")]
-    if calib_arms:
-        metrics.update(
-            _calibration(model, world, cfg, profiles, cgke_pairs, state, calib_arms, seed)
-        )
     diag = {
         "pretrain_loss": pre_loss,
         "confusion": confusion,
         "bins": {"x": x.tolist(), "y": y.tolist()},
-        "augmentation": aug_stats,
     }
+    return world, model, state, profiles, metrics, diag
+
+
+def run_seed(cfg: ToyConfig, seed: int, arms: list[str]) -> tuple[dict, dict]:
+    """One seed: pretrain, profile, regions, then each SFT arm from the same checkpoint."""
+    world, model, state, profiles, metrics, diag = pretrain_and_profile(cfg, seed)
+    pool, questions, aug_stats = cgke_pool(world, profiles, cfg, toy_generator(world))
+    data = sft_arm_pairs(world, pool, questions, cfg, seed)
+    for arm in [a for a in arms if a in data]:
+        model.load_state_dict(state)
+        steps = sft_steps(cfg, len(data[arm]))
+        train(model, world, data[arm], steps, cfg.sft_lr, cfg.batch_size, seed + 2)
+        metrics[arm] = greedy_eval(model, world, template=cfg.eval_template)
+        metrics[arm]["n_sft_items"] = float(len(data[arm]))
+    calib_arms = [a for a in arms if a in ("grpo", "cdkc")]
+    if calib_arms:
+        metrics.update(_calibration(model, world, cfg, profiles, pool, state, calib_arms, seed))
+    diag["augmentation"] = aug_stats
     return metrics, diag
 
 
