@@ -205,14 +205,21 @@ def _markdown(res: dict, command: str) -> str:
             f"[{_f(c['lo'], 2)}, {_f(c['hi'], 2)}] | {q0:.3f} | {_f(d['delta'])} "
             f"[{_f(d['delta'] - d['ci'])}, {_f(d['delta'] + d['ci'])}] ({d['n']}) |"
         )
-    if res["family_probe"]:
+    probe = res["family_probe"]
+    if probe:
         lines += [
             "",
-            "| family probe (B rows of one family) | loss | Δ vs zero-shot |",
-            "|---|---|---|",
+            "| family probe (rows of one family) | n | loss | Δ vs zero-shot | "
+            "paired Δ vs add [95% CI] |",
+            "|---|---|---|---|---|",
         ]
-        for fam, p in res["family_probe"].items():
-            lines.append(f"| {fam} | {p['loss']:.3f} | {_f(p['loss'] - res['zero_shot'])} |")
+        for fam, p in probe.items():
+            d = paired_delta(p["losses"], probe["add"]["losses"]) if "add" in probe else None
+            ci = f"{_f(d['delta'])} [{_f(d['delta'] - d['ci'])}, {_f(d['delta'] + d['ci'])}]"
+            lines.append(
+                f"| {fam} | {p['n']} | {p['loss']:.3f} | {_f(p['loss'] - res['zero_shot'])} | "
+                f"{ci if d else ''} |"
+            )
     for rep, r in reps.items():
         lines += ["", f"| {rep} chunk | W₁ | mean loss | families |", "|---|---|---|---|"]
         for ch in r["chunks"]:
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--near-frac", type=float, default=0.05)
     ap.add_argument("--epochs", type=float, default=10.0, help="fine-tune epochs (0: fixed steps)")
     ap.add_argument("--per-quantile", type=int, default=120)
-    ap.add_argument("--representations", nargs="+", default=["rds", "embed", "less"])
+    ap.add_argument("--representations", nargs="*", default=["rds", "embed", "less"])
     ap.add_argument("--pool-size", type=int, default=3000)
     ap.add_argument("--pretrain-steps", type=int, default=300)
     ap.add_argument("--n-test", type=int, default=200)

@@ -27,7 +27,12 @@ TOY_RESULT = ToyResult(
     method=3.693,
     baseline=3.971,
     higher_is_better=False,
-    verdict="effect",
+    verdict="inconclusive",
     command="icml26 experiment=instruction_selection_toy",
+    note=(
+        "one seed, both arms above zero-shot; paired over 5 seeds at B = 120 (fixed epochs) no "
+        "representation beats random, and the toy model learns no relevance order for a distance to "
+        "predict (doc: Diagnosis)"
+    ),
     minutes=4.2,  # doc "Re-run on 2026-12-07": 253 s on the idle machine
 )
