@@ -32,6 +32,10 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="inconclusive",
     command="icml26 experiment=kmkc_toy 'method.toy.seeds=[0,1,2]'",
-    note="CGKE ties uniform SFT at equal budget over 3 seeds (+0.7 points, CGKE seed std 6.1)",
+    note=(
+        "CGKE ties uniform SFT at equal budget (paired Δ −0.001 [−0.064, +0.063], 5 seeds): its "
+        "allocation gains +0.051 [+0.034, +0.069], its formats cost as much on the trained "
+        "template and gain +0.196 on tier C in a held-out one (doc: Diagnosis)"
+    ),
     minutes=2.9,  # doc "Current numbers": 174 s wall on the idle 2-core machine
 )
