@@ -33,7 +33,13 @@ from .core import answer_plain
 from .induction_data import make_cooccurrence_corpus
 from .induction_train import continued_pretrain
 from .toy import _eval_arms, _induction_args, _stage0, _wrong_yes_all
-from .toy_world import TOY_COOC_TEMPLATES, TOY_PROMPTS, ToyQAChat, association_logprob
+from .toy_world import (
+    TOY_COOC_TEMPLATES,
+    TOY_PROMPTS,
+    ToyQAChat,
+    _last_logits,
+    association_logprob,
+)
 
 MITIGATION_BAND = (0.05, 0.60)  # plain wrong-yes band where the note arms are run
 
@@ -52,6 +58,13 @@ def paired(a: list[float], b: list[float]) -> dict[str, float]:
     return {"delta": statistics.mean(d), "ci95": ci, "n": len(d)}
 
 
+def yes_margin(model: Any, tok: Any, texts: list[str]) -> float:
+    """Mean logit(yes) − logit(no) after each prompt: the graded answer behind the argmax."""
+    lg = _last_logits(model, tok, texts)
+    y, n = tok.convert_tokens_to_ids(["yes", "no"])
+    return float((lg[:, y] - lg[:, n]).mean())
+
+
 def readout(model: Any, tok: Any, world: Any, cfg: TrainedToyConfig, items: dict) -> dict:
     """Plain wrong-yes on test and control items, association strengths, and the note arms where
     the plain rate is inside :data:`MITIGATION_BAND`."""
@@ -60,6 +73,8 @@ def readout(model: Any, tok: Any, world: Any, cfg: TrainedToyConfig, items: dict
         "plain": _wrong_yes_all(answer_plain(chat, items["test"], TOY_PROMPTS)),
         "control": _wrong_yes_all(answer_plain(chat, items["control"], TOY_PROMPTS)),
         "known": _wrong_yes_all(answer_plain(chat, items["known"], TOY_PROMPTS)),
+        "margin_test": yes_margin(model, tok, items["test"]),
+        "margin_control": yes_margin(model, tok, items["control"]),
         "logp_test": association_logprob(model, tok, world.test),
         "logp_control": association_logprob(model, tok, control_pairs(world.test)),
     }
@@ -105,6 +120,9 @@ def summarise(units: list[dict]) -> dict:
             "known": statistics.mean(r["known"] for r in rs),
             "logp_test": statistics.mean(r["logp_test"] for r in rs),
             "test_minus_control": paired([r["plain"] for r in rs], [r["control"] for r in rs]),
+            "margin_test_minus_control": paired(
+                [r["margin_test"] for r in rs], [r["margin_control"] for r in rs]
+            ),
         }
     q = [r for u in units for r in u["rows"] if "llminertia" in r]
     mit = {
@@ -125,8 +143,9 @@ def markdown(res: dict) -> str:
     """Table 1: one row per cell × strength (plain arm); table 2: the note arms per cell."""
     lines = [
         "| leak share | distractors | explicit acc (base) | induction share | log p(B given A) test "
-        "/ control | wrong yes test | control | known pairs | Δ test − control [95% CI] |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "/ control | wrong yes test | control | known pairs | Δ test − control [95% CI] "
+        "| Δ yes−no logit margin, test − control |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in res["cells"]:
         s = c["summary"]
@@ -138,7 +157,7 @@ def markdown(res: dict) -> str:
                 f"| {c['leak_share']:g} | {c['n_distractors']} | {s['acc_explicit']:.3f} "
                 f"| {'base' if float(ratio) == 0 else ratio} | {r['logp_test']:.2f} / {lp_c:.2f} "
                 f"| {r['plain']:.3f} | {r['control']:.3f} | {r['known']:.3f} "
-                f"| {_ci(r['test_minus_control'])} |"
+                f"| {_ci(r['test_minus_control'])} | {_ci(r['margin_test_minus_control'])} |"
             )
     lines += [
         "",

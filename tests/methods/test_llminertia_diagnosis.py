@@ -88,7 +88,8 @@ def test_paired_and_summarise_pool_only_the_qualifying_units():
 
     def row(r, plain, ctrl, arms=None):
         base = {"ratio": r, "plain": plain, "control": ctrl, "known": 0.0, "logp_test": -1.0}
-        return base | {"logp_control": -3.0} | (arms or {})
+        margins = {"margin_test": plain, "margin_control": ctrl}
+        return base | {"logp_control": -3.0} | margins | (arms or {})
 
     units = [
         {"acc_explicit": 1.0, "rows": [row(0.0, 0.0, 0.0), row(1.0, 0.4, 0.1, {
