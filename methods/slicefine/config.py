@@ -40,13 +40,21 @@ class ToyConfig:
     max_length: int = 16
     # Unknown in the paper; the authors' RoCoFT code (RoCoFT.py, bias=True) trains the target biases.
     train_bias: bool = False
+    # Issue-43 diagnosis knobs (docs/methods/slicefine.md, "Diagnosis"); defaults keep today's toy.
+    lora_r: int | None = None  # LoRA rank (alpha = 2 * rank); None: r, as today
+    lr_by_arm: dict[str, float] = field(default_factory=dict)  # per-arm lr; others use lr
+    n_val: int = 0  # validation sentences (their own seed); 0: no validation split
 
     def __post_init__(self) -> None:
-        bad = [a for a in self.arms if a not in ARMS]
+        bad = [a for a in [*self.arms, *self.lr_by_arm] if a not in ARMS]
         if bad or not self.arms:
             raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {self.arms}")
         if self.steps < 1 or self.batch_size < 1 or self.r < 1:
             raise ValueError("steps, batch_size and r must be >= 1")
+        if (self.lora_r is not None and self.lora_r < 1) or self.n_val < 0:
+            raise ValueError(f"lora_r must be >= 1 or null and n_val >= 0, got {self}")
+        if any(v <= 0 for v in self.lr_by_arm.values()):
+            raise ValueError(f"lr_by_arm values must be > 0, got {self.lr_by_arm}")
 
 
 @dataclass

@@ -113,9 +113,8 @@ def _build_arm(arm: str, encoder, cfg: ToyConfig, seed: int):
     elif arm == "lora":
         from peft import LoraConfig, get_peft_model
 
-        lora = LoraConfig(
-            r=cfg.r, lora_alpha=2 * cfg.r, target_modules=cfg.targets, lora_dropout=0.0
-        )
+        rank = cfg.lora_r or cfg.r
+        lora = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=cfg.targets, lora_dropout=0.0)
         model.encoder = get_peft_model(model.encoder, lora)
     else:
         mode = "alternate" if arm == "slicefine_alt" else "row"
@@ -147,15 +146,24 @@ def _evaluate(model, enc_test, y_test, batch: int = 200) -> float:
     return correct / len(y_test)
 
 
+def arm_lr(cfg: ToyConfig, arm: str) -> float:
+    """The arm's learning rate: ``cfg.lr_by_arm[arm]`` if set, else the shared ``cfg.lr``."""
+    return cfg.lr_by_arm.get(arm, cfg.lr)
+
+
 def train_arm(arm: str, encoder, tok, cfg: ToyConfig, seed: int, data) -> dict[str, float]:
-    """Trains one arm and returns its accuracy, parameter count, step time and state memory."""
-    (x_tr, y_tr), (x_te, y_te) = data
+    """Trains one arm and returns its accuracy, parameter count, step time and state memory.
+
+    ``data`` is ``(train, test)`` or ``(train, test, validation)``, each ``(texts, labels)``; with a
+    validation split the result also holds ``val_accuracy``.
+    """
+    (x_tr, y_tr), (x_te, y_te) = data[:2]
     kw = {"padding": True, "truncation": True, "max_length": cfg.max_length, "return_tensors": "pt"}
     enc_tr, enc_te = tok(x_tr, **kw), tok(x_te, **kw)
     y_tr, y_te = torch.tensor(y_tr), torch.tensor(y_te)
     model, sf, n_enc = _build_arm(arm, encoder, cfg, seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=arm_lr(cfg, arm), weight_decay=0.0)
     check_optimizer(opt)
     gen = torch.Generator().manual_seed(seed)
     times: list[float] = []
@@ -190,6 +198,9 @@ def train_arm(arm: str, encoder, tok, cfg: ToyConfig, seed: int, data) -> dict[s
         "train_state_kib": state_bytes / 1024,
         "final_loss": statistics.mean(losses[-10:]),
     }
+    if len(data) > 2:
+        x_va, y_va = data[2]
+        out["val_accuracy"] = _evaluate(model, tok(x_va, **kw), torch.tensor(y_va))
     if torch.cuda.is_available():
         out["peak_mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
     out["_losses"] = losses  # type: ignore[assignment]
@@ -289,6 +300,8 @@ def run_toy(run) -> dict[str, float]:
     per_arm: dict[str, list[dict]] = {a: [] for a in tc.arms}
     for seed in seeds:
         data = (make_data(tc.n_train, seed), make_data(tc.n_test, 10_000 + seed))
+        if tc.n_val:
+            data += (make_data(tc.n_val, 20_000 + seed),)
         for arm in tc.arms:
             per_arm[arm].append(train_arm(arm, encoder, tok, tc, seed, data))
     metrics = _seed_means(per_arm)
@@ -305,5 +318,5 @@ def run_toy(run) -> dict[str, float]:
         extra=extra,
         wall_time_s=time.time() - t0,
         notes=f"MiniLM (offline), r={tc.r}, N={tc.switch_every}, {tc.steps} steps, batch "
-        f"{tc.batch_size}, lr {tc.lr} shared by all arms; seeds {seeds}.",
+        f"{tc.batch_size}, lr {tc.lr} (per arm: {tc.lr_by_arm or 'none'}); seeds {seeds}.",
     )
