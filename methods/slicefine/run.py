@@ -22,6 +22,10 @@ TOY_RESULT = ToyResult(
     higher_is_better=True,
     verdict="negative",
     command="icml26 experiment=slicefine_toy",
-    note="SliceFine does not match LoRA (0.884 vs 1.000); moving slices beat a static one (0.738)",
+    note=(
+        "at the shared lr 2e-3 (LoRA's best, ~10x below the slice's) SliceFine loses (0.884 vs "
+        "1.000); tuned per method at matched parameters the gap is -0.031 [-0.065, +0.004], 5 "
+        "seeds (doc: Diagnosis)"
+    ),
     minutes=2.7,  # doc "Results (toy)": 160 s wall on the idle 2-core CPU
 )
