@@ -235,6 +235,7 @@ def test_fetch_downloads_missing_skips_present_refuses_gated_and_scripts(hub, mo
     assert calls[0][:2] == ("meta-llama/Llama-3.1-8B", "model") and calls[0][3] == "hf_x"
 
 
+@pytest.mark.slow  # composes every paper stage (about 7 s): make test-all
 def test_the_table_covers_every_paper_stage_and_names_real_keys():
     for slug, schema in method_schemas().items():
         assert set(schema.PAPER_STAGES) <= set(STAGE_NEEDS.get(slug, {})), slug
@@ -250,7 +251,15 @@ def test_the_table_covers_every_paper_stage_and_names_real_keys():
                         assert get(cfg, parent) is not None, (preset, key)
 
 
-@pytest.mark.parametrize("preset", PAPER_PRESETS)
+# Three presets in the quick tier (one multi-stage, one with endpoints, one with gated models); the
+# rest in make test-all.
+_QUICK_PRESETS = {"maxrl_paper", "sacopt_paper", "salo_paper"}
+
+
+@pytest.mark.parametrize(
+    "preset",
+    [p if p in _QUICK_PRESETS else pytest.param(p, marks=pytest.mark.slow) for p in PAPER_PRESETS],
+)
 def test_check_lists_every_paper_preset_fast(hub, preset):
     cfg = compose([f"experiment={preset}"], full=False)
     t0 = time.perf_counter()
@@ -291,6 +300,7 @@ def test_check_imports_nothing_heavy_and_runs_in_seconds(hub):
     assert float(seconds) < 10.0, line[0]
 
 
+@pytest.mark.slow  # composes every paper preset (about 7 s): make test-all
 def test_reproduce_readme_lists_the_current_artifacts():
     text = cli.README.read_text()
     assert cli.BEGIN in text, "run: python -m common.artifacts_cli"

@@ -131,6 +131,7 @@ def run_blocks(keys: list[str], cwd: Path, timeout: int) -> None:
     assert not failed, "\n\n".join(f"{k}:\n{v}" for k, v in failed.items())
 
 
+@pytest.mark.slow  # every Python block of README.md and docs/ (about 21 s): make test-all
 def test_doc_blocks_run_offline(tmp_path):
     """Every block but the SLOW ones and those whose need this machine lacks, in one process."""
     keys = [k for k in doc_blocks() if k not in SLOW]

@@ -655,6 +655,7 @@ def _fake_openai_server(reply, seen: list[str]):
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
 
 
+@pytest.mark.slow  # the paper driver over a local server (about 3 s): make test-all
 def test_paper_driver_runs_over_an_openai_compatible_server(tmp_path, monkeypatch):
     """experiment=agentxray_paper end to end: hub-id loading (offline cache) of two benchmark sets,
     UsageOpenAIChat against a local chat-completions server for the generator and every agent,

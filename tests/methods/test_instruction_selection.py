@@ -504,6 +504,7 @@ def test_target_task_converters_on_raw_formats(tmp_path):
         load_target_task("gsm8k", str(tmp_path / "missing.jsonl"))
 
 
+@pytest.mark.slow  # the paper path end to end (about 2.5 s): make test-all
 def test_paper_path_tulu_pool_trainer_warmup_and_selection(tmp_path, tiny_tok):
     """Paper driver end to end on a tiny local Llama: Tulu JSONL pool + query file, HF-Trainer
     LoRA warm-up with epoch checkpoints, RDS+/LESS representations, subsets of pool ids."""

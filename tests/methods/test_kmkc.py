@@ -718,6 +718,7 @@ def test_profiles_round_trip_and_load_errors(tmp_path):
         load_profiles(tmp_path / "bad.jsonl")
 
 
+@pytest.mark.slow  # two paper stages end to end: make test-all
 def test_sft_then_cdkc_stages_chain_through_checkpoints(tmp_path):
     """stage=sft trains on the profiles and saves a checkpoint that stage=cdkc starts from."""
     from common.registry import compose, run_method
@@ -751,6 +752,7 @@ def test_sft_then_cdkc_stages_chain_through_checkpoints(tmp_path):
     assert (tmp_path / "b" / "paper" / "cdkc" / "checkpoint" / "config.json").is_file()
 
 
+@pytest.mark.slow  # a paper stage end to end (about 5 s): make test-all
 def test_paper_stage_runs_one_round_and_writes_profiles(tmp_path):
     """kmkc_paper through the registry on a saved tiny Qwen2 and FlashRAG-format fixtures."""
     from common.registry import compose, run_method
