@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common.metrics import ci_halfwidth
+from common.metrics import paired_difference as paired
 from common.threads import torch_threads
 from common.tracking import pyplot, save_plot
 
@@ -68,13 +68,6 @@ def _arm(cfg: AgentXRayRunConfig, arm: str) -> tuple[str, AgentXRayRunConfig]:
         return arm, cfg
     search = MCTSConfig(**{**cfg.search.__dict__, "zero_score_black": True})
     return "red_black", dataclasses.replace(cfg, search=search)
-
-
-def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean of the paired differences a − b, its Student-t 95% half-width and the wins of a."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    ci = ci_halfwidth(d, dist="t") if len(d) > 1 else float("nan")
-    return {"delta": statistics.mean(d), "ci95": ci, "wins": sum(x > 0 for x in d), "n": len(d)}
 
 
 def run_landscape(cfg: AgentXRayRunConfig, r2_chains: int) -> dict:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.metrics import ci_halfwidth
+from common.metrics import paired_difference as paired
 from common.threads import torch_threads
 from common.tracking import pyplot, save_plot
 
@@ -47,15 +47,6 @@ MITIGATION_BAND = (0.05, 0.60)  # plain wrong-yes band where the note arms are r
 def control_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The same A and B entities, re-paired without an association: (A_j, B_(j+1))."""
     return [(a, pairs[(i + 1) % len(pairs)][1]) for i, (a, _) in enumerate(pairs)]
-
-
-def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean of the paired differences a − b and its Student-t 95% half-width (NaN below 2)."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    if not d:
-        return {"delta": float("nan"), "ci95": float("nan"), "n": 0}
-    ci = ci_halfwidth(d, dist="t") if len(d) > 1 else float("nan")
-    return {"delta": statistics.mean(d), "ci95": ci, "n": len(d)}
 
 
 def yes_margin(model: Any, tok: Any, texts: list[str]) -> float:

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.metrics import ci_halfwidth
+from common.metrics import paired_difference as paired
 from common.threads import torch_threads
 
 from .config import ToyConfig
@@ -50,12 +50,6 @@ def variant_config(toy: ToyConfig, name: str, lr: float) -> ToyConfig:
 def best_lr(runs: dict[float, list[dict]]) -> float:
     """The rate with the highest mean validation accuracy (ties: the smallest rate)."""
     return max(sorted(runs), key=lambda lr: statistics.mean(r["val_accuracy"] for r in runs[lr]))
-
-
-def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean of a − b (per seed) and its Student-t 95% half-width."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    return {"delta": statistics.mean(d), "ci95": ci_halfwidth(d, dist="t")}
 
 
 def summarise(raw: dict[str, dict[float, list[dict]]], today_lr: float) -> list[dict]:

@@ -26,18 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.metrics import ci_halfwidth
+from common.metrics import paired_difference as paired
 from methods.webworld.toy_lookahead import decision_stats, lookahead
 
 logger = logging.getLogger(__name__)
 
 SWEEP = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean of the paired differences ``a - b`` and its 95% half-width (Student t over the pairs)."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    return {"delta": statistics.mean(d), "ci95": ci_halfwidth(d, dist="t"), "n": float(len(d))}
 
 
 def _model_key(tc, seed: int) -> str:

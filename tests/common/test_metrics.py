@@ -13,6 +13,7 @@ from common.metrics import (
     mean_over_seeds,
     mean_pass_at_k,
     normalize_answer,
+    paired_difference,
     pass_at_k,
     spearman,
     token_f1,
@@ -196,3 +197,15 @@ def test_mean_over_seeds_hand_worked():
     assert "acc_std" not in mean_over_seeds(seeds[:1], std_keys=("acc",))["a"]  # one seed
     with pytest.raises(ValueError, match="per_seed"):
         mean_over_seeds([])
+
+
+def test_paired_difference_is_the_interval_of_the_differences():
+    a, b = [0.5, 0.9, 0.7, 0.8], [0.4, 0.5, 0.6, 0.9]
+    p = paired_difference(a, b)
+    d = [0.1, 0.4, 0.1, -0.1]
+    assert p["delta"] == pytest.approx(sum(d) / 4) and p["n"] == 4 and p["wins"] == 3
+    assert p["ci95"] == pytest.approx(ci_halfwidth(d, dist="t"))
+    assert paired_difference(b, a)["delta"] == pytest.approx(-p["delta"])
+    assert math.isnan(paired_difference([1.0], [0.0])["ci95"])
+    with pytest.raises(ValueError):
+        paired_difference([1.0, 2.0], [1.0])
